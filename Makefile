@@ -1,0 +1,49 @@
+# gpucluster: `make lab` runs the whole path on the embedded lab; `make test` runs the tests.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_FLAGS ?= -q
+
+.PHONY: setup test lint unit integration bench lab lab-down lock clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml scripts/host-packages.txt
+	scripts/setup-host.sh
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+# Fast first: lint and unit tests (no root, no network), then integration (lab nodes, root).
+test: setup lint unit integration
+
+lint: setup
+	$(PY) -m ruff check gpucluster stacks scripts tests bench
+	$(PY) -m mypy gpucluster
+
+unit: setup
+	$(PY) -m pytest $(PYTEST_FLAGS) tests/unit
+
+integration: setup
+	scripts/run-pytest-dir.sh $(PY) tests/integration $(PYTEST_FLAGS)
+
+bench: setup
+	$(PY) bench/run.py
+
+lab: setup
+	$(VENV)/bin/gpucluster lab up --stack Pulumi.lab.yaml
+
+lab-down: setup
+	$(VENV)/bin/gpucluster lab down --stack Pulumi.lab.yaml
+
+lock:
+	rm -rf /tmp/gpucluster-lock && $(PYTHON) -m venv /tmp/gpucluster-lock
+	/tmp/gpucluster-lock/bin/pip install -q -r requirements.in
+	{ echo "# Pinned: every direct and transitive dependency (from requirements.in; 'make lock' regenerates)."; \
+	  /tmp/gpucluster-lock/bin/pip freeze; } > requirements.txt
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info

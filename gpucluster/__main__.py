@@ -1,0 +1,3 @@
+from gpucluster.cli import main
+
+raise SystemExit(main())

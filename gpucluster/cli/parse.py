@@ -1,0 +1,89 @@
+"""`gpucluster parse TOOL FILE`: read a tool's captured output and give its verdict.
+
+Exit 0 when the run is ok, 1 when it failed or is incomplete, 2 when the file cannot be
+read or is not that tool's output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from gpucluster.errors import EXIT_CHECK_FAILED, EXIT_OK, InputError
+from gpucluster.parsers import PARSERS, NotToolOutput, parse
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "parse",
+        help="parse a GPU-cluster tool's output and report ok/failed/incomplete",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    p.add_argument("tool", metavar="TOOL", choices=list(PARSERS), help=f"one of: {', '.join(PARSERS)}")
+    p.add_argument("file", metavar="FILE", help="captured output, or - for stdin")
+    p.add_argument("--json", action="store_true", help="print the parsed result as JSON")
+    p.set_defaults(func=run)
+
+
+def _read(path: str) -> str:
+    # newline="" keeps carriage returns: progress rewrites are told apart from line ends.
+    try:
+        if path == "-":
+            return sys.stdin.buffer.read().decode("utf-8", errors="replace")
+        with open(path, encoding="utf-8", errors="replace", newline="") as f:
+            return f.read()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _summary(tool: str, path: str, result: dict[str, Any]) -> list[str]:
+    lines = [f"{tool} {path}: {result['status']}"]
+    if tool == "nccl-tests":
+        lines.append(
+            f"  {result['collective'] or 'collective unknown'}, format {result['format']}, "
+            f"ranks {result['ranks']}, {len(result['rows'])} rows"
+        )
+        lines.append(
+            f"  peak busbw {result['peak_busbw_gbps']} GB/s, avg busbw {result['avg_busbw_gbps']} GB/s"
+        )
+    elif tool == "gpu-burn":
+        lines.append(
+            f"  {len(result['gpus'])} GPUs, {result['precision']}, tensor cores {result['tensor_cores']}"
+        )
+        for g in result["gpus"]:
+            lines.append(f"  GPU {g['index']}: {g['verdict']} {g['gflops']} Gflop/s errors {g['errors']}")
+    elif tool == "ib_write_bw":
+        peak = result["peak_gbps"]
+        lines.append(
+            f"  {result['role']} on {result['device']} ({result['link_type']}), {len(result['rows'])} rows, "
+            f"peak avg {peak:.2f} Gb/s"
+            if peak is not None
+            else f"  {result['role']}, no rows"
+        )
+    elif tool == "nvidia-smi":
+        lines.append(f"  {result['kind']}: {len(result['gpus'])} GPUs, driver {result['driver_version']}")
+    elif tool == "dcgmi":
+        counts: dict[str, int] = {}
+        for t in result["tests"]:
+            counts[str(t["result"])] = counts.get(str(t["result"]), 0) + 1
+        lines.append(
+            f"  DCGM {result['dcgm_version']}, tests: "
+            + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        )
+    lines += [f"  note: {n}" for n in result["notes"]]
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    text = _read(args.file)
+    try:
+        result = parse(args.tool, text)
+    except NotToolOutput as exc:
+        raise InputError(f"{args.file}: {exc}") from exc
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print("\n".join(_summary(args.tool, args.file, result)))
+    return EXIT_OK if result["status"] == "ok" else EXIT_CHECK_FAILED

@@ -1,0 +1,53 @@
+"""Parsers of GPU-cluster tool output: each turns a captured log into a JSON-ready dict.
+
+Every result carries ``status``: ``ok``, ``failed`` (the tool reports a fault) or
+``incomplete`` (the run was cut short or did no work), plus ``notes`` saying why.
+A parser given another tool's output raises :class:`NotToolOutput`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gpucluster.parsers import dcgmi, gpu_burn, ib_write_bw, nccl_tests, nvidia_smi
+from gpucluster.parsers.common import NotToolOutput
+from gpucluster.parsers.nccl_tests import busbw_factor
+
+__all__ = ["PARSERS", "NotToolOutput", "busbw_factor", "parse"]
+
+
+def _nccl(text: str) -> dict[str, Any]:
+    return nccl_tests.parse(text).to_json()
+
+
+def _gpu_burn(text: str) -> dict[str, Any]:
+    return gpu_burn.parse(text).to_json()
+
+
+def _ib_write_bw(text: str) -> dict[str, Any]:
+    return ib_write_bw.parse(text).to_json()
+
+
+def _nvidia_smi(text: str) -> dict[str, Any]:
+    return nvidia_smi.parse(text).to_json()
+
+
+def _dcgmi(text: str) -> dict[str, Any]:
+    return dcgmi.parse(text).to_json()
+
+
+PARSERS: dict[str, Callable[[str], dict[str, Any]]] = {
+    "nccl-tests": _nccl,
+    "gpu-burn": _gpu_burn,
+    "ib_write_bw": _ib_write_bw,
+    "nvidia-smi": _nvidia_smi,
+    "dcgmi": _dcgmi,
+}
+
+
+def parse(tool: str, text: str) -> dict[str, Any]:
+    """Parse ``text`` as ``tool``'s output; raise KeyError for an unknown tool."""
+    if tool not in PARSERS:
+        raise KeyError(f"unknown tool {tool!r}; known: {', '.join(PARSERS)}")
+    return PARSERS[tool](text)

@@ -1,0 +1,236 @@
+"""Rules that span fields, profiles and the bill of materials.
+
+Each check appends ``"<field path>: <reason>"`` lines; all of them run, so a user
+sees every problem of a stack file at once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import Counter
+
+from gpucluster.spec.cluster import FIRST_HOST_OFFSET, node_names
+from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool
+
+NS = "gpucluster"
+
+# Which fabrics each target can have. EFA exists only on AWS; AWS and OCI offer no
+# InfiniBand to tenants; Azure's ND VMs have InfiniBand, not tenant RoCE. The lab has no
+# RDMA at all: roce and infiniband there render their configuration without applying it.
+FABRICS_BY_TARGET: dict[str, tuple[str, ...]] = {
+    "aws": ("efa", "ethernet"),
+    "azure": ("infiniband", "ethernet"),
+    "oci": ("roce", "ethernet"),
+    "baremetal": ("infiniband", "roce", "ethernet"),
+    "lab": ("ethernet", "roce", "infiniband"),
+}
+
+
+def semantic_problems(spec: ClusterSpec, bom: Bom, profiles: dict[str, HardwareProfile]) -> list[str]:
+    problems: list[str] = []
+    placed = node_names(spec)
+    _pools(spec, profiles, problems)
+    names = _nodes(spec, placed, problems)
+    _networks(spec, len(names), problems)
+    _fabric(spec, set(names), problems)
+    _storage(spec, placed, problems)
+    _kubernetes(spec, bom, placed, problems)
+    return problems
+
+
+def _pools(spec: ClusterSpec, profiles: dict[str, HardwareProfile], problems: list[str]) -> None:
+    seen: dict[str, int] = {}
+    target = spec.target.kind
+    for i, pool in enumerate(spec.node_pools):
+        where = f"{NS}.node_pools[{i}]"
+        if pool.name in seen:
+            problems.append(f"{where}.name: duplicate pool name {pool.name!r} (also node_pools[{seen[pool.name]}])")
+        seen.setdefault(pool.name, i)
+        profile = profiles.get(pool.profile)
+        if profile is None:
+            known = ", ".join(sorted(profiles))
+            problems.append(f"{where}.profile: unknown hardware profile {pool.profile!r} (known: {known})")
+        elif target == "lab" and profile.gpu.count > 0:
+            problems.append(
+                f"{where}.profile: lab nodes have no GPU; use a GPU-less profile such as 'cpu-lab' "
+                f"(got {pool.profile!r})"
+            )
+        elif target in ("aws", "azure", "oci") and not pool.instance_type:
+            if not profile.instance_types.get(target):
+                problems.append(
+                    f"{where}.instance_type: profile {pool.profile!r} names no {target} instance type; set one"
+                )
+        if pool.data_disks is not None and target != "lab":
+            problems.append(f"{where}.data_disks: file-backed disks exist only on the lab target; use osd_devices")
+        if pool.osd_devices and "storage" not in pool.roles:
+            problems.append(f"{where}.osd_devices: only pools with the storage role carry OSD devices")
+        if pool.data_disks is not None and "storage" not in pool.roles:
+            problems.append(f"{where}.data_disks: only pools with the storage role carry OSD disks")
+
+
+def _nodes(spec: ClusterSpec, placed: list[tuple[NodePool, str]], problems: list[str]) -> list[str]:
+    target = spec.target
+    if target.kind == "baremetal":
+        pools = {p.name: p for p in spec.node_pools}
+        per_pool = Counter(n.pool for n in target.nodes)
+        for j, bm in enumerate(target.nodes):
+            if bm.pool not in pools:
+                problems.append(f"{NS}.target.nodes[{j}].pool: no node pool named {bm.pool!r}")
+        for i, pool in enumerate(spec.node_pools):
+            if per_pool[pool.name] != pool.count:
+                problems.append(
+                    f"{NS}.node_pools[{i}].count: {pool.count} but target.nodes declares "
+                    f"{per_pool[pool.name]} node(s) in pool {pool.name!r}"
+                )
+        macs = Counter(n.management_mac for n in target.nodes)
+        for j, bm in enumerate(target.nodes):
+            if macs[bm.management_mac] > 1:
+                problems.append(f"{NS}.target.nodes[{j}].management_mac: {bm.management_mac} is used twice")
+    names = [name for _, name in placed]
+    dup = Counter(names)
+    reported: set[str] = set()
+    for j, name in enumerate(names):
+        if dup[name] > 1 and name not in reported:
+            reported.add(name)
+            where = f"{NS}.target.nodes[{j}].name" if target.kind == "baremetal" else f"{NS}.node_pools"
+            problems.append(f"{where}: duplicate node name {name!r}")
+    return names
+
+
+def _networks(spec: ClusterSpec, node_count: int, problems: list[str]) -> None:
+    nets: dict[str, ipaddress.IPv4Network] = {
+        "fabric.management_cidr": ipaddress.IPv4Network(spec.fabric.management_cidr),
+        "fabric.fabric_cidr": ipaddress.IPv4Network(spec.fabric.fabric_cidr),
+    }
+    if spec.kubernetes is not None and spec.kubernetes.enabled:
+        nets["kubernetes.pod_cidr"] = ipaddress.IPv4Network(spec.kubernetes.pod_cidr)
+        nets["kubernetes.service_cidr"] = ipaddress.IPv4Network(spec.kubernetes.service_cidr)
+    keys = list(nets)
+    for a_i, a in enumerate(keys):
+        for b in keys[a_i + 1 :]:
+            if nets[a].overlaps(nets[b]):
+                problems.append(f"{NS}.{b}: {nets[b]} overlaps {a} {nets[a]}")
+    for key in ("fabric.management_cidr", "fabric.fabric_cidr"):
+        usable = nets[key].num_addresses - FIRST_HOST_OFFSET - 1
+        if usable < node_count:
+            problems.append(
+                f"{NS}.{key}: {nets[key]} holds {max(usable, 0)} node address(es), the spec has {node_count} nodes"
+            )
+    if spec.target.kind == "aws" and spec.target.vpc_cidr:
+        vpc = ipaddress.IPv4Network(spec.target.vpc_cidr)
+        for key in ("fabric.management_cidr", "fabric.fabric_cidr"):
+            if not nets[key].subnet_of(vpc):
+                problems.append(f"{NS}.{key}: {nets[key]} is not inside target.vpc_cidr {vpc}")
+
+
+def _fabric(spec: ClusterSpec, names: set[str], problems: list[str]) -> None:
+    fabric = spec.fabric
+    allowed = FABRICS_BY_TARGET[spec.target.kind]
+    if fabric.type not in allowed:
+        problems.append(
+            f"{NS}.fabric.type: {fabric.type} is not available on target {spec.target.kind} "
+            f"(use {' or '.join(allowed)})"
+        )
+    if fabric.type != "infiniband":
+        if fabric.subnet_managers:
+            problems.append(f"{NS}.fabric.subnet_managers: only an infiniband fabric has subnet managers")
+        if fabric.partitions:
+            problems.append(f"{NS}.fabric.partitions: only an infiniband fabric has partitions")
+    if fabric.type != "roce" and fabric.roce_qos is not None:
+        problems.append(f"{NS}.fabric.roce_qos: only a roce fabric takes RoCE QoS settings")
+    if fabric.type == "infiniband" and spec.target.kind in ("baremetal", "lab") and not fabric.subnet_managers:
+        problems.append(f"{NS}.fabric.subnet_managers: an infiniband fabric needs at least one subnet-manager node")
+    for k, sm in enumerate(fabric.subnet_managers):
+        if sm not in names:
+            problems.append(f"{NS}.fabric.subnet_managers[{k}]: no node named {sm!r}")
+    pkeys = Counter(p.pkey.lower() for p in fabric.partitions)
+    for k, part in enumerate(fabric.partitions):
+        if pkeys[part.pkey.lower()] > 1:
+            problems.append(f"{NS}.fabric.partitions[{k}].pkey: {part.pkey} is used twice")
+    if fabric.type == "efa" and fabric.mtu > 9001:
+        problems.append(f"{NS}.fabric.mtu: EFA's maximum MTU is 9001 (got {fabric.mtu})")
+
+
+def _storage(spec: ClusterSpec, placed: list[tuple[NodePool, str]], problems: list[str]) -> None:
+    storage = spec.storage
+    if storage is None:
+        return
+    where = f"{NS}.storage"
+    known = {name for _, name in placed}
+    hosts = {name for pool, name in placed if "storage" in pool.roles}
+    if not hosts:
+        problems.append(f"{where}: a storage section needs at least one node pool with the storage role")
+    if len(storage.monitors) % 2 == 0:
+        problems.append(
+            f"{where}.monitors: must be an odd number of monitors for a quorum (got {len(storage.monitors)})"
+        )
+    for field_name in ("monitors", "managers", "mds"):
+        listed = getattr(storage, field_name)
+        for k, name in enumerate(listed):
+            if name not in known:
+                problems.append(f"{where}.{field_name}[{k}]: no node named {name!r}")
+        dup = sorted({n for n in listed if listed.count(n) > 1})
+        if dup:
+            problems.append(f"{where}.{field_name}: node {dup[0]!r} is listed twice")
+    pool_names = Counter(p.name for p in storage.pools)
+    for k, pool in enumerate(storage.pools):
+        if pool_names[pool.name] > 1:
+            problems.append(f"{where}.pools[{k}].name: duplicate Ceph pool name {pool.name!r}")
+        if hosts and pool.size > len(hosts):
+            problems.append(
+                f"{where}.pools[{k}].size: replication {pool.size} is larger than the {len(hosts)} storage host(s)"
+            )
+        if pool.min_size is not None and pool.min_size > pool.size:
+            problems.append(f"{where}.pools[{k}].min_size: {pool.min_size} is larger than size {pool.size}")
+    if spec.target.kind == "lab":
+        for i, np in enumerate(spec.node_pools):
+            if "storage" in np.roles and np.data_disks is None:
+                problems.append(f"{NS}.node_pools[{i}].data_disks: lab storage nodes need file-backed data disks")
+    elif spec.target.kind == "baremetal":
+        for i, np in enumerate(spec.node_pools):
+            if "storage" in np.roles and not np.osd_devices:
+                problems.append(f"{NS}.node_pools[{i}].osd_devices: storage nodes need at least one OSD device")
+    fs = storage.cephfs
+    if fs is not None:
+        by_name = {p.name: p for p in storage.pools}
+        for key in ("metadata_pool", "data_pool"):
+            ref = getattr(fs, key)
+            ceph_pool = by_name.get(ref)
+            if ceph_pool is None:
+                problems.append(f"{where}.cephfs.{key}: no Ceph pool named {ref!r}")
+            elif ceph_pool.application != "cephfs":
+                problems.append(
+                    f"{where}.cephfs.{key}: pool {ref!r} has application {ceph_pool.application}, not cephfs"
+                )
+        if fs.metadata_pool == fs.data_pool:
+            problems.append(f"{where}.cephfs.data_pool: must differ from metadata_pool")
+        if not storage.mds:
+            problems.append(f"{where}.mds: CephFS needs at least one MDS node")
+
+
+def _kubernetes(spec: ClusterSpec, bom: Bom, placed: list[tuple[NodePool, str]], problems: list[str]) -> None:
+    kube = spec.kubernetes
+    if kube is None or not kube.enabled:
+        return
+    where = f"{NS}.kubernetes"
+    if kube.version is not None:
+        pinned = bom.kubernetes.version
+        if not (pinned == kube.version or pinned.startswith(kube.version + ".")):
+            problems.append(
+                f"{where}.version: {kube.version} differs from the bill of materials ({pinned}); "
+                "versions are pinned in bom.yaml only"
+            )
+    planes = [name for pool, name in placed if "control_plane" in pool.roles]
+    if not planes:
+        problems.append(f"{where}: needs a node pool with the control_plane role")
+    if kube.control_plane_ha:
+        if len(planes) < 3 or len(planes) % 2 == 0:
+            problems.append(
+                f"{where}.control_plane_ha: needs an odd number (3 or more) of control-plane nodes (got {len(planes)})"
+            )
+        if kube.api_vip is None:
+            problems.append(f"{where}.api_vip: required when control_plane_ha is true")
+    if kube.api_vip is not None:
+        vip = ipaddress.IPv4Address(kube.api_vip)
+        if vip not in ipaddress.IPv4Network(spec.fabric.management_cidr):
+            problems.append(f"{where}.api_vip: {vip} is not in fabric.management_cidr {spec.fabric.management_cidr}")

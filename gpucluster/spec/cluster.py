@@ -1,0 +1,133 @@
+"""The resolved cluster: the validated spec plus what follows from it.
+
+Node names, planned addresses and the bill of materials are derived here once, so the
+lab, the Pulumi stacks, the inventory and the conformance suite all see the same values.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool
+
+# The first addresses of each subnet are left to gateways, bridges and services
+# (the lab's bridge and apt proxy sit on .1); nodes start here.
+FIRST_HOST_OFFSET = 10
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    pool: str
+    roles: tuple[str, ...]
+    profile: str
+    index: int  # position in the whole cluster, 0-based
+    management_ip: str
+    fabric_ip: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "pool": self.pool,
+            "roles": list(self.roles),
+            "profile": self.profile,
+            "management_ip": self.management_ip,
+            "fabric_ip": self.fabric_ip,
+        }
+
+
+def node_names(spec: ClusterSpec) -> list[tuple[NodePool, str]]:
+    """Every node's pool and name, in pool order: declared on bare metal, else ``<pool>-<n>``."""
+    if spec.target.kind == "baremetal":
+        declared: dict[str, list[str]] = {}
+        for bm in spec.target.nodes:
+            declared.setdefault(bm.pool, []).append(bm.name)
+        return [(pool, name) for pool in spec.node_pools for name in declared.get(pool.name, [])]
+    return [(pool, f"{pool.name}-{i}") for pool in spec.node_pools for i in range(1, pool.count + 1)]
+
+
+def _dotted(value: int) -> str:
+    return f"{value >> 24 & 255}.{value >> 16 & 255}.{value >> 8 & 255}.{value & 255}"
+
+
+def expand_nodes(spec: ClusterSpec) -> tuple[Node, ...]:
+    mgmt = ipaddress.IPv4Network(spec.fabric.management_cidr)
+    fab = ipaddress.IPv4Network(spec.fabric.fabric_cidr)
+    mgmt_base = int(mgmt.network_address) + FIRST_HOST_OFFSET
+    fab_base = int(fab.network_address) + FIRST_HOST_OFFSET
+    nodes = []
+    for index, (pool, name) in enumerate(node_names(spec)):
+        nodes.append(
+            Node(
+                name=name,
+                pool=pool.name,
+                roles=tuple(pool.roles),
+                profile=pool.profile,
+                index=index,
+                management_ip=_dotted(mgmt_base + index),
+                fabric_ip=_dotted(fab_base + index),
+            )
+        )
+    return tuple(nodes)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A validated stack file, resolved. Build it with :func:`gpucluster.spec.load_spec`."""
+
+    spec: ClusterSpec
+    bom: Bom
+    profiles: dict[str, HardwareProfile]
+    nodes: tuple[Node, ...]
+    source: Path
+    _by_name: dict[str, Node] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {n.name: n for n in self.nodes})
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def stack(self) -> str:
+        """The stack name, from the file name ``Pulumi.<stack>.yaml``."""
+        stem = self.source.name
+        return stem.removeprefix("Pulumi.").removesuffix(".yaml") or self.spec.name
+
+    def node(self, name: str) -> Node:
+        return self._by_name[name]
+
+    def nodes_with_role(self, role: str) -> list[Node]:
+        return [n for n in self.nodes if role in n.roles]
+
+    def pool(self, name: str) -> NodePool:
+        return next(p for p in self.spec.node_pools if p.name == name)
+
+    def profile_of(self, node: Node) -> HardwareProfile:
+        return self.profiles[node.profile]
+
+    @property
+    def kubernetes_version(self) -> str:
+        return self.bom.kubernetes.version
+
+    def summary(self) -> str:
+        pools = len(self.spec.node_pools)
+        return (
+            f"cluster {self.name!r} on {self.spec.target.kind}: {len(self.nodes)} node(s) in "
+            f"{pools} pool(s), fabric {self.spec.fabric.type} MTU {self.spec.fabric.mtu}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The resolved spec as plain data (``spec show --json``, the inventory's vars)."""
+        return {
+            "name": self.name,
+            "stack": self.stack,
+            "spec": self.spec.model_dump(mode="json", by_alias=True),
+            "software": self.bom.model_dump(mode="json", by_alias=True),
+            "profiles": {k: v.model_dump(mode="json") for k, v in self.profiles.items()},
+            "nodes": [n.as_dict() for n in self.nodes],
+        }

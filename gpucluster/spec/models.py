@@ -1,0 +1,347 @@
+"""The cluster spec: pydantic models of what a stack file may say.
+
+Field-level rules (types, ranges, patterns, unknown keys) live here; rules that
+span fields or need the hardware profiles and the bill of materials live in
+``checks.py`` so every problem can be collected and reported together.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+
+Role = Literal["gpu", "storage", "control_plane"]
+FabricType = Literal["infiniband", "roce", "efa", "ethernet"]
+TargetKind = Literal["aws", "azure", "oci", "baremetal", "lab"]
+
+_NAME = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
+_MAC = r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _cidr(value: str) -> str:
+    try:
+        net = ipaddress.ip_network(value, strict=True)
+    except ValueError as exc:
+        raise ValueError(f"malformed CIDR {value!r}: {exc}") from None
+    if net.version != 4:
+        raise ValueError(f"{value!r}: only IPv4 networks are supported")
+    return str(net)
+
+
+def _ipv4(value: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(value))
+    except ValueError:
+        raise ValueError(f"malformed IPv4 address {value!r}") from None
+
+
+def _dev_path(value: str) -> str:
+    if not value.startswith("/dev/"):
+        raise ValueError(f"{value!r} must be a /dev/ path")
+    return value
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+IPv4 = Annotated[str, AfterValidator(_ipv4)]
+Mac = Annotated[str, Field(pattern=_MAC)]
+DevPath = Annotated[str, AfterValidator(_dev_path)]
+Name = Annotated[str, Field(pattern=_NAME, description="lower-case name: letters, digits, dashes")]
+
+
+# --- targets -----------------------------------------------------------------
+
+
+class LabTarget(_Model):
+    """Nodes are systemd-nspawn containers on this host (the embedded default)."""
+
+    kind: Literal["lab"]
+    debian_mirror: str = Field("http://deb.debian.org/debian", pattern=r"^https?://")
+    boot_timeout_s: int = Field(120, ge=10, le=3600)
+    apt_proxy_port: int = Field(3142, ge=1024, le=65535)
+    state_dir: str = Field("/var/lib/gpucluster/lab", pattern=r"^/")
+
+
+class AwsTarget(_Model):
+    kind: Literal["aws"]
+    region: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+    availability_zone: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")
+    vpc_cidr: Cidr | None = None
+    ami_name_filter: str = "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*"
+    ami_owner: str = "amazon"
+    ssh_public_key: str | None = None
+    capacity_reservation_id: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    admin_cidrs: list[Cidr] = Field(default_factory=list)
+    tags: dict[str, str] = Field(default_factory=dict)
+
+
+class AzureTarget(_Model):
+    kind: Literal["azure"]
+    location: str = Field(pattern=r"^[a-z0-9]+$")
+    resource_group: str = Field(min_length=1, max_length=90)
+    image: str = "microsoft-dsvm:ubuntu-hpc:2204:latest"
+    ssh_public_key: str | None = None
+    admin_cidrs: list[Cidr] = Field(default_factory=list)
+    zones: list[str] = Field(default_factory=list)
+    tags: dict[str, str] = Field(default_factory=dict)
+
+
+class OciTarget(_Model):
+    kind: Literal["oci"]
+    region: str = Field(pattern=r"^[a-z]{2}-[a-z]+-\d$")
+    compartment_id: str = Field(pattern=r"^ocid1\.compartment\.")
+    availability_domain: str = Field(min_length=1)
+    image_id: str | None = Field(None, pattern=r"^ocid1\.image\.")
+    ssh_public_key: str | None = None
+    admin_cidrs: list[Cidr] = Field(default_factory=list)
+    fault_domains: list[str] = Field(default_factory=list)
+
+
+class BareMetalNode(_Model):
+    name: Name
+    pool: Name
+    bmc_address: IPv4
+    management_mac: str = Field(pattern=_MAC)
+    fabric_macs: list[Mac] = Field(default_factory=list)
+    disks: list[DevPath] = Field(default_factory=list)
+    rack: str | None = None
+
+
+class BaremetalTarget(_Model):
+    kind: Literal["baremetal"]
+    provisioning: Literal["cloud-init", "autoinstall"] = "cloud-init"
+    gateway: IPv4 | None = None
+    dns_servers: list[IPv4] = Field(default_factory=list)
+    ssh_user: str = Field("ubuntu", pattern=r"^[a-z_][a-z0-9_-]*$")
+    ssh_public_key: str | None = None
+    nodes: list[BareMetalNode] = Field(min_length=1)
+
+
+Target = Annotated[
+    LabTarget | AwsTarget | AzureTarget | OciTarget | BaremetalTarget,
+    Field(discriminator="kind"),
+]
+TARGET_KINDS: tuple[str, ...] = ("lab", "aws", "azure", "oci", "baremetal")
+
+
+# --- node pools ----------------------------------------------------------------
+
+
+class DataDisks(_Model):
+    """File-backed disks attached to each lab node of the pool (Ceph OSDs)."""
+
+    count: int = Field(1, ge=1, le=12)
+    size_gb: int = Field(ge=1, le=4096)
+
+
+class NodePool(_Model):
+    name: Name
+    count: int = Field(ge=1, le=20000)
+    roles: list[Role] = Field(min_length=1)
+    profile: str = Field(min_length=1)
+    instance_type: str | None = None
+    root_volume_gb: int = Field(200, ge=8, le=16384)
+    osd_devices: list[DevPath] = Field(default_factory=list)
+    data_disks: DataDisks | None = None
+
+    @field_validator("roles")
+    @classmethod
+    def _unique_roles(cls, v: list[str]) -> list[str]:
+        dup = sorted({r for r in v if v.count(r) > 1})
+        if dup:
+            raise ValueError(f"role {dup[0]!r} listed twice")
+        return v
+
+
+# --- fabric ----------------------------------------------------------------------
+
+
+class Partition(_Model):
+    name: Name
+    pkey: str = Field(pattern=r"^0x[0-7][0-9a-fA-F]{3}$")
+    ipoib: bool = True
+
+
+class RoceQos(_Model):
+    dscp_trust: bool = True
+    pfc_priority: int = Field(3, ge=0, le=7)
+    ecn: bool = True
+    traffic_class: int = Field(106, ge=0, le=255)
+
+
+class Fabric(_Model):
+    type: FabricType
+    mtu: int = Field(ge=1280, le=9216)
+    management_cidr: Cidr
+    fabric_cidr: Cidr
+    subnet_managers: list[Name] = Field(default_factory=list)
+    partitions: list[Partition] = Field(default_factory=list)
+    roce_qos: RoceQos | None = None
+    gid_index: int | None = Field(None, ge=0, le=255)
+    ib_timeout: int = Field(20, ge=1, le=31)
+    socket_ifname: str | None = None
+
+
+# --- storage -----------------------------------------------------------------------
+
+
+class CephPool(_Model):
+    name: Name
+    application: Literal["rbd", "cephfs"]
+    size: int = Field(3, ge=1, le=10)
+    min_size: int | None = Field(None, ge=1, le=10)
+    pg_num: int = Field(32, ge=1, le=65536)
+
+    @field_validator("pg_num")
+    @classmethod
+    def _pow2(cls, v: int) -> int:
+        if v & (v - 1):
+            raise ValueError(f"must be a power of two (got {v})")
+        return v
+
+
+class CephFs(_Model):
+    name: Name = "cephfs"
+    metadata_pool: Name
+    data_pool: Name
+    mount_path: str = Field("/mnt/cephfs", pattern=r"^/[^\s]*$")
+
+
+class Storage(_Model):
+    monitors: list[Name] = Field(min_length=1)
+    managers: list[Name] = Field(default_factory=list)
+    mds: list[Name] = Field(default_factory=list)
+    pools: list[CephPool] = Field(default_factory=list)
+    cephfs: CephFs | None = None
+    public_network: Literal["management", "fabric"] = "management"
+    cluster_network: Literal["management", "fabric"] = "fabric"
+    allowed_health_warnings: list[str] = Field(default_factory=list)
+
+
+# --- kubernetes ---------------------------------------------------------------------
+
+
+class Kubernetes(_Model):
+    enabled: bool = True
+    version: str | None = Field(None, pattern=r"^\d+\.\d+(\.\d+)?$")
+    pod_cidr: Cidr = "10.244.0.0/16"
+    service_cidr: Cidr = "10.96.0.0/12"
+    cni: Literal["calico", "cilium", "flannel"] = "calico"
+    control_plane_ha: bool = False
+    api_vip: IPv4 | None = None
+
+
+# --- the whole spec -------------------------------------------------------------------
+
+
+class ClusterSpec(_Model):
+    """Everything under the ``gpucluster:`` namespace of a Pulumi stack file."""
+
+    name: Name
+    target: Target
+    node_pools: list[NodePool] = Field(min_length=1)
+    fabric: Fabric
+    storage: Storage | None = None
+    kubernetes: Kubernetes | None = None
+    bom: str | None = Field(None, description="bill-of-materials file, relative to the stack file")
+
+
+# --- data files -------------------------------------------------------------------------
+
+
+class GpuHardware(_Model):
+    model: str | None
+    count: int = Field(ge=0, le=16)
+    memory_mib: int = Field(ge=0)
+    nvlink: bool
+    nvswitch: bool
+    nvlinks_per_gpu: int = Field(ge=0, le=18)
+    fabric_manager: bool
+
+
+class HcaHardware(_Model):
+    count: int = Field(ge=0, le=32)
+    rate_gbps: int = Field(ge=0)
+
+
+class Floors(_Model):
+    allreduce_intra_busbw_gbps: float | None
+    allreduce_inter_busbw_gbps: float | None
+    large_message_bytes: int = Field(ge=1)
+    ib_write_bw_gbps: float | None
+    burn_tflops: dict[Literal["fp32", "tf32", "bf16", "fp16", "fp64"], float]
+
+
+class HardwareProfile(_Model):
+    name: Name
+    description: str
+    gpu: GpuHardware
+    hca: HcaHardware
+    instance_types: dict[Literal["aws", "azure", "oci"], str | None]
+    efa_interfaces: int = Field(ge=0, le=64)
+    floors: Floors
+
+
+class _Pinned(_Model):
+    version: str
+
+
+class _Sourced(_Model):
+    version: str
+    source_url: str
+    sha256: str = Field(pattern=r"^([0-9a-f]{64})?$")
+
+
+class _Driver(_Model):
+    branch: str
+    version: str
+    debian_version: str
+
+
+class _Cuda(_Model):
+    version: str
+    package_suffix: str
+
+
+class _Nccl(_Model):
+    version: str
+    cuda_build: str
+
+
+class _Ceph(_Model):
+    release: str
+    version: str
+
+
+class _Kube(_Model):
+    version: str
+    minor: str
+
+
+class _Debian(_Model):
+    suite: str
+
+
+class Bom(_Model):
+    """The bill of materials: every pinned version, in one file."""
+
+    schema_: int = Field(alias="schema")
+    nvidia_driver: _Driver
+    cuda: _Cuda
+    nccl: _Nccl
+    nccl_tests: _Sourced
+    gpu_burn: _Sourced
+    dcgm: _Pinned
+    container_toolkit: _Pinned
+    ceph: _Ceph
+    kubernetes: _Kube
+    cni: dict[Literal["calico", "cilium", "flannel"], str]
+    gpu_operator: _Pinned
+    network_operator: _Pinned
+    ceph_csi: _Pinned
+    debian: _Debian
