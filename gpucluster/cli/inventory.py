@@ -18,9 +18,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="turn stack outputs (`pulumi stack output --json`) into the Ansible inventory",
     )
     inv.add_argument("--outputs", required=True, metavar="OUTPUTS.json", help="stack outputs as JSON")
-    inv.add_argument(
-        "--stack", required=True, metavar="STACK_FILE", help="the Pulumi.<stack>.yaml they came from"
-    )
+    inv.add_argument("--stack", required=True, metavar="STACK_FILE", help="the Pulumi.<stack>.yaml they came from")
     inv.add_argument("-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout")
     inv.set_defaults(func=_inventory)
 

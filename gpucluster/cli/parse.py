@@ -45,13 +45,11 @@ def _summary(tool: str, path: str, result: dict[str, Any]) -> list[str]:
             f"  {result['collective'] or 'collective unknown'}, format {result['format']}, "
             f"ranks {result['ranks']}, {len(result['rows'])} rows"
         )
-        lines.append(
-            f"  peak busbw {result['peak_busbw_gbps']} GB/s, avg busbw {result['avg_busbw_gbps']} GB/s"
-        )
+        avg = result["avg_busbw_gbps"]
+        avg_text = "n/a (no footer)" if avg is None else f"{avg} GB/s"
+        lines.append(f"  peak busbw {result['peak_busbw_gbps']} GB/s, avg busbw {avg_text}")
     elif tool == "gpu-burn":
-        lines.append(
-            f"  {len(result['gpus'])} GPUs, {result['precision']}, tensor cores {result['tensor_cores']}"
-        )
+        lines.append(f"  {len(result['gpus'])} GPUs, {result['precision']}, tensor cores {result['tensor_cores']}")
         for g in result["gpus"]:
             lines.append(f"  GPU {g['index']}: {g['verdict']} {g['gflops']} Gflop/s errors {g['errors']}")
     elif tool == "ib_write_bw":
@@ -69,8 +67,7 @@ def _summary(tool: str, path: str, result: dict[str, Any]) -> list[str]:
         for t in result["tests"]:
             counts[str(t["result"])] = counts.get(str(t["result"]), 0) + 1
         lines.append(
-            f"  DCGM {result['dcgm_version']}, tests: "
-            + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+            f"  DCGM {result['dcgm_version']}, tests: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
         )
     lines += [f"  note: {n}" for n in result["notes"]]
     return lines

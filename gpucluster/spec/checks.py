@@ -87,13 +87,16 @@ def _nodes(spec: ClusterSpec, placed: list[tuple[NodePool, str]], problems: list
             if macs[bm.management_mac] > 1:
                 problems.append(f"{NS}.target.nodes[{j}].management_mac: {bm.management_mac} is used twice")
     names = [name for _, name in placed]
-    dup = Counter(names)
-    reported: set[str] = set()
-    for j, name in enumerate(names):
-        if dup[name] > 1 and name not in reported:
-            reported.add(name)
-            where = f"{NS}.target.nodes[{j}].name" if target.kind == "baremetal" else f"{NS}.node_pools"
-            problems.append(f"{where}: duplicate node name {name!r}")
+    # Declared names are checked in declaration order, so the path points at the repeat.
+    declared = [bm.name for bm in target.nodes] if target.kind == "baremetal" else names
+    first: dict[str, int] = {}
+    for j, name in enumerate(declared):
+        if name not in first:
+            first[name] = j
+        elif target.kind == "baremetal":
+            problems.append(f"{NS}.target.nodes[{j}].name: duplicate node name {name!r} (also nodes[{first[name]}])")
+        else:
+            problems.append(f"{NS}.node_pools: duplicate node name {name!r}")
     return names
 
 

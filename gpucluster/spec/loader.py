@@ -75,10 +75,11 @@ def _reason(err: Mapping[str, Any], model: type[BaseModel], loc: tuple[Any, ...]
         return f"must have at least {ctx.get('min_length')} item(s)"
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected')}"
-    if kind == "union_tag_invalid":
-        return f"unknown {ctx.get('discriminator')} {ctx.get('tag')!r}; must be one of {ctx.get('expected_tags')}"
-    if kind == "union_tag_not_found":
-        return f"needs a {ctx.get('discriminator')} key, one of {', '.join(TARGET_KINDS)}"
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        key = str(ctx.get("discriminator", "kind")).strip("'")
+        if kind == "union_tag_not_found":
+            return f"needs a {key!r} key, one of {', '.join(TARGET_KINDS)}"
+        return f"unknown {key} {ctx.get('tag')!r}; must be one of {', '.join(TARGET_KINDS)}"
     if kind == "string_pattern_mismatch":
         return f"{err.get('input')!r} does not match the pattern {ctx.get('pattern')}"
     if kind == "value_error":
