@@ -70,6 +70,7 @@ def build_outputs(
     ssh_user: str,
     addresses: dict[str, tuple[str, str | None]] | None = None,
     fabric_interface: str | None = None,
+    fabric_interfaces: dict[str, str | None] | None = None,
     instance_ids: dict[str, str] | None = None,
     failure_domains: dict[str, str] | None = None,
     ssh_private_key_file: str | None = None,
@@ -78,6 +79,8 @@ def build_outputs(
 
     ``addresses`` maps node name to (management, fabric) address where the target
     assigned its own; by default the spec's planned addresses are used.
+    ``fabric_interfaces`` names a node's fabric interface where it differs from the
+    cluster-wide ``fabric_interface`` (storage VMs without the GPU nodes' HCAs, say).
     """
     nodes = []
     for node in cluster.nodes:
@@ -92,7 +95,7 @@ def build_outputs(
                 "fabric_ip": fab,
                 "ssh_user": ssh_user,
                 "ssh_port": 22,
-                "fabric_interface": fabric_interface,
+                "fabric_interface": (fabric_interfaces or {}).get(node.name, fabric_interface),
                 "instance_id": (instance_ids or {}).get(node.name),
                 "failure_domain": (failure_domains or {}).get(node.name),
             }

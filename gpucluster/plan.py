@@ -1,0 +1,333 @@
+"""Run the Pulumi program under Pulumi's mocks: what a stack would create, with no credentials.
+
+This is a reviewer's view, not a diff against live state: nothing is read from or sent to a
+cloud, computed values (ids, addresses a cloud assigns) are synthesised here, and
+``pulumi preview`` remains the real preview. The same runner backs the unit tests of
+``stacks/`` and the ``gpucluster plan`` command, so both see exactly what the program builds.
+
+The Pulumi runtime keeps its state in module globals (settings, the root stack resource,
+the event loop); :func:`run_mocked` resets all three so several stacks can be planned in one
+process, one after the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import importlib
+import ipaddress
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from gpucluster.errors import InputError
+from gpucluster.spec import Cluster, load_spec
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "gpucluster"
+NOT_A_DIFF = (
+    "This is not a diff against live state: it ran the program under Pulumi's mocks with no "
+    "credentials, and ids and cloud-assigned addresses are made up. `pulumi preview` is the real one."
+)
+
+Status = Literal["pass", "fail", "n/a"]
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One resource the program registered, as the mock monitor saw it."""
+
+    type: str
+    name: str
+    id: str
+    urn: str
+    parent: str | None
+    custom: bool
+    inputs: Mapping[str, Any]
+    state: Mapping[str, Any] = field(default_factory=dict)
+
+    def tag(self, key: str) -> str | None:
+        """A tag from AWS/Azure ``tags`` or OCI ``freeformTags``."""
+        for prop in ("tags", "freeformTags"):
+            tags = self.inputs.get(prop)
+            if isinstance(tags, Mapping) and key in tags:
+                return str(tags[key])
+        return None
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    rule: str
+    status: Status
+    message: str
+    offenders: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    stack: str
+    target: str
+    resources: tuple[Resource, ...]
+    outputs: dict[str, Any]
+    policy: tuple[PolicyResult, ...]
+    seconds: float
+
+    @property
+    def failed(self) -> list[PolicyResult]:
+        return [r for r in self.policy if r.status == "fail"]
+
+    def by_type(self, type_: str) -> list[Resource]:
+        return [r for r in self.resources if r.type == type_]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "target": self.target,
+            "note": NOT_A_DIFF,
+            "resources": [
+                {"type": r.type, "name": r.name, "parent": r.parent, "properties": dict(r.inputs)}
+                for r in self.resources
+            ],
+            "outputs": self.outputs,
+            "policy": [
+                {"rule": p.rule, "status": p.status, "message": p.message, "offenders": list(p.offenders)}
+                for p in self.policy
+            ],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+_SECRET_SIG = "4dabf18193072939515e22adb298388d"  # pulumi's marker of a secret value on the wire
+
+
+def _plain(value: Any) -> Any:
+    """Protobuf turns every number into a float; give integers back their type. Secrets are
+    unwrapped: under the mocks they hold only what the program put there."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        if _SECRET_SIG in value and "value" in value:
+            return _plain(value["value"])
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+_ID_PREFIX = {
+    "aws:ec2/instance:Instance": "i-",
+    "aws:ec2/vpc:Vpc": "vpc-",
+    "aws:ec2/subnet:Subnet": "subnet-",
+    "aws:ec2/securityGroup:SecurityGroup": "sg-",
+    "aws:ec2/launchTemplate:LaunchTemplate": "lt-",
+    "aws:ec2/placementGroup:PlacementGroup": "pg-",
+    "aws:ec2/keyPair:KeyPair": "key-",
+}
+
+
+class PlanMocks:
+    """Pulumi mocks that echo inputs and make up what a cloud would compute.
+
+    Addresses a cloud assigns (an AWS instance launched from a launch template) are taken
+    from the top of the subnet downwards so they never meet the spec's planned addresses,
+    which start at the bottom.
+    """
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._next_top: dict[str, int] = {}
+
+    def _make_id(self, typ: str, name: str) -> str:
+        if typ.startswith("oci:"):
+            return f"ocid1.{typ.split('/')[-1].split(':')[0].lower()}.oc1..mock{_digest(name)}"
+        if typ.startswith("azure:"):
+            kind = typ.split(":")[-1]
+            return f"/subscriptions/mock/resourceGroups/mock/providers/{kind}/{name}"
+        return _ID_PREFIX.get(typ, "id-") + _digest(name)
+
+    def _allocate(self, cidr: str) -> str:
+        net = ipaddress.IPv4Network(cidr)
+        step = self._next_top.get(cidr, 2)
+        self._next_top[cidr] = step + 1
+        return str(net.broadcast_address - step)
+
+    def new_resource(self, args: Any) -> tuple[str, dict[str, Any]]:
+        typ: str = args.typ
+        inputs = _plain(args.inputs)
+        id_ = self._make_id(typ, args.name) if args.custom else ""
+        state: dict[str, Any] = dict(inputs)
+        if typ == "aws:ec2/instance:Instance":
+            state.setdefault("privateIp", self._aws_instance_ip(inputs))
+            state["arn"] = f"arn:aws:ec2:mock:000000000000:instance/{id_}"
+        elif typ == "azure:network/networkInterface:NetworkInterface":
+            configs = inputs.get("ipConfigurations") or [{}]
+            state["privateIpAddress"] = configs[0].get("privateIpAddress")
+        elif typ == "oci:Core/instance:Instance":
+            state["privateIp"] = (inputs.get("createVnicDetails") or {}).get("privateIp")
+        elif typ.startswith("aws:"):
+            state.setdefault("arn", f"arn:aws:mock:::{id_}")
+        if args.custom:
+            self.by_id[id_] = (typ, inputs)
+        return id_, state
+
+    def _aws_instance_ip(self, inputs: Mapping[str, Any]) -> str | None:
+        subnet_id = inputs.get("subnetId")
+        template = inputs.get("launchTemplate") or {}
+        if not subnet_id and template.get("id") in self.by_id:
+            nics = self.by_id[template["id"]][1].get("networkInterfaces") or []
+            primary = [n for n in nics if n.get("deviceIndex") == 0 and n.get("networkCardIndex", 0) == 0]
+            subnet_id = primary[0].get("subnetId") if primary else None
+        if subnet_id in self.by_id:
+            cidr = self.by_id[subnet_id][1].get("cidrBlock")
+            if cidr:
+                return self._allocate(str(cidr))
+        return None
+
+    def call(self, args: Any) -> dict[str, Any]:
+        token: str = args.token
+        if token == "aws:ec2/getAmi:getAmi":
+            name = str((args.args.get("filters") or [{}])[0].get("values", ["ami"])[0])
+            return {"id": "ami-" + _digest(name), "imageId": "ami-" + _digest(name), "name": name}
+        if token == "oci:Core/getImages:getImages":
+            return {"images": [{"id": "ocid1.image.oc1..mockubuntu2204", "displayName": "Canonical-Ubuntu-22.04"}]}
+        return {}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def _make_monitor(mocks: PlanMocks, records: list[Resource]) -> Any:
+    # Loaded as Any: the SDK's private helpers are untyped, and protobuf ships no stubs.
+    pmocks: Any = importlib.import_module("pulumi.runtime.mocks")
+    rpc: Any = importlib.import_module("pulumi.runtime.rpc")
+    struct_pb2: Any = importlib.import_module("google.protobuf.struct_pb2")
+    resource_pb2: Any = importlib.import_module("pulumi.runtime.proto.resource_pb2")
+
+    class RecordingMonitor(pmocks.MockMonitor):  # type: ignore[misc]
+        """The stock mock monitor, keeping each registration's parent and inputs in order."""
+
+        def RegisterResource(self, request: Any) -> Any:
+            if request.type == "pulumi:pulumi:Stack":
+                return super().RegisterResource(request)
+            urn = self.make_urn(request.parent, request.type, request.name)
+            inputs = rpc.deserialize_properties(request.object)
+            args = pmocks.MockResourceArgs(
+                typ=request.type,
+                name=request.name,
+                inputs=inputs,
+                provider=request.provider,
+                resource_id=request.importId,
+                custom=request.custom or False,
+            )
+            id_, state = mocks.new_resource(args)
+            # The state is plain data: build the Struct directly. rpc.serialize_properties would
+            # pump the event loop from inside this (inline) call and recurse.
+            obj = struct_pb2.Struct()
+            obj.update(state)
+            records.append(
+                Resource(
+                    type=request.type,
+                    name=request.name,
+                    id=id_,
+                    urn=urn,
+                    parent=request.parent or None,
+                    custom=bool(request.custom),
+                    inputs=_plain(inputs),
+                    state=state,
+                )
+            )
+            return resource_pb2.RegisterResourceResponse(urn=urn, id=id_, object=obj)
+
+    return RecordingMonitor(mocks)
+
+
+class _InlineExecutor(concurrent.futures.ThreadPoolExecutor):  # asyncio accepts only this type
+    """Run the SDK's "blocking" monitor calls inline: under the mocks they are plain function
+    calls, and handing each to a thread pool costs more (thread switches, the GIL) than the call."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:
+            future.set_exception(exc)
+        return future
+
+
+def run_mocked(
+    program: Callable[[], Mapping[str, Any]], *, stack: str, project: str = PROJECT
+) -> tuple[list[Resource], dict[str, Any]]:
+    """Run ``program`` under fresh mocks; return the resources it registered and its outputs resolved."""
+    import pulumi
+    from pulumi.runtime import settings
+    from pulumi.runtime.mocks import set_mocks
+    from pulumi.runtime.stack import run_pulumi_func
+
+    loop = asyncio.new_event_loop()
+    loop.set_default_executor(_InlineExecutor())
+    asyncio.set_event_loop(loop)
+    records: list[Resource] = []
+    mocks = PlanMocks()
+    settings.ROOT.set(None)
+    set_mocks(mocks, project=project, stack=stack, preview=False, monitor=_make_monitor(mocks, records))  # type: ignore[arg-type]  # duck-typed Mocks
+    resolved: dict[str, Any] = {}
+
+    async def body() -> None:
+        outputs = program()
+        value = await pulumi.Output.from_input(dict(outputs)).future()
+        resolved.update(value or {})
+
+    try:
+        loop.run_until_complete(run_pulumi_func(body))
+    finally:
+        settings.ROOT.set(None)
+        asyncio.set_event_loop(None)
+        loop.close()
+    return records, _plain(resolved)
+
+
+def _import_stacks(module: str) -> Any:
+    if not (REPO_ROOT / "stacks" / "__init__.py").is_file():
+        raise InputError(
+            f"the Pulumi program is not beside the gpucluster package ({REPO_ROOT}/stacks); run from a checkout"
+        )
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    return importlib.import_module(module)
+
+
+def target_module(kind: str) -> Any:
+    """``stacks.targets.<kind>``; InputError when that target is not written yet."""
+    name = f"stacks.targets.{kind}"
+    try:
+        return _import_stacks(name)
+    except ModuleNotFoundError as exc:
+        if exc.name == name:
+            raise InputError(f"target {kind!r} has no Pulumi program yet ({name.replace('.', '/')}.py)") from None
+        raise
+
+
+def plan_cluster(cluster: Cluster) -> Plan:
+    """Run the target's program for ``cluster`` under the mocks and apply the policy rules."""
+    module = target_module(cluster.spec.target.kind)
+    policy = _import_stacks("stacks.policy")
+    started = time.perf_counter()
+    records, outputs = run_mocked(lambda: module.deploy(cluster), stack=cluster.stack)
+    results: list[PolicyResult] = policy.evaluate(records, cluster.spec.target.kind)
+    return Plan(
+        stack=cluster.stack,
+        target=cluster.spec.target.kind,
+        resources=tuple(sorted(records, key=lambda r: r.urn)),
+        outputs=outputs,
+        policy=tuple(results),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def plan_stack(path: str | Path) -> Plan:
+    return plan_cluster(load_spec(path))

@@ -1,0 +1,303 @@
+"""AWS components: the network fabric (VPC, subnets, EFA security group), GPU node pools with
+EFA in a cluster placement group, Ceph storage nodes spread over partitions, service nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from gpucluster.spec import Cluster, Node
+from stacks.components.common import TAG_PURPOSE, storage_facts
+
+# EFA interfaces each instance type supports (AWS "Elastic Fabric Adapter" supported instance
+# types table, MaximumEfaInterfaces of DescribeInstanceTypes). The profile's figure is the
+# fallback for a type not listed.
+EFA_INTERFACES = {
+    "p5.48xlarge": 32,
+    "p5e.48xlarge": 32,
+    "p5en.48xlarge": 16,
+    "p4d.24xlarge": 4,
+    "p4de.24xlarge": 4,
+}
+# A partition placement group has at most 7 partitions per AZ.
+MAX_PARTITIONS = 7
+
+
+@dataclass(frozen=True)
+class FabricArgs:
+    cluster_name: str
+    vpc_cidr: str
+    availability_zone: str
+    management_cidr: str
+    fabric_cidr: str
+    admin_cidrs: tuple[str, ...]
+    admin_ports: tuple[int, ...]
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+class Fabric(pulumi.ComponentResource):
+    """VPC, a management subnet (every node's primary interface, storage nodes), a GPU fabric subnet
+    (EFA interfaces), and one security group admitting all traffic from itself as EFA requires."""
+
+    def __init__(self, name: str, args: FabricArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpucluster:aws:Fabric", name, {"vpcCidr": args.vpc_cidr}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = dict(args.tags)
+        self.vpc = aws.ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block=args.vpc_cidr,
+            enable_dns_hostnames=True,
+            enable_dns_support=True,
+            tags={**tags, "Name": f"{args.cluster_name}-vpc"},
+            opts=child,
+        )
+        self.management_subnet = aws.ec2.Subnet(
+            f"{name}-mgmt",
+            vpc_id=self.vpc.id,
+            cidr_block=args.management_cidr,
+            availability_zone=args.availability_zone,
+            tags={**tags, "Name": f"{args.cluster_name}-mgmt", TAG_PURPOSE: "management,storage"},
+            opts=child,
+        )
+        self.fabric_subnet = aws.ec2.Subnet(
+            f"{name}-efa",
+            vpc_id=self.vpc.id,
+            cidr_block=args.fabric_cidr,
+            availability_zone=args.availability_zone,
+            tags={**tags, "Name": f"{args.cluster_name}-efa", TAG_PURPOSE: "gpu"},
+            opts=child,
+        )
+        self.gateway = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, tags=tags, opts=child)
+        self.route_table = aws.ec2.RouteTable(
+            f"{name}-rt",
+            vpc_id=self.vpc.id,
+            routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": self.gateway.id}],
+            tags=tags,
+            opts=child,
+        )
+        aws.ec2.RouteTableAssociation(
+            f"{name}-rt-mgmt", subnet_id=self.management_subnet.id, route_table_id=self.route_table.id, opts=child
+        )
+        admin = [
+            {
+                "protocol": "tcp",
+                "from_port": port,
+                "to_port": port,
+                "cidr_blocks": list(args.admin_cidrs),
+                "description": f"admin access to port {port}",
+            }
+            for port in args.admin_ports
+            if args.admin_cidrs
+        ]
+        self.security_group = aws.ec2.SecurityGroup(
+            f"{name}-sg",
+            vpc_id=self.vpc.id,
+            description="gpucluster nodes: all traffic within the group (EFA), admin ports from admin_cidrs",
+            ingress=[
+                {
+                    "protocol": "-1",
+                    "from_port": 0,
+                    "to_port": 0,
+                    "self": True,
+                    "description": "all traffic from the group (EFA needs it)",
+                },
+                *admin,
+            ],
+            egress=[
+                {
+                    "protocol": "-1",
+                    "from_port": 0,
+                    "to_port": 0,
+                    "self": True,
+                    "description": "all traffic to the group (EFA needs it)",
+                },
+                {
+                    "protocol": "-1",
+                    "from_port": 0,
+                    "to_port": 0,
+                    "cidr_blocks": ["0.0.0.0/0"],
+                    "description": "outbound",
+                },
+            ],
+            tags={**tags, "Name": f"{args.cluster_name}-nodes"},
+            opts=child,
+        )
+        self.register_outputs({"vpcId": self.vpc.id, "securityGroupId": self.security_group.id})
+
+
+@dataclass(frozen=True)
+class PoolArgs:
+    cluster: Cluster
+    nodes: Sequence[Node]
+    instance_type: str
+    ami_id: pulumi.Input[str]
+    root_volume_gb: int
+    management_subnet_id: pulumi.Input[str]
+    security_group_id: pulumi.Input[str]
+    user_data: Mapping[str, str]
+    tags: Mapping[str, Mapping[str, str]]  # per node
+    key_name: pulumi.Input[str] | None = None
+    availability_zone: str | None = None
+
+
+def _root(size_gb: int) -> dict[str, Any]:
+    return {"volume_size": size_gb, "volume_type": "gp3", "delete_on_termination": True, "encrypted": True}
+
+
+_IMDS = {"http_tokens": "required", "http_endpoint": "enabled"}
+
+
+@dataclass(frozen=True)
+class GpuPoolArgs(PoolArgs):
+    fabric_subnet_id: pulumi.Input[str] = ""
+    efa_interfaces: int = 0
+    capacity_reservation_id: str | None = None
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    """GPU instances launched from one template carrying every EFA interface the type supports,
+    all in one cluster placement group."""
+
+    def __init__(self, name: str, args: GpuPoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(
+            "gpucluster:aws:GpuNodePool",
+            name,
+            {"instanceType": args.instance_type, "count": len(args.nodes), "efaInterfaces": args.efa_interfaces},
+            opts,
+        )
+        child = pulumi.ResourceOptions(parent=self)
+        self.placement_group = aws.ec2.PlacementGroup(
+            f"{name}-pg", strategy="cluster", name=f"{args.cluster.name}-{name}", opts=child
+        )
+        # The primary interface (card 0, device 0) is a plain ENA in the management subnet; every
+        # network card then carries one EFA-only interface (device 1) in the GPU fabric subnet.
+        interfaces: list[dict[str, Any]] = [
+            {
+                "device_index": 0,
+                "network_card_index": 0,
+                "interface_type": "interface",
+                "subnet_id": args.management_subnet_id,
+                "security_groups": [args.security_group_id],
+                "delete_on_termination": "true",
+            }
+        ]
+        interfaces += [
+            {
+                "device_index": 1,
+                "network_card_index": card,
+                "interface_type": "efa-only",
+                "subnet_id": args.fabric_subnet_id,
+                "security_groups": [args.security_group_id],
+                "delete_on_termination": "true",
+            }
+            for card in range(args.efa_interfaces)
+        ]
+        self.launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-lt",
+            name_prefix=f"{args.cluster.name}-{name}-",
+            network_interfaces=interfaces,
+            metadata_options=_IMDS,
+            opts=child,
+        )
+        capacity = (
+            {"capacity_reservation_target": {"capacity_reservation_id": args.capacity_reservation_id}}
+            if args.capacity_reservation_id
+            else None
+        )
+        self.instances: dict[str, aws.ec2.Instance] = {}
+        for node in args.nodes:
+            self.instances[node.name] = aws.ec2.Instance(
+                f"{name}-{node.name}",
+                ami=args.ami_id,
+                instance_type=args.instance_type,
+                launch_template={"id": self.launch_template.id, "version": "$Latest"},
+                placement_group=self.placement_group.name,
+                availability_zone=args.availability_zone,
+                key_name=args.key_name,
+                root_block_device=_root(args.root_volume_gb),
+                capacity_reservation_specification=capacity,
+                user_data=args.user_data[node.name],
+                tags=dict(args.tags[node.name]),
+                opts=child,
+            )
+        self.register_outputs({"placementGroup": self.placement_group.name})
+
+
+@dataclass(frozen=True)
+class StorageArgs(PoolArgs):
+    osd_devices: tuple[str, ...] = ()
+
+
+class StorageNodes(pulumi.ComponentResource):
+    """Ceph hosts on NVMe instance storage, spread over the partitions of a partition placement
+    group: a partition is AWS's failure domain (its own racks) inside one AZ."""
+
+    def __init__(self, name: str, args: StorageArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        partitions = min(MAX_PARTITIONS, max(1, len(args.nodes)))
+        super().__init__(
+            "gpucluster:aws:StorageNodes",
+            name,
+            {**storage_facts(args.cluster), "failureDomainCount": partitions, "osdDevices": list(args.osd_devices)},
+            opts,
+        )
+        child = pulumi.ResourceOptions(parent=self)
+        self.placement_group = aws.ec2.PlacementGroup(
+            f"{name}-pg",
+            strategy="partition",
+            partition_count=partitions,
+            name=f"{args.cluster.name}-{name}",
+            opts=child,
+        )
+        self.instances: dict[str, aws.ec2.Instance] = {}
+        self.failure_domains: dict[str, str] = {}
+        for i, node in enumerate(args.nodes):
+            partition = i % partitions + 1
+            self.failure_domains[node.name] = f"partition-{partition}"
+            self.instances[node.name] = aws.ec2.Instance(
+                f"{name}-{node.name}",
+                ami=args.ami_id,
+                instance_type=args.instance_type,
+                subnet_id=args.management_subnet_id,
+                private_ip=node.management_ip,
+                vpc_security_group_ids=[args.security_group_id],
+                placement_group=self.placement_group.name,
+                placement_partition_number=partition,
+                availability_zone=args.availability_zone,
+                key_name=args.key_name,
+                root_block_device=_root(args.root_volume_gb),
+                metadata_options=_IMDS,
+                user_data=args.user_data[node.name],
+                tags=dict(args.tags[node.name]),
+                opts=child,
+            )
+        self.register_outputs({"placementGroup": self.placement_group.name})
+
+
+class ServiceNodes(pulumi.ComponentResource):
+    """Nodes with neither GPUs nor storage (the Kubernetes control plane)."""
+
+    def __init__(self, name: str, args: PoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpucluster:aws:ServiceNodes", name, {"count": len(args.nodes)}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.instances: dict[str, aws.ec2.Instance] = {}
+        for node in args.nodes:
+            self.instances[node.name] = aws.ec2.Instance(
+                f"{name}-{node.name}",
+                ami=args.ami_id,
+                instance_type=args.instance_type,
+                subnet_id=args.management_subnet_id,
+                private_ip=node.management_ip,
+                vpc_security_group_ids=[args.security_group_id],
+                availability_zone=args.availability_zone,
+                key_name=args.key_name,
+                root_block_device=_root(args.root_volume_gb),
+                metadata_options=_IMDS,
+                user_data=args.user_data[node.name],
+                tags=dict(args.tags[node.name]),
+                opts=child,
+            )
+        self.register_outputs({})

@@ -1,0 +1,121 @@
+"""What every target shares: pool classification, tags, and the stack outputs as pulumi Outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pulumi
+
+from gpucluster.outputs import build_outputs
+from gpucluster.spec import Cluster, Node
+from gpucluster.spec.models import NodePool
+
+PoolKind = Literal["gpu", "storage", "service"]
+
+# Tag keys the policy rules read back from the recorded resources (and an operator reads in
+# the cloud console): they say which cluster, pool and roles a machine or subnet belongs to.
+TAG_CLUSTER = "gpucluster-cluster"
+TAG_POOL = "gpucluster-pool"
+TAG_ROLES = "gpucluster-roles"
+TAG_PURPOSE = "gpucluster-purpose"
+
+# Ports that reach a node's management plane: SSH, the Kubernetes API, IPMI, RDP.
+MANAGEMENT_PORTS = (22, 6443, 623, 3389)
+
+
+def pool_kind(pool: NodePool) -> PoolKind:
+    """A pool with GPUs is a GPU pool; else one with the storage role is storage; else a service pool."""
+    if "gpu" in pool.roles:
+        return "gpu"
+    if "storage" in pool.roles:
+        return "storage"
+    return "service"
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    pool: NodePool
+    kind: PoolKind
+    nodes: tuple[Node, ...]
+    instance_type: str | None
+
+
+def pools(cluster: Cluster, target: Literal["aws", "azure", "oci"] | None = None) -> list[PoolPlan]:
+    out = []
+    for pool in cluster.spec.node_pools:
+        nodes = tuple(n for n in cluster.nodes if n.pool == pool.name)
+        itype = pool.instance_type
+        if itype is None and target is not None:
+            itype = cluster.profiles[pool.profile].instance_types.get(target)
+        out.append(PoolPlan(pool=pool, kind=pool_kind(pool), nodes=nodes, instance_type=itype))
+    return out
+
+
+def node_tags(cluster: Cluster, node: Node, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    return {
+        **(extra or {}),
+        "Name": node.name,
+        TAG_CLUSTER: cluster.name,
+        TAG_POOL: node.pool,
+        TAG_ROLES: ",".join(node.roles),
+    }
+
+
+def ssh_keys(key: str | None) -> tuple[str, ...]:
+    return (key.strip(),) if key else ()
+
+
+def stack_outputs(
+    cluster: Cluster,
+    *,
+    ssh_user: str,
+    addresses: Mapping[str, tuple[pulumi.Input[str], pulumi.Input[str] | None]],
+    instance_ids: Mapping[str, pulumi.Input[str]] | None = None,
+    failure_domains: Mapping[str, str] | None = None,
+    fabric_interface: str | None = None,
+    ssh_private_key_file: str | None = None,
+) -> dict[str, pulumi.Output[Any]]:
+    """The outputs contract of :func:`gpucluster.outputs.build_outputs`, each value a pulumi Output.
+
+    Addresses and ids a cloud assigns are Outputs; they are resolved all together once and the
+    plain mapping is built by the same function every target and the inventory use.
+    """
+    names = [n.name for n in cluster.nodes]
+    ids = instance_ids or {}
+    flat: list[pulumi.Input[Any] | None] = []
+    for name in names:
+        mgmt, fab = addresses[name]
+        flat += [mgmt, fab, ids.get(name)]
+
+    def _build(values: list[Any]) -> dict[str, Any]:
+        resolved_addr: dict[str, tuple[str, str | None]] = {}
+        resolved_ids: dict[str, str] = {}
+        for i, name in enumerate(names):
+            mgmt, fab, iid = values[3 * i : 3 * i + 3]
+            resolved_addr[name] = (mgmt, fab)
+            if iid is not None:
+                resolved_ids[name] = iid
+        return build_outputs(
+            cluster,
+            ssh_user=ssh_user,
+            addresses=resolved_addr,
+            fabric_interface=fabric_interface,
+            instance_ids=resolved_ids,
+            failure_domains=dict(failure_domains or {}),
+            ssh_private_key_file=ssh_private_key_file,
+        )
+
+    combined = pulumi.Output.all(*flat).apply(_build)
+    keys = build_outputs(cluster, ssh_user=ssh_user).keys()
+    return {key: combined.apply(lambda d, k=key: d[k]) for key in keys}
+
+
+def storage_facts(cluster: Cluster) -> dict[str, Any]:
+    """What the policy rules need about Ceph, carried as props of the StorageNodes component."""
+    storage = cluster.spec.storage
+    return {
+        "cephPools": [{"name": p.name, "size": p.size} for p in storage.pools] if storage else [],
+        "monitors": list(storage.monitors) if storage else [],
+    }

@@ -1,0 +1,145 @@
+"""AWS: p5/p4d GPU pools with EFA in cluster placement groups, Ceph on NVMe instance storage."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from gpucluster.errors import InputError
+from gpucluster.spec import Cluster
+from gpucluster.spec.models import AwsTarget
+from stacks.components import aws as comp
+from stacks.components.common import MANAGEMENT_PORTS, node_tags, pools, ssh_keys, stack_outputs
+from stacks.components.userdata import NodeData, render_cloud_init
+
+SSH_USER = "ubuntu"  # the Deep Learning Base AMI (Ubuntu) and Canonical's Ubuntu AMIs
+UBUNTU_FILTER = "ubuntu/images/hvm-ssd-gp3/ubuntu-jammy-22.04-amd64-server-*"
+CANONICAL = "099720109477"
+
+
+def vpc_cidr(cluster: Cluster) -> str:
+    """target.vpc_cidr, or the smallest network holding both the management and fabric CIDRs."""
+    target = cluster.spec.target
+    assert isinstance(target, AwsTarget)
+    if target.vpc_cidr:
+        return target.vpc_cidr
+    a = ipaddress.IPv4Network(cluster.spec.fabric.management_cidr)
+    b = ipaddress.IPv4Network(cluster.spec.fabric.fabric_cidr)
+    net = a
+    while not (b.subnet_of(net)):
+        net = net.supernet()
+    if net.prefixlen < 16:
+        raise InputError(
+            f"gpucluster.target.vpc_cidr: management and fabric CIDRs only fit in {net}, wider than the "
+            "/16 an AWS VPC allows; set vpc_cidr or move the CIDRs closer"
+        )
+    return str(net)
+
+
+def _ami(name_filter: str, owner: str) -> pulumi.Output[str]:
+    return aws.ec2.get_ami_output(
+        most_recent=True,
+        owners=[owner],
+        filters=[{"name": "name", "values": [name_filter]}, {"name": "architecture", "values": ["x86_64"]}],
+    ).id
+
+
+def deploy(cluster: Cluster) -> dict[str, Any]:
+    target = cluster.spec.target
+    assert isinstance(target, AwsTarget)
+    name = cluster.name
+    base_tags = {**target.tags, "gpucluster-cluster": name}
+    admin_ports = (22, 6443) if cluster.spec.kubernetes and cluster.spec.kubernetes.enabled else (22,)
+    assert set(admin_ports) <= set(MANAGEMENT_PORTS)
+    fabric = comp.Fabric(
+        name,
+        comp.FabricArgs(
+            cluster_name=name,
+            vpc_cidr=vpc_cidr(cluster),
+            availability_zone=target.availability_zone,
+            management_cidr=cluster.spec.fabric.management_cidr,
+            fabric_cidr=cluster.spec.fabric.fabric_cidr,
+            admin_cidrs=tuple(target.admin_cidrs),
+            admin_ports=admin_ports,
+            tags=base_tags,
+        ),
+    )
+    key_name: pulumi.Output[str] | None = None
+    if target.ssh_public_key:
+        key = aws.ec2.KeyPair(f"{name}-key", key_name=f"{name}-admin", public_key=target.ssh_public_key, tags=base_tags)
+        key_name = key.key_name
+    keys = ssh_keys(target.ssh_public_key)
+    gpu_ami = _ami(target.ami_name_filter, target.ami_owner)
+    plain_ami: pulumi.Output[str] | None = None
+
+    instances: dict[str, aws.ec2.Instance] = {}
+    failure_domains: dict[str, str] = {}
+    for plan in pools(cluster, "aws"):
+        if not plan.nodes:
+            continue
+        assert plan.instance_type is not None  # the spec checks require one per cloud pool
+        user_data = {
+            n.name: render_cloud_init(NodeData(hostname=n.name, ssh_user=SSH_USER, ssh_keys=keys)) for n in plan.nodes
+        }
+        tags = {n.name: node_tags(cluster, n, base_tags) for n in plan.nodes}
+        if plan.kind == "gpu":
+            efa = comp.EFA_INTERFACES.get(plan.instance_type, cluster.profiles[plan.pool.profile].efa_interfaces)
+            gpu = comp.GpuNodePool(
+                plan.pool.name,
+                comp.GpuPoolArgs(
+                    cluster=cluster,
+                    nodes=plan.nodes,
+                    instance_type=plan.instance_type,
+                    ami_id=gpu_ami,
+                    root_volume_gb=plan.pool.root_volume_gb,
+                    management_subnet_id=fabric.management_subnet.id,
+                    security_group_id=fabric.security_group.id,
+                    user_data=user_data,
+                    tags=tags,
+                    key_name=key_name,
+                    availability_zone=target.availability_zone,
+                    fabric_subnet_id=fabric.fabric_subnet.id,
+                    efa_interfaces=efa,
+                    capacity_reservation_id=target.capacity_reservation_id,
+                ),
+            )
+            instances.update(gpu.instances)
+            continue
+        if plain_ami is None:
+            plain_ami = _ami(UBUNTU_FILTER, CANONICAL)
+        args = dict(
+            cluster=cluster,
+            nodes=plan.nodes,
+            instance_type=plan.instance_type,
+            ami_id=plain_ami,
+            root_volume_gb=plan.pool.root_volume_gb,
+            management_subnet_id=fabric.management_subnet.id,
+            security_group_id=fabric.security_group.id,
+            user_data=user_data,
+            tags=tags,
+            key_name=key_name,
+            availability_zone=target.availability_zone,
+        )
+        if plan.kind == "storage":
+            storage = comp.StorageNodes(
+                plan.pool.name,
+                comp.StorageArgs(**args, osd_devices=tuple(plan.pool.osd_devices)),  # type: ignore[arg-type]
+            )
+            instances.update(storage.instances)
+            failure_domains.update(storage.failure_domains)
+        else:
+            service = comp.ServiceNodes(plan.pool.name, comp.PoolArgs(**args))  # type: ignore[arg-type]
+            instances.update(service.instances)
+
+    # EFA carries no IP traffic: fabric_ip is None on AWS and NCCL finds the EFA devices itself.
+    return stack_outputs(
+        cluster,
+        ssh_user=SSH_USER,
+        addresses={n: (inst.private_ip, None) for n, inst in instances.items()},
+        instance_ids={n: inst.id for n, inst in instances.items()},
+        failure_domains=failure_domains,
+        fabric_interface=None,
+    )

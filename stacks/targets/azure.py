@@ -1,0 +1,113 @@
+"""Azure: ND H100 v5 scale sets with InfiniBand in one placement group, storage VMs over zones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucluster.errors import InputError
+from gpucluster.spec import Cluster
+from gpucluster.spec.models import AzureTarget
+from stacks.components import azure as comp
+from stacks.components.common import node_tags, pools, ssh_keys, stack_outputs
+from stacks.components.userdata import Interface, NodeData, render_cloud_init, with_prefix
+
+SSH_USER = "azureuser"
+IB_INTERFACE = "ib0"
+
+
+def deploy(cluster: Cluster) -> dict[str, Any]:
+    target = cluster.spec.target
+    assert isinstance(target, AzureTarget)
+    problems = []
+    if not target.ssh_public_key:
+        problems.append("gpucluster.target.ssh_public_key: Azure VMs need an SSH key (password login is off)")
+    for i, pool in enumerate(cluster.spec.node_pools):
+        if "gpu" in pool.roles and pool.count > comp.MAX_PLACEMENT_GROUP:
+            problems.append(
+                f"gpucluster.node_pools[{i}].count: {pool.count} GPU VMs exceed one placement group "
+                f"({comp.MAX_PLACEMENT_GROUP}); split the pool (VMs of different scale sets share no InfiniBand)"
+            )
+    if problems:
+        raise InputError(problems, source=str(cluster.source))
+    assert target.ssh_public_key is not None
+    name = cluster.name
+    base_tags = {**target.tags, "gpucluster-cluster": name}
+    fabric_spec = cluster.spec.fabric
+    infiniband = fabric_spec.type == "infiniband"
+    admin_ports = (22, 6443) if cluster.spec.kubernetes and cluster.spec.kubernetes.enabled else (22,)
+    fabric = comp.Fabric(
+        name,
+        comp.FabricArgs(
+            cluster_name=name,
+            location=target.location,
+            resource_group=target.resource_group,
+            management_cidr=fabric_spec.management_cidr,
+            fabric_cidr=fabric_spec.fabric_cidr,
+            admin_cidrs=tuple(target.admin_cidrs),
+            admin_ports=admin_ports,
+            tags=base_tags,
+        ),
+    )
+    keys = ssh_keys(target.ssh_public_key)
+    addresses: dict[str, tuple[Any, Any]] = {}
+    ids: dict[str, Any] = {}
+    domains: dict[str, str] = {}
+    for plan in pools(cluster, "azure"):
+        if not plan.nodes:
+            continue
+        assert plan.instance_type is not None
+        gpu = plan.kind == "gpu"
+        user_data = {}
+        for n in plan.nodes:
+            ib = (
+                (
+                    Interface(
+                        IB_INTERFACE,
+                        with_prefix(n.fabric_ip, fabric_spec.fabric_cidr),
+                        fabric_spec.mtu,
+                        match_name=IB_INTERFACE,
+                        infiniband=True,
+                    ),
+                )
+                if gpu and infiniband
+                else ()
+            )
+            user_data[n.name] = render_cloud_init(
+                NodeData(hostname=n.name, ssh_user=SSH_USER, ssh_keys=keys, fabric=ib)
+            )
+        args = comp.PoolArgs(
+            cluster=cluster,
+            nodes=plan.nodes,
+            size=plan.instance_type,
+            image=target.image,
+            location=target.location,
+            resource_group=fabric.resource_group.name,
+            subnet_id=fabric.subnet.id,
+            root_volume_gb=plan.pool.root_volume_gb,
+            admin_username=SSH_USER,
+            ssh_public_key=target.ssh_public_key,
+            user_data=user_data,
+            tags={n.name: node_tags(cluster, n, base_tags) for n in plan.nodes},
+            zones=tuple(target.zones),
+        )
+        component: comp.GpuNodePool | comp.StorageNodes | comp.ServiceNodes
+        if gpu:
+            component = comp.GpuNodePool(plan.pool.name, args)
+        elif plan.kind == "storage":
+            component = comp.StorageNodes(plan.pool.name, args)
+            domains.update(component.failure_domains)
+        else:
+            component = comp.ServiceNodes(plan.pool.name, args)
+        for node in plan.nodes:
+            vm, nic = component.vms[node.name]
+            fab = node.fabric_ip if gpu and infiniband else None
+            addresses[node.name] = (nic.private_ip_address, fab)
+            ids[node.name] = vm.id
+    return stack_outputs(
+        cluster,
+        ssh_user=SSH_USER,
+        addresses=addresses,
+        instance_ids=ids,
+        failure_domains=domains,
+        fabric_interface=IB_INTERFACE if infiniband else None,
+    )

@@ -1,0 +1,102 @@
+"""Bare metal: machines declared in the spec, provisioned by the site's PXE/BMC tooling from the
+cloud-init or autoinstall data rendered here; addresses are the spec's planned ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucluster.spec import Cluster, Node
+from gpucluster.spec.models import BareMetalNode, BaremetalTarget
+from stacks.components import baremetal as comp
+from stacks.components.common import pools, ssh_keys, stack_outputs
+from stacks.components.userdata import (
+    Interface,
+    NodeData,
+    render_autoinstall,
+    render_cloud_init,
+    render_network_config,
+    with_prefix,
+)
+
+MANAGEMENT_INTERFACE = "mgmt0"
+FABRIC_INTERFACE = "fabric0"
+
+
+def node_data(cluster: Cluster, node: Node, declared: BareMetalNode) -> NodeData:
+    target = cluster.spec.target
+    assert isinstance(target, BaremetalTarget)
+    fabric = cluster.spec.fabric
+    mgmt = Interface(
+        MANAGEMENT_INTERFACE,
+        with_prefix(node.management_ip, fabric.management_cidr),
+        None,
+        mac=declared.management_mac,
+        gateway=target.gateway,
+        dns=tuple(target.dns_servers),
+    )
+    ib = fabric.type == "infiniband"
+    fab_ifaces: tuple[Interface, ...] = ()
+    address = with_prefix(node.fabric_ip, fabric.fabric_cidr)
+    if declared.fabric_macs and not ib:
+        fab_ifaces = (Interface(FABRIC_INTERFACE, address, fabric.mtu, mac=declared.fabric_macs[0]),)
+    elif ib:
+        # IPoIB interfaces are named by the kernel; matching an IB MAC (20 bytes) is not portable.
+        fab_ifaces = (Interface("ib0", address, fabric.mtu, match_name="ib0", infiniband=True),)
+    elif fabric.socket_ifname:
+        fab_ifaces = (Interface(fabric.socket_ifname, address, fabric.mtu, match_name=fabric.socket_ifname),)
+    return NodeData(
+        hostname=node.name,
+        ssh_user=target.ssh_user,
+        ssh_keys=ssh_keys(target.ssh_public_key),
+        management=mgmt,
+        fabric=fab_ifaces,
+        root_disk=None,
+    )
+
+
+def fabric_interface_name(cluster: Cluster) -> str | None:
+    fabric = cluster.spec.fabric
+    if fabric.type == "infiniband":
+        return "ib0"
+    target = cluster.spec.target
+    assert isinstance(target, BaremetalTarget)
+    if any(n.fabric_macs for n in target.nodes):
+        return FABRIC_INTERFACE
+    return fabric.socket_ifname
+
+
+def deploy(cluster: Cluster) -> dict[str, Any]:
+    target = cluster.spec.target
+    assert isinstance(target, BaremetalTarget)
+    declared = {n.name: n for n in target.nodes}
+    fabric = comp.Fabric(cluster.name, comp.FabricArgs(cluster=cluster, members=tuple(n.name for n in cluster.nodes)))
+    del fabric  # declared for the record and the policy rules; nothing refers to it
+    for plan in pools(cluster):
+        machines = []
+        for node in plan.nodes:
+            data = node_data(cluster, node, declared[node.name])
+            autoinstall = target.provisioning == "autoinstall"
+            machines.append(
+                comp.MachineArgs(
+                    node=node,
+                    declared=declared[node.name],
+                    fabric=cluster.name,
+                    provisioning=target.provisioning,
+                    user_data=render_autoinstall(data) if autoinstall else render_cloud_init(data),
+                    network_config=None if autoinstall else render_network_config(data),
+                )
+            )
+        args = comp.PoolArgs(cluster=cluster, machines=machines)
+        if plan.kind == "gpu":
+            comp.GpuNodePool(plan.pool.name, args)
+        elif plan.kind == "storage":
+            comp.StorageNodes(plan.pool.name, args)
+        else:
+            comp.ServiceNodes(plan.pool.name, args)
+    return stack_outputs(
+        cluster,
+        ssh_user=target.ssh_user,
+        addresses={n.name: (n.management_ip, n.fabric_ip) for n in cluster.nodes},
+        failure_domains={n: d.rack for n, d in declared.items() if d.rack},
+        fabric_interface=fabric_interface_name(cluster),
+    )

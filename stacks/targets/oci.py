@@ -1,0 +1,92 @@
+"""OCI: BM.GPU.H100.8 in a compute cluster (RDMA over RoCE), Ceph instances over fault domains."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_oci as oci
+
+from gpucluster.spec import Cluster
+from gpucluster.spec.models import OciTarget
+from stacks.components import oci as comp
+from stacks.components.common import node_tags, pools, ssh_keys, stack_outputs
+from stacks.components.userdata import NodeData, render_cloud_init
+
+SSH_USER = "ubuntu"
+
+
+def _image(target: OciTarget, shape: str) -> pulumi.Input[str]:
+    if target.image_id:
+        return target.image_id
+    images = oci.core.get_images_output(
+        compartment_id=target.compartment_id,
+        operating_system="Canonical Ubuntu",
+        operating_system_version="22.04",
+        shape=shape,
+        sort_by="TIMECREATED",
+        sort_order="DESC",
+    )
+    return images.images.apply(lambda found: found[0].id)
+
+
+def deploy(cluster: Cluster) -> dict[str, Any]:
+    target = cluster.spec.target
+    assert isinstance(target, OciTarget)
+    name = cluster.name
+    tags = {"gpucluster-cluster": name}
+    admin_ports = (22, 6443) if cluster.spec.kubernetes and cluster.spec.kubernetes.enabled else (22,)
+    fabric = comp.Fabric(
+        name,
+        comp.FabricArgs(
+            cluster_name=name,
+            compartment_id=target.compartment_id,
+            management_cidr=cluster.spec.fabric.management_cidr,
+            fabric_cidr=cluster.spec.fabric.fabric_cidr,
+            admin_cidrs=tuple(target.admin_cidrs),
+            admin_ports=admin_ports,
+            tags=tags,
+        ),
+    )
+    keys = ssh_keys(target.ssh_public_key)
+    roce = cluster.spec.fabric.type == "roce"
+    addresses: dict[str, tuple[Any, Any]] = {}
+    ids: dict[str, Any] = {}
+    domains: dict[str, str] = {}
+    for plan in pools(cluster, "oci"):
+        if not plan.nodes:
+            continue
+        assert plan.instance_type is not None
+        args = comp.PoolArgs(
+            cluster=cluster,
+            nodes=plan.nodes,
+            shape=plan.instance_type,
+            image_id=_image(target, plan.instance_type),
+            compartment_id=target.compartment_id,
+            availability_domain=target.availability_domain,
+            subnet_id=fabric.subnet.id,
+            nsg_id=fabric.nsg.id,
+            root_volume_gb=plan.pool.root_volume_gb,
+            ssh_keys=keys,
+            user_data={
+                n.name: render_cloud_init(NodeData(hostname=n.name, ssh_user=SSH_USER, ssh_keys=keys))
+                for n in plan.nodes
+            },
+            tags={n.name: node_tags(cluster, n, tags) for n in plan.nodes},
+        )
+        component: comp.GpuNodePool | comp.StorageNodes | comp.ServiceNodes
+        if plan.kind == "gpu":
+            component = comp.GpuNodePool(plan.pool.name, args)
+        elif plan.kind == "storage":
+            component = comp.StorageNodes(plan.pool.name, args, target.fault_domains)
+            domains.update(component.failure_domains)
+        else:
+            component = comp.ServiceNodes(plan.pool.name, args)
+        for node in plan.nodes:
+            inst = component.instances[node.name]
+            # The RDMA interfaces are addressed by OCI's HPC image from the cluster network, not by
+            # the VCN; the spec's planned fabric address is what the fabric role configures.
+            fab = node.fabric_ip if plan.kind == "gpu" and roce else None
+            addresses[node.name] = (inst.private_ip, fab)
+            ids[node.name] = inst.id
+    return stack_outputs(cluster, ssh_user=SSH_USER, addresses=addresses, instance_ids=ids, failure_domains=domains)

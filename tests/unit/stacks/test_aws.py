@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpucluster.plan import Plan, plan_stack
+from tests.unit.stacks.conftest import one, write_stack
+
+INSTANCE = "aws:ec2/instance:Instance"
+
+
+def _instances(plan: Plan, pool: str) -> list:
+    return [r for r in plan.by_type(INSTANCE) if r.tag("gpucluster-pool") == pool]
+
+
+def test_gpu_nodes_are_p5_with_32_efa_interfaces_in_a_cluster_placement_group(aws_plan: Plan) -> None:
+    gpus = _instances(aws_plan, "gpu")
+    assert [r.name for r in gpus] == ["gpu-gpu-1", "gpu-gpu-2"]
+    pg = one(aws_plan, "aws:ec2/placementGroup:PlacementGroup", "gpu-pg")
+    assert pg.inputs["strategy"] == "cluster"
+    lt = one(aws_plan, "aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")
+    efa = [n for n in lt.inputs["networkInterfaces"] if n["interfaceType"] in ("efa", "efa-only")]
+    assert len(efa) == 32
+    assert sorted(n["networkCardIndex"] for n in efa) == list(range(32))
+    assert lt.inputs["metadataOptions"]["httpTokens"] == "required"
+    for r in gpus:
+        assert r.inputs["instanceType"] == "p5.48xlarge"
+        assert r.inputs["placementGroup"] == pg.inputs["name"]
+        assert r.inputs["launchTemplate"]["id"] == lt.id
+        assert r.inputs["rootBlockDevice"]["volumeSize"] == 500
+        assert r.inputs["userData"].startswith("#cloud-config\n")
+        assert "capacityReservationSpecification" not in r.inputs
+
+
+def test_efa_interfaces_sit_in_the_gpu_subnet_and_the_primary_in_management(aws_plan: Plan) -> None:
+    mgmt = one(aws_plan, "aws:ec2/subnet:Subnet", "aws-h100-mgmt")
+    efa_subnet = one(aws_plan, "aws:ec2/subnet:Subnet", "aws-h100-efa")
+    assert (mgmt.inputs["cidrBlock"], efa_subnet.inputs["cidrBlock"]) == ("10.40.0.0/20", "10.40.16.0/20")
+    nics = one(aws_plan, "aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt").inputs["networkInterfaces"]
+    assert [n["subnetId"] for n in nics if n["deviceIndex"] == 0] == [mgmt.id]
+    assert {n["subnetId"] for n in nics if n["deviceIndex"] == 1} == {efa_subnet.id}
+
+
+def test_security_group_admits_itself_and_ssh_only_from_admin_cidrs(aws_plan: Plan) -> None:
+    sg = one(aws_plan, "aws:ec2/securityGroup:SecurityGroup", "aws-h100-sg")
+    ingress = sg.inputs["ingress"]
+    assert {"self": True, "protocol": "-1"}.items() <= ingress[0].items()
+    admin = [r for r in ingress if not r.get("self")]
+    assert {(r["fromPort"], tuple(r["cidrBlocks"])) for r in admin} == {
+        (22, ("203.0.113.0/24",)),
+        (6443, ("203.0.113.0/24",)),
+    }
+    assert any(r.get("self") and r["protocol"] == "-1" for r in sg.inputs["egress"])
+
+
+def test_storage_nodes_spread_over_partitions_on_nvme_instances(aws_plan: Plan) -> None:
+    ceph = _instances(aws_plan, "ceph")
+    assert {r.inputs["instanceType"] for r in ceph} == {"i4i.8xlarge"}
+    assert sorted(r.inputs["placementPartitionNumber"] for r in ceph) == [1, 2, 3]
+    assert sorted(r.inputs["privateIp"] for r in ceph) == ["10.40.0.12", "10.40.0.13", "10.40.0.14"]
+    pg = one(aws_plan, "aws:ec2/placementGroup:PlacementGroup", "ceph-pg")
+    assert (pg.inputs["strategy"], pg.inputs["partitionCount"]) == ("partition", 3)
+    comp = one(aws_plan, "gpucluster:aws:StorageNodes", "ceph")
+    assert comp.inputs["osdDevices"] == ["/dev/nvme1n1", "/dev/nvme2n1"]
+    assert all(r.parent == comp.urn for r in ceph)
+
+
+def test_ami_is_chosen_by_filter_per_node_kind(aws_plan: Plan) -> None:
+    gpu_ami = {r.inputs["ami"] for r in _instances(aws_plan, "gpu")}
+    cpu_ami = {r.inputs["ami"] for r in _instances(aws_plan, "ceph") + _instances(aws_plan, "cp")}
+    assert len(gpu_ami) == len(cpu_ami) == 1
+    assert gpu_ami != cpu_ami  # Deep Learning Base AMI for GPUs, Canonical's Ubuntu for the rest
+
+
+def test_outputs_carry_instance_ids_and_partitions(aws_plan: Plan) -> None:
+    nodes = {n["name"]: n for n in aws_plan.outputs["nodes"]}
+    ids = {r.tag("Name"): r.id for r in aws_plan.by_type(INSTANCE)}
+    assert {n: v["instance_id"] for n, v in nodes.items()} == ids
+    assert nodes["ceph-2"]["failure_domain"] == "partition-2"
+    assert nodes["gpu-1"]["fabric_ip"] is None  # EFA carries no IP traffic
+    assert aws_plan.outputs["fabric"] == {
+        "type": "efa", "mtu": 9001, "management_cidr": "10.40.0.0/20", "fabric_cidr": "10.40.16.0/20",
+    }
+
+
+def test_capacity_reservation_and_key_pair_when_the_spec_names_them(tmp_path: Path) -> None:
+    path = write_stack(
+        tmp_path, "aws-h100",
+        {"target.capacity_reservation_id": "cr-0123456789abcdef0", "target.ssh_public_key": "ssh-ed25519 AAAAtest x"},
+    )
+    plan = plan_stack(path)
+    for r in _instances(plan, "gpu"):
+        spec = r.inputs["capacityReservationSpecification"]["capacityReservationTarget"]
+        assert spec["capacityReservationId"] == "cr-0123456789abcdef0"
+    key = plan.by_type("aws:ec2/keyPair:KeyPair")
+    assert [k.inputs["publicKey"] for k in key] == ["ssh-ed25519 AAAAtest x"]
+    assert {r.inputs["keyName"] for r in plan.by_type(INSTANCE)} == {key[0].inputs["keyName"]}
+    assert all('"ssh-ed25519 AAAAtest x"' in r.inputs["userData"] for r in plan.by_type(INSTANCE))
+
+
+def test_components_use_typed_tokens_and_parent_their_children(aws_plan: Plan) -> None:
+    comps = {r.urn: r for r in aws_plan.resources if not r.custom}
+    assert {r.type for r in comps.values()} == {
+        "gpucluster:aws:Fabric", "gpucluster:aws:GpuNodePool", "gpucluster:aws:StorageNodes",
+        "gpucluster:aws:ServiceNodes",
+    }
+    for r in aws_plan.resources:
+        if r.custom and r.type != "aws:ec2/keyPair:KeyPair":
+            parent = comps[r.parent]  # type: ignore[index]
+            assert r.name.startswith(f"{parent.name}-")
