@@ -1,0 +1,91 @@
+"""First and no-op converge of 3 and 8 lab nodes (target: no-op converge of 8 nodes < 60 s).
+
+Each size gets a lab of its own (`benchconv3`, `benchconv8`, 10.82.x / 10.83.x), converged
+twice through `gpucluster converge`'s library entry point, then taken down. Needs root.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpucluster.converge import ConvergeOptions, converge, lab_inventory
+
+TARGET_NOOP_8_S = 60.0
+SETTINGS = {
+    "forks": 50,
+    "pipelining": True,
+    "fact_caching": "jsonfile, gathering=smart, 2 h",
+    "gather_subset": "min,virtual (no hardware)",
+    "strategy": "linear",
+    "ssh ControlPersist": "300s",
+}
+
+
+def _stack(size: int, path: Path) -> None:
+    net = {3: 82, 8: 83}[size]
+    gpu = size - 1
+    spec = {
+        "config": {
+            "gpucluster:name": f"benchconv{size}",
+            "gpucluster:target": {"kind": "lab", "boot_timeout_s": 300},
+            "gpucluster:node_pools": [
+                {"name": "gpu", "count": gpu, "roles": ["gpu"], "profile": "cpu-lab"},
+                {"name": "stor", "count": 1, "roles": ["storage"], "profile": "cpu-lab",
+                 "data_disks": {"count": 1, "size_gb": 2}},
+            ],
+            "gpucluster:fabric": {"type": "ethernet", "mtu": 9000,
+                                  "management_cidr": f"10.{net}.0.0/24", "fabric_cidr": f"10.{net}.1.0/24"},
+            "gpucluster:storage": {"monitors": ["stor-1"],
+                                   "pools": [{"name": "rbd", "application": "rbd", "size": 1, "pg_num": 32}]},
+        }
+    }
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+
+
+def _size(size: int, work: Path) -> dict[str, Any]:
+    stack = work / f"Pulumi.benchconv{size}.yaml"
+    _stack(size, stack)
+    cli = [sys.executable, "-m", "gpucluster", "lab"]
+    up = subprocess.run([*cli, "up", "--stack", str(stack)], capture_output=True, text=True)
+    if up.returncode != 0:
+        return {"nodes": size, "error": f"lab up failed: {up.stderr[-500:]}"}
+    try:
+        inventory = lab_inventory(str(stack))
+        runs = work / "runs"
+        first = converge(ConvergeOptions(inventory=inventory, runs_dir=runs), progress_out=io.StringIO())
+        noop = converge(ConvergeOptions(inventory=inventory, runs_dir=runs), progress_out=io.StringIO())
+        return {
+            "nodes": size,
+            "first_s": round(first.seconds, 1),
+            "first_failed_hosts": first.failed_hosts,
+            "noop_s": round(noop.seconds, 1),
+            "noop_changed": noop.changed_total,
+            "noop_failed_hosts": noop.failed_hosts,
+        }
+    finally:
+        subprocess.run([*cli, "down", "--stack", str(stack)], capture_output=True, text=True)
+
+
+def run() -> dict[str, Any]:
+    if os.geteuid() != 0:
+        return {"target": f"no-op converge of 8 lab nodes < {TARGET_NOOP_8_S:.0f} s", "met": False,
+                "skipped": "needs root (lab nodes)"}
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="bench-converge-") as tmp:
+        sizes = [_size(n, Path(tmp)) for n in (3, 8)]
+    noop8 = sizes[1].get("noop_s")
+    return {
+        "target": f"no-op converge of 8 lab nodes < {TARGET_NOOP_8_S:.0f} s",
+        "met": bool(noop8 is not None and noop8 < TARGET_NOOP_8_S and sizes[1].get("noop_changed") == 0),
+        "sizes": sizes,
+        "ansible_settings": SETTINGS,
+        "host_load_avg_1m_at_start": round(load, 2),
+    }

@@ -1,0 +1,74 @@
+"""`gpucluster converge [--inventory FILE | --stack STACK_FILE] [--check] [--limit] [--tags]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from gpucluster.converge import (
+    DEFAULT_PLAYBOOK,
+    DEFAULT_RUNS_DIR,
+    ConvergeOptions,
+    converge,
+    format_recap,
+    lab_inventory,
+)
+from gpucluster.errors import EXIT_CHECK_FAILED
+
+DEFAULT_STACK = "Pulumi.lab.yaml"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "converge",
+        help="run the Ansible roles on the cluster's nodes (playbooks/site.yml through ansible-runner)",
+        description="Converge every node. Without --inventory, use the lab's inventory for --stack "
+                    f"(default {DEFAULT_STACK}), the one `gpucluster lab up` wrote.",
+    )
+    p.add_argument("--inventory", "-i", metavar="FILE", help="the inventory `gpucluster inventory -o FILE` wrote")
+    p.add_argument("--stack", default=DEFAULT_STACK, metavar="STACK_FILE",
+                   help=f"without --inventory: converge this stack's lab (default {DEFAULT_STACK})")
+    p.add_argument("--playbook", default=str(DEFAULT_PLAYBOOK), metavar="FILE",
+                   help="playbook to run (default site.yml)")
+    p.add_argument("--check", action="store_true", help="dry run: report what would change, change nothing")
+    p.add_argument("--limit", "-l", metavar="PATTERN", help="only these hosts or groups")
+    p.add_argument("--tags", "-t", action="append", default=[], metavar="TAG",
+                   help="only tasks with this tag (repeatable)")
+    p.add_argument("--skip-tags", action="append", default=[], metavar="TAG", help="skip tasks with this tag")
+    p.add_argument("--heavy", action="store_true",
+                   help="install the heavy packages (driver user space, CUDA, NCCL, gpu-burn) even in the lab")
+    p.add_argument("--forks", type=int, metavar="N", help="parallel hosts (default from ansible.cfg)")
+    p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), metavar="DIR", help="where run folders go")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.set_defaults(func=_converge)
+
+
+def _converge(args: argparse.Namespace) -> int:
+    inventory = Path(args.inventory) if args.inventory else lab_inventory(args.stack)
+    options = ConvergeOptions(
+        inventory=inventory,
+        playbook=Path(args.playbook),
+        check=args.check,
+        limit=args.limit,
+        tags=[t for tag in args.tags for t in tag.split(",") if t],
+        skip_tags=[t for tag in args.skip_tags for t in tag.split(",") if t],
+        heavy=args.heavy,
+        forks=args.forks,
+        runs_dir=Path(args.runs_dir),
+    )
+    result = converge(options, progress_out=sys.stderr)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print(format_recap(result))
+        print(f"run folder: {result.run_dir} [{result.seconds:.1f} s]")
+    code = result.exit_code()
+    for host in result.failed_hosts:
+        why = result.failures.get(host, "see the run folder's converge.log")
+        print(f"error: converge: host {host} failed: {why}", file=sys.stderr)
+    if code == EXIT_CHECK_FAILED and not result.failed_hosts:
+        print(f"error: converge: ansible-playbook ended {result.status} (rc {result.rc}); "
+              f"see {result.run_dir}/converge.log", file=sys.stderr)
+    return code

@@ -1,0 +1,51 @@
+"""Playbooks and roles pass ansible-lint's production profile and a syntax check."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.unit.roles.render import MY_ROLES
+
+REPO = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+
+
+def _tool(name: str) -> str:
+    found = BIN / name
+    if found.is_file():
+        return str(found)
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed (pip install -r requirements.txt)")
+    return path
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "PATH": f"{BIN}:{os.environ['PATH']}",
+            "ANSIBLE_DEPRECATION_WARNINGS": "0", "NO_COLOR": "1"}
+
+
+def test_site_syntax_check() -> None:
+    proc = subprocess.run(
+        [_tool("ansible-playbook"), "--syntax-check", "-i", "localhost,", "playbooks/site.yml"],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ansible_lint_production_profile() -> None:
+    # This suite's own playbooks and roles (other playbooks/roles have their own lint tests).
+    playbooks = ["site.yml", "validate-inventory.yml", "converge-gpu-nodes.yml",
+                 "converge-storage-nodes.yml", "converge-control-plane-nodes.yml"]
+    paths = [*[f"playbooks/{p}" for p in playbooks], *[f"roles/{r}" for r in MY_ROLES]]
+    proc = subprocess.run(
+        [_tool("ansible-lint"), "--offline", "--profile", "production", "--nocolor", "-q", *paths],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]

@@ -1,0 +1,138 @@
+"""Render role defaults and templates the way Ansible would, without a host.
+
+A Jinja2 environment with Ansible's own core filters and tests, native types for
+variables (as Ansible 2.19 templates them), and the role's defaults and vars resolved
+against an inventory built from a stack file by the project's own hand-off code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+from ansible.plugins.filter.core import FilterModule
+from ansible.plugins.filter.mathstuff import FilterModule as MathFilters
+from ansible.plugins.test.core import TestModule
+from jinja2.nativetypes import NativeEnvironment
+
+from gpucluster.inventory import build_inventory
+from gpucluster.outputs import StackOutputs, build_outputs
+from gpucluster.spec import load_spec
+
+REPO = Path(__file__).resolve().parents[3]
+ROLES = REPO / "roles"
+GOLDEN = REPO / "tests" / "golden" / "roles"
+MY_ROLES = (
+    "common",
+    "nvidia_driver",
+    "cuda_toolkit",
+    "nccl",
+    "gpu_validation",
+    "container_runtime",
+    "rdma_fabric",
+    "monitoring",
+)
+ANSIBLE_MANAGED = "Managed by gpucluster (Ansible): local edits are overwritten on the next converge."
+
+# The four fabric types, each from an example stack file, with the interface its nodes use.
+FABRICS = {
+    "infiniband": ("Pulumi.onprem-h100-ib.yaml", "ib0"),
+    "roce": ("Pulumi.onprem-h100-roce.yaml", "ens1f0np0"),
+    "efa": ("Pulumi.aws-h100.yaml", "ens32"),
+    "ethernet": ("Pulumi.lab.yaml", "fab0"),
+}
+
+FACTS: dict[str, Any] = {
+    "os_family": "Debian",
+    "distribution": "Debian",
+    "distribution_major_version": "12",
+    "distribution_release": "bookworm",
+    "architecture": "x86_64",
+    "kernel": "6.1.0-37-amd64",
+    "hostname": "node",
+    "virtualization_role": "host",
+    "virtualization_type": "kvm",
+}
+
+
+def _env(native: bool) -> jinja2.Environment:
+    cls = NativeEnvironment if native else jinja2.Environment
+    env = cls(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True,
+              extensions=["jinja2.ext.do", "jinja2.ext.loopcontrols"])
+    # Jinja's own `default` copes with StrictUndefined; Ansible's wraps it for its own undefined type.
+    env.filters.update({k: v for k, v in FilterModule().filters().items() if k not in ("d", "default")})
+    env.filters.update(MathFilters().filters())
+    env.tests.update(TestModule().tests())
+    return env
+
+
+NATIVE = _env(native=True)
+TEXT = _env(native=False)
+
+
+def inventory_for(fabric: str) -> dict[str, Any]:
+    stack, interface = FABRICS[fabric]
+    cluster = load_spec(REPO / stack)
+    outputs = StackOutputs.model_validate(build_outputs(cluster, ssh_user="root", fabric_interface=interface))
+    return build_inventory(cluster, outputs)
+
+
+def host_context(inventory: dict[str, Any], host: str) -> dict[str, Any]:
+    root = inventory["all"]
+    groups = {name: list(body["hosts"]) for name, body in root["children"].items()}
+    ctx: dict[str, Any] = dict(root["vars"])
+    ctx.update(root["hosts"][host])
+    ctx.update(
+        inventory_hostname=host,
+        group_names=sorted(g for g, members in groups.items() if host in members),
+        groups={"all": list(root["hosts"]), **groups},
+        ansible_facts=dict(FACTS, hostname=host),
+        ansible_managed=ANSIBLE_MANAGED,
+        ansible_check_mode=False,
+    )
+    return ctx
+
+
+def first_host(inventory: dict[str, Any], group: str) -> str:
+    return next(iter(inventory["all"]["children"][group]["hosts"]))
+
+
+def _resolve(value: Any, ctx: dict[str, Any]) -> Any:
+    if isinstance(value, str) and ("{{" in value or "{%" in value):
+        return NATIVE.from_string(value).render(ctx)
+    if isinstance(value, list):
+        return [_resolve(v, ctx) for v in value]
+    if isinstance(value, dict):
+        return {k: _resolve(v, ctx) for k, v in value.items()}
+    return value
+
+
+def role_vars(role: str, ctx: dict[str, Any], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The role's defaults and vars resolved against ``ctx`` (lazily, as Ansible does)."""
+    raw: dict[str, Any] = {}
+    for part in ("defaults", "vars"):
+        path = ROLES / role / part / "main.yml"
+        if path.is_file():
+            raw.update(yaml.safe_load(path.read_text()) or {})
+    raw.update(extra or {})
+    resolved = dict(ctx)
+    resolved.update(raw)
+    # Fixed point: a variable may refer to another of the role's variables.
+    for _ in range(6):
+        before = json.dumps(resolved, sort_keys=True, default=str)
+        for key, value in raw.items():
+            try:
+                resolved[key] = _resolve(value, resolved)
+            except jinja2.UndefinedError:
+                resolved[key] = value
+        if json.dumps(resolved, sort_keys=True, default=str) == before:
+            break
+    return resolved
+
+
+def render_template(role: str, template: str, variables: dict[str, Any]) -> str:
+    source = (ROLES / role / "templates" / template).read_text()
+    return TEXT.from_string(source).render(variables)
