@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_FLAGS ?= -q
 
-.PHONY: setup test lint unit integration bench lab lab-down lock clean
+.PHONY: setup gpu-deps test lint unit integration bench lab lab-down lock clean
 
 setup: $(STAMP)
 
@@ -24,7 +24,11 @@ lint: setup
 	$(PY) -m ruff check gpucluster stacks scripts tests bench
 	$(PY) -m mypy gpucluster
 
-unit: setup
+# torch for the PyTorch burn's CPU tests (requirements-gpu.in; not in requirements.txt).
+gpu-deps: setup
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-gpu.in
+
+unit: setup gpu-deps
 	$(PY) -m pytest $(PYTEST_FLAGS) tests/unit
 
 integration: setup
@@ -33,8 +37,11 @@ integration: setup
 bench: setup
 	$(PY) bench/run.py
 
+# The whole path on the embedded lab: bring it up, say where its inventory is, then converge/verify.
 lab: setup
 	$(VENV)/bin/gpucluster lab up --stack Pulumi.lab.yaml
+	@echo "inventory: $$($(PY) -c 'from gpucluster.lab.plan import plan_lab; from gpucluster.spec import load_spec; print(plan_lab(load_spec("Pulumi.lab.yaml")).inventory_file)')"
+	$(VENV)/bin/gpucluster verify --stack Pulumi.lab.yaml --no-burn
 
 lab-down: setup
 	$(VENV)/bin/gpucluster lab down --stack Pulumi.lab.yaml

@@ -1,0 +1,53 @@
+"""`gpucluster verify`: run the conformance suite and print each node's verdict.
+
+Exit 0 when every node passes, 1 when any fails, 2 on bad input (inventory, stack, hosts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from gpucluster import verify
+from gpucluster.errors import InputError
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("verify", help="run the conformance suite: a verdict per node",
+                       description=__doc__.splitlines()[0] if __doc__ else None)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--inventory", metavar="FILE", help="inventory written by `gpucluster inventory` or the lab")
+    src.add_argument("--stack", metavar="FILE", help="a lab stack file: verify that lab's nodes")
+    p.add_argument("--run-dir", metavar="DIR", help="run folder (default: runs/verify-<UTC time>)")
+    p.add_argument("--no-burn", action="store_true", help="skip the GPU burn")
+    p.add_argument("--burn-seconds", type=int, default=60, metavar="N", help="burn time per precision (default 60)")
+    p.add_argument("--limit", metavar="HOSTS", help="comma-separated host names")
+    p.add_argument("--workers", type=int, default=8, metavar="N", help="hosts checked at once (default 8)")
+    p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.burn_seconds < 1 or args.workers < 1:
+        raise InputError("--burn-seconds and --workers must be at least 1")
+    inventory = Path(args.inventory) if args.inventory else verify.inventory_for_stack(args.stack)
+    opts = verify.VerifyOptions(
+        inventory=inventory,
+        run_dir=Path(args.run_dir) if args.run_dir else verify.default_run_dir(),
+        burn=not args.no_burn,
+        burn_seconds=args.burn_seconds,
+        limit=tuple(x for x in (args.limit or "").split(",") if x),
+        workers=args.workers,
+        quiet=args.json,
+    )
+    report = verify.run(opts)
+    if args.json:
+        out = report.to_json()
+        out["run_dir"] = str(opts.run_dir)
+        print(json.dumps({k: out[k] for k in ("exit_code", "verdicts", "meta", "run_dir")}, indent=2))
+    else:
+        print(verify.table(report))
+        print(f"run folder: {opts.run_dir}  ({report.meta.get('verify_wall_s')} s)")
+    return report.exit_code

@@ -1,0 +1,174 @@
+"""All-reduce over CPU buffers with MPI (Debian's Open MPI and python3-mpi4py) between nodes.
+
+It runs the multi-node path, the pair search and the verdicts for real on machines without
+GPUs (the lab in CI): the same bus-bandwidth arithmetic as nccl-tests, over the fabric
+network. :data:`NODE_SCRIPT` is shipped to every participant and started by ``mpirun`` on
+the first one; ranks reach each other by their fabric addresses only (Open MPI's TCP BTL
+and out-of-band channel are both pinned to the fabric CIDR). mpirun's ssh to the other
+nodes uses the inventory's key, placed on the launcher for the run only (the common role
+forbids agent forwarding) and removed after it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from gpucluster.conformance.bandwidth import AllReduceRun, point
+from gpucluster.conformance.remote import Remote, quote
+
+SCRIPT_PATH = "/var/tmp/gpucluster-allreduce-mpi.py"
+
+# Runs on the nodes with Debian's python3 and mpi4py: standard library only (no numpy).
+# float32 sums of small integers are exact, so a correct result is known bit for bit.
+NODE_SCRIPT = r'''
+import array
+import json
+import sys
+
+from mpi4py import MPI
+
+
+def emit(obj):
+    print("GCAR " + json.dumps(obj), flush=True)
+
+
+def main(argv):
+    sizes = [int(x) for x in argv[1].split(",")]
+    iters, warmup, budget = int(argv[2]), int(argv[3]), float(argv[4])
+    comm = MPI.COMM_WORLD
+    rank, n = comm.Get_rank(), comm.Get_size()
+    hosts = comm.allgather(MPI.Get_processor_name())
+    if rank == 0:
+        emit({"event": "start", "ranks": n, "hosts": hosts})
+    for size in sizes:
+        count = max(1, size // 4)
+        send = array.array("f", [float(rank + 1)]) * count
+        recv = array.array("f", [0.0]) * count
+        expected = array.array("f", [float(n * (n + 1) // 2)]) * count
+        for _ in range(warmup):
+            comm.Allreduce([send, MPI.FLOAT], [recv, MPI.FLOAT], op=MPI.SUM)
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        comm.Allreduce([send, MPI.FLOAT], [recv, MPI.FLOAT], op=MPI.SUM)
+        first = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+        # As many iterations as fit the time budget (the same number on every rank).
+        k = max(1, min(iters, int(budget / first) if first > 0 else iters))
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        for _ in range(k):
+            comm.Allreduce([send, MPI.FLOAT], [recv, MPI.FLOAT], op=MPI.SUM)
+        elapsed = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+        wrong = 0
+        if recv.tobytes() != expected.tobytes():
+            wrong = sum(1 for a, b in zip(recv, expected) if a != b)
+        wrong = comm.allreduce(wrong, op=MPI.SUM)
+        if rank == 0:
+            emit({"size_bytes": count * 4, "count": count, "iters": k, "time_us": elapsed / k * 1e6,
+                  "wrong": wrong})
+    if rank == 0:
+        emit({"event": "end"})
+
+
+if __name__ == "__main__":
+    main(sys.argv)
+'''
+
+
+@dataclass(frozen=True)
+class MpiSettings:
+    sizes: tuple[int, ...]
+    iters: int = 10
+    warmup: int = 2
+    budget_s: float = 2.0  # per size: iterations stop when the next would pass it
+    timeout_s: float = 240.0
+    python: str = "python3"
+    mpirun: str = "mpirun"
+    ssh_key: str | None = None  # on the launcher: the key mpirun's ssh uses to reach the others
+
+
+def sizes_up_to(large_bytes: int, start: int = 1024, factor: int = 4) -> tuple[int, ...]:
+    """Sizes from ``start`` by ``factor`` to 2 x large_bytes: two sizes count for the verdict."""
+    out = []
+    s = start
+    while s < large_bytes:
+        out.append(s)
+        s *= factor
+    return (*out, large_bytes, 2 * large_bytes)
+
+
+def mpirun_argv(fabric_ips: list[str], fabric_cidr: str, settings: MpiSettings) -> list[str]:
+    hosts = ",".join(f"{ip}:1" for ip in fabric_ips)
+    rsh = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR"
+    if settings.ssh_key:
+        rsh += f" -i {settings.ssh_key} -o IdentitiesOnly=yes"
+    return [
+        settings.mpirun, "--allow-run-as-root", "-np", str(len(fabric_ips)), "--host", hosts,
+        "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
+        "--mca", "btl_tcp_if_include", fabric_cidr, "--mca", "oob_tcp_if_include", fabric_cidr,
+        "--mca", "plm_rsh_args", rsh,
+        settings.python, SCRIPT_PATH,
+        ",".join(str(s) for s in settings.sizes), str(settings.iters), str(settings.warmup), str(settings.budget_s),
+    ]
+
+
+def parse_output(text: str, label: str, nodes: tuple[str, ...], expected_sizes: tuple[int, ...]) -> AllReduceRun:
+    """The script's ``GCAR`` lines (mpirun and ssh chatter around them ignored)."""
+    run = AllReduceRun(engine="mpi-cpu", label=label, nodes=nodes, ranks=0)
+    ended = False
+    for line in text.splitlines():
+        idx = line.find("GCAR ")
+        if idx < 0:
+            continue
+        try:
+            obj = json.loads(line[idx + 5:])
+        except json.JSONDecodeError:
+            run.notes.append(f"unreadable line: {line[:80]}")
+            continue
+        if obj.get("event") == "start":
+            run.ranks = int(obj["ranks"])
+        elif obj.get("event") == "end":
+            ended = True
+        elif "size_bytes" in obj and run.ranks:
+            run.points.append(point(int(obj["size_bytes"]), float(obj["time_us"]), run.ranks, int(obj["wrong"])))
+    if run.ranks and run.ranks != len(nodes):
+        run.notes.append(f"{run.ranks} ranks ran, {len(nodes)} expected")
+    if not ended or len(run.points) != len(expected_sizes) or (run.ranks != len(nodes)):
+        run.status = "incomplete"
+        if not ended:
+            run.notes.append("the run did not finish")
+    elif any(p.wrong for p in run.points):
+        run.status = "failed"
+        run.notes.append("wrong results")
+    else:
+        run.status = "ok"
+    return run
+
+
+def ship_script(remotes: list[Remote]) -> list[str]:
+    """Copy the node script to each node; returns problems (one line per node)."""
+    problems = []
+    for r in remotes:
+        res = r.run(f"cat > {SCRIPT_PATH}", stdin=NODE_SCRIPT, timeout=30)
+        if not res.ok:
+            problems.append(f"{r.name}: cannot write {SCRIPT_PATH}: {res.stderr.strip()[:200]}")
+    return problems
+
+
+def run_allreduce(launcher: Remote, node_names: tuple[str, ...], fabric_ips: list[str], fabric_cidr: str,
+                  settings: MpiSettings, label: str) -> tuple[AllReduceRun, str]:
+    """One all-reduce over ``node_names`` started from ``launcher``; returns the run and its raw log."""
+    cmd = quote(mpirun_argv(fabric_ips, fabric_cidr, settings)) + " 2>&1"
+    res = launcher.run(cmd, timeout=settings.timeout_s)
+    log = res.stdout + res.stderr
+    run = parse_output(log, label, node_names, settings.sizes)
+    if res.rc != 0:
+        run.notes.append(f"mpirun exited {res.rc}: {_last_line(log)}")
+        if run.status == "ok":
+            run.status = "incomplete"
+    return run, log
+
+
+def _last_line(text: str) -> str:
+    lines = [x for x in text.strip().splitlines() if x.strip() and "GCAR " not in x]
+    return lines[-1][:200] if lines else "(no output)"

@@ -1,0 +1,107 @@
+"""The check registry: every conformance check's ID, area, groups and MUST statement.
+
+IDs are stable (``GC-<AREA>-<NNN>``); the test implementing a check carries the ID in its
+``@pytest.mark.check`` marker and the MUST statement as its docstring (a unit test keeps the
+two in step). ``groups`` are inventory groups: the check runs on hosts of those groups, or
+on every host when empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    area: str
+    title: str
+    must: str
+    groups: tuple[str, ...] = ()
+
+
+AREAS = {
+    "OS": "Operating system",
+    "SYS": "System services",
+    "GPU": "GPUs and the NVIDIA stack",
+    "BURN": "GPU burn",
+    "NET": "Fabric",
+    "AR": "All-reduce bandwidth",
+    "RDMA": "RDMA bandwidth",
+}
+
+_CHECKS = (
+    Check("GC-OS-001", "OS", "Operating system release",
+          "The node MUST run Debian with the codename the BOM pins (debian.suite)."),
+    Check("GC-OS-002", "OS", "Kernel",
+          "The running kernel MUST be Linux 6.1 or newer with its modules installed under /lib/modules/<release>."),
+    Check("GC-SYS-001", "SYS", "Time in sync",
+          "The system clock MUST be synchronised by chrony (leap status Normal, offset under 100 ms)."),
+    Check("GC-SYS-002", "SYS", "Firewall active",
+          "An nftables ruleset MUST be loaded with an input chain that drops by default."),
+    Check("GC-SYS-003", "SYS", "Required services",
+          "Every service the node's roles require MUST be active."),
+    Check("GC-SYS-004", "SYS", "node_exporter serving",
+          "node_exporter MUST answer on port 9100 with its metrics, textfile collector included."),
+    Check("GC-GPU-001", "GPU", "Driver loaded at the pinned version",
+          "The NVIDIA kernel driver MUST be loaded and its version MUST equal the BOM's pin.", ("gpu",)),
+    Check("GC-GPU-002", "GPU", "GPU count",
+          "The node MUST show exactly the number of GPUs its hardware profile lists.", ("gpu",)),
+    Check("GC-GPU-003", "GPU", "GPU model",
+          "Every GPU MUST be the model the hardware profile names.", ("gpu",)),
+    Check("GC-GPU-004", "GPU", "GPU memory",
+          "Every GPU MUST have the total memory the hardware profile lists (MiB).", ("gpu",)),
+    Check("GC-GPU-005", "GPU", "Persistence mode",
+          "Persistence mode MUST be enabled on every GPU.", ("gpu",)),
+    Check("GC-GPU-006", "GPU", "ECC health",
+          "ECC MUST be enabled on every GPU, with no uncorrectable errors, no pending row remaps "
+          "and no pending retired pages.", ("gpu",)),
+    Check("GC-GPU-007", "GPU", "No Xid errors",
+          "The kernel log since boot MUST contain no NVIDIA Xid errors.", ("gpu",)),
+    Check("GC-GPU-008", "GPU", "NVLinks up",
+          "On NVSwitch profiles every GPU MUST show all its NVLinks up.", ("gpu",)),
+    Check("GC-GPU-009", "GPU", "Fabric manager",
+          "nvidia-fabricmanager MUST be running where the hardware profile needs it.", ("gpu",)),
+    Check("GC-GPU-010", "GPU", "CUDA version",
+          "The installed CUDA toolkit version MUST equal the BOM's pin.", ("gpu",)),
+    Check("GC-GPU-011", "GPU", "NCCL version",
+          "The installed NCCL (libnccl2) version MUST equal the BOM's pin.", ("gpu",)),
+    Check("GC-GPU-012", "GPU", "Container runtime sees the GPUs",
+          "The NVIDIA container toolkit MUST see every GPU of the node.", ("gpu",)),
+    Check("GC-BURN-001", "BURN", "GPU burn",
+          "Every GPU under a sustained matrix-product load MUST produce zero wrong results and "
+          "reach the profile's TFLOP/s floor for each tested precision.", ("gpu",)),
+    Check("GC-NET-001", "NET", "Fabric interface",
+          "The fabric interface MUST be up and carry the node's fabric address.", ("gpu", "storage")),
+    Check("GC-NET-002", "NET", "Fabric MTU",
+          "The fabric interface MTU MUST equal the spec's fabric MTU.", ("gpu", "storage")),
+    Check("GC-NET-003", "NET", "HCAs present",
+          "The node MUST show as many RDMA HCAs as its hardware profile lists.", ("gpu",)),
+    Check("GC-NET-004", "NET", "HCA ports active at rate",
+          "Every HCA port MUST be ACTIVE at the profile's rate.", ("gpu",)),
+    Check("GC-NET-005", "NET", "RoCE QoS",
+          "On RoCE fabrics with QoS specified, the fabric interface MUST trust DSCP and have PFC on "
+          "exactly the specified priority.", ("gpu",)),
+    Check("GC-NET-006", "NET", "NCCL configuration",
+          "/etc/nccl.conf MUST hold exactly the settings the spec renders for the node.", ("gpu",)),
+    Check("GC-AR-001", "AR", "Intra-node all-reduce",
+          "The all-reduce bus bandwidth across all GPUs of the node MUST reach the profile's intra-node "
+          "floor at large message sizes, with no wrong results.", ("gpu",)),
+    Check("GC-AR-002", "AR", "Inter-node all-reduce",
+          "The ring all-reduce bus bandwidth across all nodes MUST reach the profile's inter-node floor "
+          "at large message sizes, with no wrong results.", ("gpu",)),
+    Check("GC-AR-003", "AR", "Node-pair all-reduce",
+          "The node MUST NOT be the one its pair all-reduce results name slow: every pair it is in "
+          "reaches the inter-node floor, or the shortfall is another node's.", ("gpu",)),
+    Check("GC-RDMA-001", "RDMA", "RDMA write bandwidth",
+          "ib_write_bw between this node and a peer MUST reach the profile's floor on every HCA.", ("gpu",)),
+)
+
+CHECKS: dict[str, Check] = {c.id: c for c in _CHECKS}
+
+
+def get(check_id: str) -> Check:
+    try:
+        return CHECKS[check_id]
+    except KeyError:
+        raise KeyError(f"unknown check {check_id!r}") from None

@@ -1,0 +1,210 @@
+"""Cluster-wide fabric measurements, each run once per verify run and shared by the node checks.
+
+The conformance tests run per node in parallel worker processes; an inter-node all-reduce,
+the pair search and the RDMA pairs involve many nodes at once. Whichever worker needs one
+first runs it under a lock in the run folder (one fabric benchmark at a time, so they do
+not disturb each other's figures) and leaves its result as JSON; the others read that.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpucluster.conformance import allreduce_mpi, ib_write_bw, nccl_tests
+from gpucluster.conformance.bandwidth import AllReduceRun, judge
+from gpucluster.conformance.nodes import ClusterInventory, NodeInfo
+from gpucluster.conformance.pairs import PairResult, find_slow, ring_pairs, rounds
+from gpucluster.conformance.remote import Remote, SshAgent, SshRemote
+
+
+@dataclass(frozen=True)
+class FabricOptions:
+    mpi_iters: int = 10
+    mpi_budget_s: float = 2.0
+    ib_seconds: int = 5
+
+
+class Fabric:
+    def __init__(self, inv: ClusterInventory, run_dir: Path, ssh_config: Path,
+                 options: FabricOptions | None = None) -> None:
+        self.inv = inv
+        self.run_dir = run_dir
+        self.ssh_config = ssh_config
+        self.options = options or FabricOptions()
+        self.cache_dir = run_dir / "fabric"
+        self.log_dir = run_dir / "logs"
+
+    # --- plumbing ------------------------------------------------------------------------
+
+    def cached(self, key: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        target = self.cache_dir / f"{key}.json"
+        with open(self.cache_dir / "fabric.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if target.exists():
+                    data: dict[str, Any] = json.loads(target.read_text())
+                    return data
+                started = time.perf_counter()
+                data = compute()
+                data["wall_s"] = round(time.perf_counter() - started, 3)
+                target.write_text(json.dumps(data, indent=2))
+                return data
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _log(self, name: str, text: str) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        (self.log_dir / name).write_text(text, encoding="utf-8")
+
+    def remote(self, name: str, agent: SshAgent | None = None) -> Remote:
+        return SshRemote(name, self.ssh_config, forward_agent=agent is not None,
+                         agent_socket=agent.socket if agent else None)
+
+    def _agent(self, nodes: list[NodeInfo]) -> SshAgent:
+        return SshAgent(self.run_dir, [n.key_file for n in nodes if n.key_file])
+
+    def _place_key(self, launcher: NodeInfo) -> str | None:
+        """The inventory key on the launcher for mpirun's ssh; None where the inventory names none.
+
+        The common role forbids agent forwarding, so mpirun's ssh needs a key on the node:
+        the run writes it (mode 0600, a run-specific name) and removes it when done.
+        """
+        if not launcher.key_file:
+            return None
+        path = f"/root/.ssh/gpucluster-verify-{self.run_dir.name}"
+        key = Path(launcher.key_file).read_text(encoding="utf-8")
+        res = self.remote(launcher.name).run(f"umask 077; mkdir -p /root/.ssh; cat > {path}", stdin=key, timeout=30)
+        return path if res.ok else None
+
+    def _remove_key(self, launcher: NodeInfo, path: str | None) -> None:
+        if path:
+            self.remote(launcher.name).run(f"rm -f {path}", timeout=30)
+
+    # --- all-reduce ------------------------------------------------------------------------
+
+    def allreduce_participants(self) -> list[NodeInfo]:
+        """GPU-group nodes whose profile sets an inter-node floor."""
+        return [n for n in self.inv.in_groups(("gpu",)) if n.floor("allreduce_inter_busbw_gbps") is not None]
+
+    def large_bytes(self, nodes: list[NodeInfo]) -> int:
+        return max(int(n.floor("large_message_bytes")) for n in nodes)
+
+    def engine(self, nodes: list[NodeInfo]) -> str:
+        return "nccl-tests" if nodes and all(n.gpu_count > 0 for n in nodes) else "mpi-cpu"
+
+    def _allreduce(self, nodes: list[NodeInfo], label: str, agent: SshAgent) -> AllReduceRun:
+        names = tuple(n.name for n in nodes)
+        ips = [str(n.fabric_ip) for n in nodes]
+        cidr = str(self.inv.fabric["fabric_cidr"])
+        large = self.large_bytes(nodes)
+        launcher = self.remote(nodes[0].name, agent)
+        safe = label.replace(":", "_").replace(",", "_").replace("+", "_")
+        if self.engine(nodes) == "nccl-tests":
+            run, log = nccl_tests.run_inter(launcher, names, ips, nodes[0].gpu_count, cidr,
+                                            self.inv.fabric.get("socket_ifname") or nodes[0].fabric_interface,
+                                            2 * large, label)
+        else:
+            problems = allreduce_mpi.ship_script([self.remote(n) for n in names])
+            if problems:
+                return AllReduceRun("mpi-cpu", label, names, 0, status="incomplete", notes=problems)
+            key = self._place_key(nodes[0])
+            try:
+                settings = allreduce_mpi.MpiSettings(sizes=allreduce_mpi.sizes_up_to(large),
+                                                     iters=self.options.mpi_iters, budget_s=self.options.mpi_budget_s,
+                                                     ssh_key=key)
+                run, log = allreduce_mpi.run_allreduce(launcher, names, ips, cidr, settings, label)
+            finally:
+                self._remove_key(nodes[0], key)
+        self._log(f"allreduce-{safe}.log", log)
+        return run
+
+    def inter_node(self) -> dict[str, Any]:
+        """All participants in one ring all-reduce (nccl-tests under NCCL_ALGO=Ring, or MPI on CPUs)."""
+
+        def compute() -> dict[str, Any]:
+            nodes = self.allreduce_participants()
+            if len(nodes) < 2:
+                return {"skip": f"{len(nodes)} node(s) with an inter-node all-reduce floor: an inter-node "
+                                "all-reduce needs two"}
+            agent = self._agent(nodes)
+            try:
+                run = self._allreduce(nodes, "inter:" + ",".join(n.name for n in nodes), agent)
+            finally:
+                agent.close()
+            return {"run": run.to_json(), "engine": run.engine, "large_bytes": self.large_bytes(nodes)}
+
+        return self.cached("inter_node", compute)
+
+    def pair_search(self) -> dict[str, Any]:
+        def compute() -> dict[str, Any]:
+            nodes = self.allreduce_participants()
+            if len(nodes) < 2:
+                return {"skip": f"{len(nodes)} node(s) with an inter-node floor: pairs need two"}
+            by_name = {n.name: n for n in nodes}
+            agent = self._agent(nodes)
+            results: list[PairResult] = []
+            runs: list[dict[str, Any]] = []
+            try:
+                for this_round in rounds(ring_pairs([n.name for n in nodes])):
+                    def one(pair: tuple[str, str]) -> tuple[PairResult, AllReduceRun]:
+                        a, b = by_name[pair[0]], by_name[pair[1]]
+                        run = self._allreduce([a, b], f"pair:{a.name}+{b.name}", agent)
+                        floor = min(float(a.floor("allreduce_inter_busbw_gbps")),
+                                    float(b.floor("allreduce_inter_busbw_gbps")))
+                        v = judge(run, floor, self.large_bytes([a, b]))
+                        return PairResult(a.name, b.name, v.ok, v.busbw_gbps, v.message), run
+
+                    with ThreadPoolExecutor(max_workers=len(this_round)) as pool:
+                        for pr, run in pool.map(one, this_round):
+                            results.append(pr)
+                            runs.append(run.to_json())
+            finally:
+                agent.close()
+            search = find_slow([n.name for n in nodes], results)
+            return {"search": search.to_json(), "runs": runs}
+
+        return self.cached("pair_search", compute)
+
+    # --- RDMA ------------------------------------------------------------------------------
+
+    def rdma(self) -> dict[str, Any]:
+        """ib_write_bw on ring pairs of HCA nodes, HCA i of one node to HCA i of the other."""
+
+        def compute() -> dict[str, Any]:
+            nodes = [n for n in self.inv.in_groups(("gpu",)) if n.hca_count > 0
+                     and n.floor("ib_write_bw_gbps") is not None]
+            if len(nodes) < 2:
+                return {"skip": f"{len(nodes)} node(s) with HCAs and an ib_write_bw floor: a pair needs two"}
+            by_name = {n.name: n for n in nodes}
+            hcas = {n.name: ib_write_bw.list_hcas(self.remote(n.name)) for n in nodes}
+            results: list[PairResult] = []
+            detail: list[dict[str, Any]] = []
+            for this_round in rounds(ring_pairs([n.name for n in nodes])):
+                for a_name, b_name in this_round:
+                    a, b = by_name[a_name], by_name[b_name]
+                    floor = min(float(a.floor("ib_write_bw_gbps")), float(b.floor("ib_write_bw_gbps")))
+                    per_hca = []
+                    for i in range(min(len(hcas[a_name]), len(hcas[b_name]))):
+                        parsed = ib_write_bw.run_pair(self.remote(b_name), self.remote(a_name), str(b.fabric_ip),
+                                                      hcas[a_name][i], hcas[b_name][i], self.options.ib_seconds)
+                        per_hca.append(parsed)
+                    bws = [p.get("peak_gbps") for p in per_hca]
+                    ok = bool(per_hca) and all(isinstance(x, int | float) and x >= floor for x in bws)
+                    low = min((x for x in bws if isinstance(x, int | float)), default=None)
+                    msg = (f"{a_name}->{b_name}: " + ", ".join(
+                        f"{p['device']} {p.get('peak_gbps')} Gb/s" for p in per_hca) + f" (floor {floor:g})"
+                           if per_hca else f"{a_name}->{b_name}: no HCA pairs")
+                    results.append(PairResult(a_name, b_name, ok, low, msg))
+                    detail.append({"a": a_name, "b": b_name, "floor_gbps": floor, "hcas": per_hca})
+            search = find_slow([n.name for n in nodes], results)
+            return {"search": search.to_json(), "detail": detail, "hcas": hcas}
+
+        return self.cached("rdma", compute)

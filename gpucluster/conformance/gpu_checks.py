@@ -1,0 +1,73 @@
+"""Judgements on parsed nvidia-smi and burn output: pure functions, one problem line each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def ecc_problems(gpus: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    for g in gpus:
+        i = g.get("index")
+        if g.get("ecc_mode_current") != "Enabled":
+            out.append(f"GPU {i}: ECC mode {g.get('ecc_mode_current')}")
+        for key in ("ecc_volatile_uncorrectable", "ecc_aggregate_uncorrectable"):
+            if g.get(key):
+                out.append(f"GPU {i}: {g[key]} {key.removeprefix('ecc_').replace('_', ' ')} ECC errors")
+        if g.get("remapped_rows_pending"):
+            out.append(f"GPU {i}: row remap pending")
+        if g.get("remapped_rows_failure"):
+            out.append(f"GPU {i}: row remapping failure")
+        if g.get("retired_pages_pending") in (True, "Yes"):
+            out.append(f"GPU {i}: page retirement pending")
+    return out
+
+
+def nvlink_problems(gpus: list[dict[str, Any]], links_per_gpu: int) -> list[str]:
+    out: list[str] = []
+    for g in gpus:
+        links = g.get("links", [])
+        up = [x for x in links if x.get("state") == "active"]
+        if len(up) != links_per_gpu:
+            down = [str(x.get("link")) for x in links if x.get("state") != "active"]
+            out.append(f"GPU {g.get('index')}: {len(up)}/{links_per_gpu} NVLinks up"
+                       + (f" (down: {', '.join(down)})" if down else ""))
+    return out
+
+
+def burn_problems(rows: list[dict[str, Any]], floors_tflops: dict[str, float]) -> list[str]:
+    """Rows from burn_torch (or gpu-burn converted): per device and precision."""
+    out: list[str] = []
+    for r in rows:
+        where = f"{r['device']} {r['precision']}"
+        if r.get("errors"):
+            out.append(f"{where}: {r['errors']} wrong result(s)")
+        if not r.get("reference_ok", True):
+            out.append(f"{where}: first product off the reference ({r.get('reference_error')})")
+        if not r.get("products"):
+            out.append(f"{where}: no work done")
+        floor = floors_tflops.get(r["precision"])
+        tflops = r.get("tflops")
+        if floor is None:
+            out.append(f"{where}: the profile has no burn floor for {r['precision']}")
+        elif tflops is None or tflops < floor:
+            out.append(f"{where}: {tflops if tflops is None else round(tflops, 1)} TFLOP/s under the floor {floor}")
+    return out
+
+
+def gpu_burn_rows(parsed: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """gpu-burn's parsed summary as burn rows (fp32/fp64), plus run-level problems."""
+    problems: list[str] = []
+    if parsed.get("status") != "ok":
+        problems.append(f"gpu-burn {parsed.get('status')}: {'; '.join(parsed.get('notes', []))}")
+    prec = parsed.get("precision") or "fp32"
+    rows = []
+    for g in parsed.get("gpus", []):
+        if g.get("verdict") != "ok":
+            problems.append(f"gpu-burn GPU {g.get('index')}: {g.get('verdict') or 'no verdict'}")
+        gflops = g.get("gflops")
+        rows.append({"device": f"gpu{g.get('index')}", "precision": prec,
+                     "tflops": None if gflops is None else gflops / 1000.0,
+                     "errors": max(g.get("errors") or 0, g.get("errors_max") or 0),
+                     "products": g.get("processed"), "reference_ok": g.get("verdict") == "ok"})
+    return rows, problems

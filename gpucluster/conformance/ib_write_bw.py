@@ -1,0 +1,37 @@
+"""ib_write_bw (perftest) between a pair of nodes on each HCA, parsed by gpucluster.parsers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpucluster.conformance.remote import Remote, quote
+from gpucluster.parsers import NotToolOutput, parse
+
+LIST_HCAS = "ls /sys/class/infiniband 2>/dev/null"
+
+
+def list_hcas(remote: Remote) -> list[str]:
+    return sorted(remote.run(LIST_HCAS, timeout=30).stdout.split())
+
+
+def args(device: str, seconds: int, qps: int = 4) -> list[str]:
+    # Duration mode, Gb/s, several QPs, as Azure's health checks drive it.
+    return ["ib_write_bw", "-d", device, "-F", "--report_gbits", "-D", str(seconds), "-q", str(qps)]
+
+
+def run_pair(server: Remote, client: Remote, server_ip: str, device: str, peer_device: str,
+             seconds: int = 5) -> dict[str, Any]:
+    """Server in the background on ``server``, client on ``client``; the client's output is the figure."""
+    port = 18515
+    srv = quote([*args(peer_device, seconds), "-p", str(port)])
+    server.run(f"(timeout {seconds + 30} {srv} > /var/tmp/gpucluster-ibwb-server.log 2>&1 &)", timeout=30)
+    res = client.run("sleep 1; " + quote([*args(device, seconds), "-p", str(port), server_ip]) + " 2>&1",
+                     timeout=seconds + 60)
+    try:
+        parsed = parse("ib_write_bw", res.stdout)
+    except NotToolOutput:
+        parsed = {"status": "incomplete", "peak_gbps": None, "rows": [],
+                  "notes": [f"no ib_write_bw output (rc {res.rc}): {res.stdout.strip()[-200:]}"]}
+    parsed["device"] = device
+    parsed["peer_device"] = peer_device
+    return parsed

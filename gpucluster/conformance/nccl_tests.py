@@ -1,0 +1,85 @@
+"""nccl-tests' all_reduce_perf: intra-node on one node's GPUs, inter-node under mpirun.
+
+Output is parsed by :mod:`gpucluster.parsers` (``#wrong`` honoured); where the installed
+nccl-tests offers ``-J`` (its JSON output, 2.18 and later) the JSON file is read instead of
+the table.
+"""
+
+from __future__ import annotations
+
+from gpucluster.conformance.bandwidth import AllReduceRun, from_nccl_result
+from gpucluster.conformance.remote import Remote, quote
+from gpucluster.parsers import NotToolOutput, parse
+
+DEFAULT_DIR = "/opt/nccl-tests/build"
+JSON_PATH = "/var/tmp/gpucluster-nccl-tests.json"
+
+
+def binary(install_dir: str = DEFAULT_DIR) -> str:
+    return f"{install_dir}/all_reduce_perf"
+
+
+def perf_args(max_bytes: int, gpus_per_rank: int, json_out: bool) -> list[str]:
+    # -c 1: check results (so #wrong is real); sizes 8 B..max by x2 as nccl-tests' docs run it.
+    args = ["-b", "8", "-e", str(max_bytes), "-f", "2", "-g", str(gpus_per_rank), "-c", "1", "-w", "5", "-n", "20"]
+    if json_out:
+        args += ["-J", JSON_PATH]
+    return args
+
+
+def supports_json(remote: Remote, install_dir: str = DEFAULT_DIR) -> bool:
+    res = remote.run(f"{quote([binary(install_dir)])} -h 2>&1", timeout=30)
+    return "-J" in res.stdout or "--output_file" in res.stdout
+
+
+def _parse(log: str, label: str, nodes: tuple[str, ...], json_text: str | None) -> AllReduceRun:
+    try:
+        parsed = parse("nccl-tests", json_text if json_text else log)
+    except NotToolOutput as exc:
+        return AllReduceRun("nccl-tests", label, nodes, 0, status="incomplete",
+                            notes=[f"not nccl-tests output: {exc}"])
+    return from_nccl_result(parsed, "nccl-tests", label, nodes)
+
+
+def run_intra(remote: Remote, gpus: int, max_bytes: int, install_dir: str = DEFAULT_DIR,
+              timeout_s: float = 600) -> tuple[AllReduceRun, str]:
+    """All GPUs of one node in one process (``-g gpus``)."""
+    use_json = supports_json(remote, install_dir)
+    cmd = quote([binary(install_dir), *perf_args(max_bytes, gpus, use_json)]) + " 2>&1"
+    res = remote.run(cmd, timeout=timeout_s)
+    json_text = remote.run(f"cat {JSON_PATH}", timeout=30).stdout if use_json and res.ok else None
+    run = _parse(res.stdout, f"intra:{remote.name}", (remote.name,), json_text)
+    if res.rc != 0:
+        run.notes.append(f"all_reduce_perf exited {res.rc}")
+        run.status = "incomplete" if run.status == "ok" else run.status
+    return run, res.stdout
+
+
+def mpirun_argv(fabric_ips: list[str], gpus_per_node: int, fabric_cidr: str, socket_ifname: str | None,
+                max_bytes: int, install_dir: str, json_out: bool) -> list[str]:
+    """One rank per GPU; NCCL_ALGO=Ring so the figure qualifies the network, not NVLS/tree tricks."""
+    hosts = ",".join(f"{ip}:{gpus_per_node}" for ip in fabric_ips)
+    argv = [
+        "mpirun", "--allow-run-as-root", "-np", str(len(fabric_ips) * gpus_per_node), "--host", hosts,
+        "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", fabric_cidr,
+        "--mca", "oob_tcp_if_include", fabric_cidr,
+        "--mca", "plm_rsh_args", "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes",
+        "-x", "NCCL_ALGO=Ring", "-x", "NCCL_DEBUG=WARN",
+    ]
+    if socket_ifname:
+        argv += ["-x", f"NCCL_SOCKET_IFNAME={socket_ifname}"]
+    return [*argv, binary(install_dir), *perf_args(max_bytes, 1, json_out)]
+
+
+def run_inter(launcher: Remote, nodes: tuple[str, ...], fabric_ips: list[str], gpus_per_node: int,
+              fabric_cidr: str, socket_ifname: str | None, max_bytes: int, label: str,
+              install_dir: str = DEFAULT_DIR, timeout_s: float = 600) -> tuple[AllReduceRun, str]:
+    use_json = supports_json(launcher, install_dir)
+    argv = mpirun_argv(fabric_ips, gpus_per_node, fabric_cidr, socket_ifname, max_bytes, install_dir, use_json)
+    res = launcher.run(quote(argv) + " 2>&1", timeout=timeout_s)
+    json_text = launcher.run(f"cat {JSON_PATH}", timeout=30).stdout if use_json and res.ok else None
+    run = _parse(res.stdout, label, nodes, json_text)
+    if res.rc != 0:
+        run.notes.append(f"mpirun exited {res.rc}")
+        run.status = "incomplete" if run.status == "ok" else run.status
+    return run, res.stdout

@@ -1,0 +1,210 @@
+"""The conformance suite's view of an inventory: nodes with their groups and expectations.
+
+Reads the inventory `gpucluster inventory` (or the lab) writes. Every expected value a
+check compares against comes from here: the node's hardware profile, the BOM pins and the
+spec's fabric, all carried in the inventory's cluster-wide variables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpucluster.errors import InputError
+
+_REQUIRED_ALL_VARS = ("gpucluster_cluster_name", "gpucluster_fabric", "gpucluster_bom", "gpucluster_profiles")
+_REQUIRED_HOST_VARS = ("ansible_host", "gpucluster_profile", "gpucluster_fabric_ip", "gpucluster_fabric_interface")
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    address: str
+    port: int
+    user: str
+    key_file: str | None
+    groups: tuple[str, ...]
+    profile_name: str
+    profile: dict[str, Any]
+    fabric_ip: str | None
+    fabric_interface: str | None
+    host_vars: dict[str, Any] = field(repr=False)
+
+    @property
+    def gpu_count(self) -> int:
+        return int(self.profile["gpu"]["count"])
+
+    @property
+    def hca_count(self) -> int:
+        return int(self.profile["hca"]["count"])
+
+    def floor(self, key: str) -> Any:
+        return self.profile["floors"].get(key)
+
+
+@dataclass(frozen=True)
+class ClusterInventory:
+    path: str
+    cluster_name: str
+    target: str
+    fabric: dict[str, Any]
+    bom: dict[str, Any]
+    nodes: tuple[NodeInfo, ...]
+    groups: dict[str, tuple[str, ...]]
+    all_vars: dict[str, Any] = field(repr=False)
+
+    def node(self, name: str) -> NodeInfo:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def in_groups(self, groups: tuple[str, ...]) -> list[NodeInfo]:
+        """Nodes in any of ``groups``; every node when ``groups`` is empty."""
+        if not groups:
+            return list(self.nodes)
+        return [n for n in self.nodes if set(n.groups) & set(groups)]
+
+    def limited(self, names: list[str]) -> ClusterInventory:
+        """Only the named nodes (``--limit``); unknown names are bad input."""
+        unknown = [n for n in names if n not in {x.name for x in self.nodes}]
+        if unknown:
+            raise InputError(f"--limit: no such host(s) in the inventory: {', '.join(unknown)}", source=self.path)
+        keep = tuple(n for n in self.nodes if n.name in names)
+        groups = {g: tuple(h for h in hs if h in names) for g, hs in self.groups.items()}
+        return ClusterInventory(self.path, self.cluster_name, self.target, self.fabric, self.bom, keep, groups,
+                                self.all_vars)
+
+
+def _group_members(children: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for name, body in (children or {}).items():
+        hosts = (body or {}).get("hosts") or {}
+        out[name] = tuple(hosts)
+    return out
+
+
+def parse_inventory(data: Any, source: str) -> ClusterInventory:
+    """Validate inventory data and collect every problem before raising once."""
+    problems: list[str] = []
+    root = data.get("all") if isinstance(data, dict) else None
+    if not isinstance(root, dict):
+        raise InputError("not a gpucluster inventory: no top-level 'all' mapping", source=source)
+    all_vars = root.get("vars") or {}
+    for key in _REQUIRED_ALL_VARS:
+        if key not in all_vars:
+            problems.append(f"all.vars.{key}: missing (write the inventory with `gpucluster inventory`)")
+    hosts = root.get("hosts") or {}
+    if not hosts:
+        problems.append("all.hosts: no hosts")
+    if problems:
+        raise InputError(problems, source=source)
+    groups = _group_members(root.get("children") or {})
+    profiles: dict[str, Any] = all_vars["gpucluster_profiles"]
+    nodes: list[NodeInfo] = []
+    for name, hv in hosts.items():
+        hv = hv or {}
+        missing = [k for k in _REQUIRED_HOST_VARS if k not in hv]
+        if missing:
+            problems.append(f"all.hosts.{name}: missing {', '.join(missing)}")
+            continue
+        prof = hv["gpucluster_profile"]
+        if prof not in profiles:
+            problems.append(f"all.hosts.{name}.gpucluster_profile: {prof!r} is not in all.vars.gpucluster_profiles")
+            continue
+        nodes.append(
+            NodeInfo(
+                name=str(name),
+                address=str(hv["ansible_host"]),
+                port=int(hv.get("ansible_port", 22)),
+                user=str(hv.get("ansible_user", "root")),
+                key_file=hv.get("ansible_ssh_private_key_file"),
+                groups=tuple(sorted(g for g, members in groups.items() if name in members)),
+                profile_name=prof,
+                profile=profiles[prof],
+                fabric_ip=hv.get("gpucluster_fabric_ip"),
+                fabric_interface=hv.get("gpucluster_fabric_interface"),
+                host_vars=dict(hv),
+            )
+        )
+    if problems:
+        raise InputError(problems, source=source)
+    return ClusterInventory(
+        path=source,
+        cluster_name=str(all_vars["gpucluster_cluster_name"]),
+        target=str(all_vars.get("gpucluster_target", "")),
+        fabric=dict(all_vars["gpucluster_fabric"]),
+        bom=dict(all_vars["gpucluster_bom"]),
+        nodes=tuple(nodes),
+        groups=groups,
+        all_vars=dict(all_vars),
+    )
+
+
+def load_inventory(path: str | Path) -> ClusterInventory:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot read inventory: {exc.strerror or exc}", source=str(p)) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"not YAML: {str(exc).splitlines()[0]}", source=str(p)) from exc
+    return parse_inventory(data, str(p))
+
+
+# --- expectations the spec implies -------------------------------------------------------
+
+
+def required_services(node: NodeInfo, inv: ClusterInventory) -> list[str]:
+    """systemd units the node's roles must leave running.
+
+    The common role: sshd and chrony (time) and nftables (firewall); monitoring:
+    prometheus-node-exporter; GPU nodes add the persistence daemon and, on NVSwitch
+    profiles, the fabric manager.
+    """
+    services = ["ssh", "chrony", "nftables", "prometheus-node-exporter"]
+    if "gpu" in node.groups and node.gpu_count > 0:
+        services.append("nvidia-persistenced")
+        if node.profile["gpu"].get("fabric_manager"):
+            services.append("nvidia-fabricmanager")
+    return services
+
+
+def nccl_conf_settings(node: NodeInfo, inv: ClusterInventory) -> dict[str, str]:
+    """The NCCL settings /etc/nccl.conf must hold for ``node``, rendered from the spec's fabric.
+
+    Socket traffic (bootstrap, and the data path on Ethernet) uses the fabric interface
+    unless the spec names one; InfiniBand/RoCE add the IB timeout, GID index and traffic class.
+    """
+    fabric = inv.fabric
+    ifname = fabric.get("socket_ifname") or node.fabric_interface
+    settings: dict[str, str] = {}
+    if ifname:
+        settings["NCCL_SOCKET_IFNAME"] = str(ifname)
+    if fabric.get("type") in ("infiniband", "roce"):
+        settings["NCCL_IB_TIMEOUT"] = str(fabric.get("ib_timeout", 20))
+        if fabric.get("gid_index") is not None:
+            settings["NCCL_IB_GID_INDEX"] = str(fabric["gid_index"])
+        qos = fabric.get("roce_qos")
+        if fabric.get("type") == "roce" and qos:
+            settings["NCCL_IB_TC"] = str(qos.get("traffic_class", 106))
+    else:
+        settings["NCCL_IB_DISABLE"] = "1"
+    return settings
+
+
+def parse_conf_settings(text: str) -> dict[str, str]:
+    """KEY=VALUE lines of an nccl.conf, comments and blank lines ignored."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,120 @@
+"""Pair search: all-reduce between pairs of nodes, and naming the slow node.
+
+Pairs are neighbours on a ring (``(n0,n1), (n1,n2), ... (nk,n0)``), so every node is in two
+pairs and the pairs run in two or three rounds of disjoint pairs. A node that passes any pair
+is proven good. A node is named **slow** when none of its pairs passed and at least one of
+its failing pairs was with a proven-good node. A failing pair whose partner is named slow is
+the partner's fault. What is left is reported, never passed: ``undetermined`` (no pair of the
+node passed and no partner is proven good, e.g. every pair failed or only two nodes) and
+``suspect`` (a failing pair between two nodes that both pass elsewhere: the link between them,
+or a transient).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Pair = tuple[str, str]
+Status = Literal["ok", "slow", "undetermined", "suspect", "untested"]
+
+
+def ring_pairs(names: list[str]) -> list[Pair]:
+    if len(names) < 2:
+        return []
+    if len(names) == 2:
+        return [(names[0], names[1])]
+    return [(names[i], names[(i + 1) % len(names)]) for i in range(len(names))]
+
+
+def rounds(pairs: list[Pair]) -> list[list[Pair]]:
+    """Greedy rounds of disjoint pairs: a node is in one pair at a time."""
+    left = list(pairs)
+    out: list[list[Pair]] = []
+    while left:
+        busy: set[str] = set()
+        this: list[Pair] = []
+        for p in list(left):
+            if p[0] not in busy and p[1] not in busy:
+                this.append(p)
+                busy.update(p)
+                left.remove(p)
+        out.append(this)
+    return out
+
+
+@dataclass(frozen=True)
+class PairResult:
+    a: str
+    b: str
+    ok: bool
+    busbw_gbps: float | None
+    message: str = ""
+
+
+@dataclass
+class NodePairs:
+    node: str
+    status: Status
+    message: str
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class PairSearch:
+    slow: list[str]
+    nodes: dict[str, NodePairs]
+    results: list[PairResult]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slow": self.slow, "nodes": {k: asdict(v) for k, v in self.nodes.items()},
+                "results": [asdict(r) for r in self.results]}
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> PairSearch:
+        return PairSearch(slow=list(d["slow"]), nodes={k: NodePairs(**v) for k, v in d["nodes"].items()},
+                          results=[PairResult(**r) for r in d["results"]])
+
+
+def _fmt(bw: float | None) -> str:
+    return "n/a" if bw is None else f"{bw:.3f} GB/s"
+
+
+def find_slow(nodes: list[str], results: list[PairResult]) -> PairSearch:
+    mine: dict[str, list[PairResult]] = {n: [] for n in nodes}
+    for r in results:
+        mine.setdefault(r.a, []).append(r)
+        mine.setdefault(r.b, []).append(r)
+
+    def partner(r: PairResult, n: str) -> str:
+        return r.b if r.a == n else r.a
+
+    good = {n for r in results if r.ok for n in (r.a, r.b)}
+    slow = sorted(
+        n for n, rs in mine.items()
+        if rs and not any(r.ok for r in rs) and any(partner(r, n) in good for r in rs if not r.ok)
+    )
+    out: dict[str, NodePairs] = {}
+    for n in nodes:
+        rs = mine.get(n, [])
+        figures = [{"peer": partner(r, n), "ok": r.ok, "busbw_gbps": r.busbw_gbps, "message": r.message} for r in rs]
+        failing = [r for r in rs if not r.ok]
+        if not rs:
+            out[n] = NodePairs(n, "untested", "in no pair (fewer than two nodes)", figures)
+        elif n in slow:
+            proof = ", ".join(f"{partner(r, n)} {_fmt(r.busbw_gbps)}" for r in failing)
+            out[n] = NodePairs(n, "slow", f"slow node: every pair under the floor ({proof}) while its peers "
+                               "pass with other nodes", figures)
+        elif not failing:
+            out[n] = NodePairs(n, "ok", "every pair reached the floor", figures)
+        elif all(partner(r, n) in slow for r in failing):
+            names = ", ".join(sorted({partner(r, n) for r in failing}))
+            out[n] = NodePairs(n, "ok", f"pairs under the floor only with the slow node(s) {names}", figures)
+        elif n not in good:
+            out[n] = NodePairs(n, "undetermined", "no pair of this node reached the floor and no peer is proven "
+                               "good: cannot single out a node", figures)
+        else:
+            bad = ", ".join(f"{partner(r, n)} {_fmt(r.busbw_gbps)}" for r in failing if partner(r, n) not in slow)
+            out[n] = NodePairs(n, "suspect", f"pair(s) under the floor with {bad}, though both sides pass with "
+                               "other nodes: the link between them, or a transient", figures)
+    return PairSearch(slow=slow, nodes=out, results=list(results))

@@ -1,0 +1,87 @@
+"""Per-check results and the per-node verdict built from them.
+
+A node passes when none of its checks failed or errored; skipped checks (absent hardware,
+a tool the profile does not need) are listed with their reasons and never count as passes.
+A node with no check run at all is not a pass either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Outcome = Literal["passed", "failed", "skipped", "error"]
+OUTCOMES: tuple[Outcome, ...] = ("passed", "failed", "skipped", "error")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    node: str
+    check_id: str
+    outcome: Outcome
+    message: str = ""
+    figures: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+    test: str = ""
+    param: str | None = None  # e.g. the service name for a per-service check
+
+    @property
+    def label(self) -> str:
+        return f"{self.check_id}[{self.param}]" if self.param else self.check_id
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> CheckResult:
+        outcome = d["outcome"]
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}")
+        return CheckResult(
+            node=str(d["node"]), check_id=str(d["check_id"]), outcome=outcome, message=str(d.get("message", "")),
+            figures=dict(d.get("figures") or {}), duration_s=float(d.get("duration_s", 0.0)),
+            test=str(d.get("test", "")), param=d.get("param"),
+        )
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    node: str
+    verdict: Literal["pass", "fail"]
+    passed: tuple[CheckResult, ...]
+    failed: tuple[CheckResult, ...]  # failed and errored checks
+    skipped: tuple[CheckResult, ...]
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "passed": [r.label for r in self.passed],
+            "failed": [{"check": r.label, "message": r.message, "figures": r.figures} for r in self.failed],
+            "skipped": [{"check": r.label, "reason": r.message} for r in self.skipped],
+        }
+
+
+def node_verdicts(results: list[CheckResult], nodes: list[str]) -> list[NodeVerdict]:
+    """One verdict per node in ``nodes`` order (nodes with no results fail: nothing was checked)."""
+    by_node: dict[str, list[CheckResult]] = {n: [] for n in nodes}
+    for r in results:
+        by_node.setdefault(r.node, []).append(r)
+    out: list[NodeVerdict] = []
+    for name, rs in by_node.items():
+        passed = tuple(r for r in rs if r.outcome == "passed")
+        failed = tuple(r for r in rs if r.outcome in ("failed", "error"))
+        skipped = tuple(r for r in rs if r.outcome == "skipped")
+        if failed:
+            out.append(NodeVerdict(name, "fail", passed, failed, skipped, f"{len(failed)} check(s) failed"))
+        elif not passed:
+            out.append(NodeVerdict(name, "fail", passed, failed, skipped, "no check passed (nothing was verified)"))
+        else:
+            out.append(NodeVerdict(name, "pass", passed, failed, skipped))
+    return out
+
+
+def exit_code(verdicts: list[NodeVerdict]) -> int:
+    return 0 if verdicts and all(v.verdict == "pass" for v in verdicts) else 1

@@ -1,0 +1,146 @@
+"""Bridges on the host, one network namespace per node, veth pairs between them.
+
+Management: ``eth0`` in the node, its host end on the management bridge (the host and the
+apt proxy hold the subnet's first address). Fabric: ``eth1``, on the fabric bridge, with
+the spec's MTU end to end. Nothing is routed or NATed: nodes reach only each other and
+the proxy, which is the only thing that talks to the Debian mirror.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+from typing import Any
+
+from gpucluster.lab.host import run
+from gpucluster.lab.plan import FABRIC_INTERFACE, MANAGEMENT_INTERFACE, LabPlan, NodePlan
+
+NETNS_DIR = Path("/run/netns")
+
+
+def link_exists(name: str, netns: str | None = None) -> bool:
+    prefix = ["ip", "-n", netns] if netns else ["ip"]
+    return run([*prefix, "link", "show", "dev", name], "ip link", check=False).returncode == 0
+
+
+def _addresses(name: str, netns: str | None = None) -> list[str]:
+    prefix = ["ip", "-n", netns] if netns else ["ip"]
+    proc = run([*prefix, "-j", "addr", "show", "dev", name], "ip addr", check=False)
+    if proc.returncode != 0:
+        return []
+    out: list[str] = []
+    for link in json.loads(proc.stdout or "[]"):
+        for info in link.get("addr_info", []):
+            if info.get("family") == "inet":
+                out.append(f"{info['local']}/{info['prefixlen']}")
+    return out
+
+
+def _link(name: str, netns: str | None = None) -> dict[str, Any]:
+    prefix = ["ip", "-n", netns] if netns else ["ip"]
+    proc = run([*prefix, "-j", "link", "show", "dev", name], "ip link", check=False)
+    if proc.returncode != 0:
+        return {}
+    links: list[dict[str, Any]] = json.loads(proc.stdout or "[]")
+    return links[0] if links else {}
+
+
+def host_routes() -> list[dict[str, Any]]:
+    routes: list[dict[str, Any]] = json.loads(run(["ip", "-j", "-4", "route", "show", "table", "all"],
+                                                  "ip route").stdout or "[]")
+    return routes
+
+
+def _with_prefix(ip: str, cidr: str) -> str:
+    return f"{ip}/{ipaddress.IPv4Network(cidr).prefixlen}"
+
+
+def ensure_bridge(name: str, address: str, mtu: int) -> bool:
+    """Create the bridge with the host's address on it; return whether anything changed."""
+    link = _link(name)
+    if link and link.get("mtu") == mtu and address in _addresses(name) and "UP" in link.get("flags", []):
+        return False
+    if not link:
+        run(["ip", "link", "add", name, "type", "bridge", "stp_state", "0"], f"bridge {name}")
+    run(["ip", "link", "set", name, "mtu", str(mtu)], f"bridge {name}")
+    if address not in _addresses(name):
+        run(["ip", "addr", "add", address, "dev", name], f"bridge {name}")
+    run(["ip", "link", "set", name, "up"], f"bridge {name}")
+    return True
+
+
+def ensure_bridges(plan: LabPlan) -> bool:
+    # The management bridge keeps the default MTU: the fabric is where jumbo frames are tested.
+    a = ensure_bridge(plan.management_bridge, _with_prefix(plan.management_host_ip, plan.management_cidr), 1500)
+    b = ensure_bridge(plan.fabric_bridge, _with_prefix(plan.fabric_host_ip, plan.fabric_cidr), plan.mtu)
+    return a or b
+
+
+def delete_link(name: str) -> bool:
+    if not link_exists(name):
+        return False
+    run(["ip", "link", "delete", name], f"delete {name}")
+    return True
+
+
+def netns_exists(name: str) -> bool:
+    return (NETNS_DIR / name).exists()
+
+
+def delete_netns(name: str) -> bool:
+    if not netns_exists(name):
+        return False
+    run(["ip", "netns", "delete", name], f"delete network namespace {name}")
+    return True
+
+
+def node_links_ok(plan: LabPlan, node: NodePlan) -> bool:
+    if not netns_exists(node.netns):
+        return False
+    want = {
+        MANAGEMENT_INTERFACE: (_with_prefix(node.management_ip, plan.management_cidr), 1500, node.veth_management),
+        FABRIC_INTERFACE: (_with_prefix(node.fabric_ip, plan.fabric_cidr), plan.mtu, node.veth_fabric),
+    }
+    for ifname, (address, mtu, host_end) in want.items():
+        inner = _link(ifname, node.netns)
+        outer = _link(host_end)
+        if not inner or not outer or inner.get("mtu") != mtu or outer.get("mtu") != mtu:
+            return False
+        if address not in _addresses(ifname, node.netns) or "UP" not in inner.get("flags", []):
+            return False
+        if outer.get("master") not in (plan.management_bridge, plan.fabric_bridge):
+            return False
+    return True
+
+
+def ensure_node_links(plan: LabPlan, node: NodePlan) -> bool:
+    """The node's namespace with eth0 and eth1 addressed and bridged; return whether it changed."""
+    if node_links_ok(plan, node):
+        return False
+    if not netns_exists(node.netns):
+        run(["ip", "netns", "add", node.netns], f"{node.name}: network namespace")
+    ns = ["ip", "-n", node.netns]
+    run([*ns, "link", "set", "lo", "up"], f"{node.name}: loopback")
+    pairs = (
+        (node.veth_management, MANAGEMENT_INTERFACE, plan.management_bridge, 1500,
+         _with_prefix(node.management_ip, plan.management_cidr)),
+        (node.veth_fabric, FABRIC_INTERFACE, plan.fabric_bridge, plan.mtu,
+         _with_prefix(node.fabric_ip, plan.fabric_cidr)),
+    )
+    for host_end, inner, bridge, mtu, address in pairs:
+        # Start each pair afresh: a half-made one (after Ctrl-C) is simpler to replace than to mend.
+        delete_link(host_end)
+        run([*ns, "link", "delete", inner], f"{node.name}: {inner}", check=False)
+        run(["ip", "link", "add", host_end, "mtu", str(mtu), "type", "veth", "peer", "name", inner,
+             "mtu", str(mtu), "netns", node.netns], f"{node.name}: veth {inner}")
+        run(["ip", "link", "set", host_end, "master", bridge, "up"], f"{node.name}: veth {inner}")
+        run([*ns, "addr", "add", address, "dev", inner], f"{node.name}: address on {inner}")
+        run([*ns, "link", "set", inner, "up"], f"{node.name}: {inner} up")
+    return True
+
+
+def delete_node_links(node: NodePlan) -> bool:
+    changed = delete_link(node.veth_management)
+    changed = delete_link(node.veth_fabric) or changed
+    return delete_netns(node.netns) or changed

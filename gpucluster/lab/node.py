@@ -1,0 +1,244 @@
+"""One lab node: an overlay on the cached base, its own files, data disks and the nspawn process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpucluster.lab import process
+from gpucluster.lab.host import LabError, run, which
+from gpucluster.lab.network import NETNS_DIR
+from gpucluster.lab.plan import LabPlan, NodePlan
+from gpucluster.lab.ssh import ssh_run
+
+EXECUTABLE = "systemd-nspawn"
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
+
+
+def root_dir(plan: LabPlan, node: NodePlan) -> Path:
+    return plan.node_dir(node.name) / "root"
+
+
+def boot_log(plan: LabPlan, node: NodePlan) -> Path:
+    return plan.node_dir(node.name) / "boot.log"
+
+
+def disk_files(plan: LabPlan, node: NodePlan) -> list[Path]:
+    return [plan.node_dir(node.name) / f"disk-{i}.img" for i in range(node.data_disks)]
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Mount points at or below ``path``, deepest first (the order to unmount them)."""
+    points = []
+    prefix = str(path)
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point == prefix or point.startswith(prefix + "/"):
+            points.append(point)
+    return sorted(points, key=len, reverse=True)
+
+
+def is_mounted(path: Path) -> bool:
+    return str(path) in mounts_under(path)
+
+
+def ensure_overlay(plan: LabPlan, node: NodePlan) -> bool:
+    root = root_dir(plan, node)
+    if is_mounted(root):
+        return False
+    base = plan.node_dir(node.name)
+    for sub in ("upper", "work", "root"):
+        (base / sub).mkdir(parents=True, exist_ok=True)
+    opts = f"lowerdir={plan.rootfs_dir},upperdir={base / 'upper'},workdir={base / 'work'}"
+    run(["mount", "-t", "overlay", "overlay", "-o", opts, str(root)], f"{node.name}: overlay mount")
+    return True
+
+
+def hosts_text(plan: LabPlan) -> str:
+    lines = ["# gpucluster lab: every node on the management and the fabric network.",
+             "127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback", ""]
+    lines += [f"{n.management_ip}\t{n.name}" for n in plan.nodes]
+    lines += [f"{n.fabric_ip}\t{n.name}-fabric" for n in plan.nodes]
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> bool:
+    try:
+        if path.read_text() == text and (path.stat().st_mode & 0o777) == mode:
+            return False
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():
+        path.unlink()
+    path.write_text(text)
+    os.chmod(path, mode)
+    return True
+
+
+def ensure_files(plan: LabPlan, node: NodePlan, authorized_key: str, disks: list[str]) -> tuple[bool, str]:
+    """Write the node's identity and configuration into its overlay; return (changed, host public key)."""
+    root = root_dir(plan, node)
+    changed = False
+    changed |= _write(root / "etc/hostname", node.name + "\n")
+    changed |= _write(root / "etc/hosts", hosts_text(plan))
+    machine_id = root / "etc/machine-id"
+    if not machine_id.read_text().strip():
+        changed |= _write(machine_id, uuid.uuid4().hex + "\n", 0o444)
+    ssh_dir = root / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    changed |= _write(ssh_dir / "authorized_keys", authorized_key + "\n", 0o600)
+    host_key = root / "etc/ssh/ssh_host_ed25519_key"
+    if not host_key.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{node.name}", "-f", str(host_key)],
+            f"{node.name}: ssh host key")
+        changed = True
+    apt_proxy = (f'// gpucluster lab: apt goes through the proxy on the management bridge.\n'
+                 f'Acquire::http::Proxy "{plan.proxy_url}";\n')
+    changed |= _write(root / "etc/apt/apt.conf.d/01gpucluster-proxy", apt_proxy)
+    # No DNS server is reachable from a node: names come from /etc/hosts, apt goes through the proxy.
+    changed |= _write(root / "etc/resolv.conf", "# gpucluster lab: no DNS; names are in /etc/hosts.\n")
+    changed |= _write(root / "etc/gpucluster/data-disks.json", json.dumps(disks) + "\n")
+    return changed, host_key.with_suffix(".pub").read_text().strip()
+
+
+def _loops_for(file: Path) -> list[str]:
+    out = run(["losetup", "-j", str(file)], "losetup", check=False).stdout
+    return [line.split(":", 1)[0] for line in out.splitlines() if line.strip()]
+
+
+def ensure_disks(plan: LabPlan, node: NodePlan) -> tuple[bool, list[str]]:
+    """Sparse files of the spec's size, each on a loop device; return (changed, devices)."""
+    changed = False
+    devices = []
+    for file in disk_files(plan, node):
+        size = node.data_disk_gb * 1024**3
+        if not file.exists():
+            file.parent.mkdir(parents=True, exist_ok=True)
+            with open(file, "wb") as fh:
+                fh.truncate(size)
+            changed = True
+        loops = _loops_for(file)
+        if not loops:
+            loops = [run(["losetup", "--find", "--show", str(file)], f"{node.name}: loop device").stdout.strip()]
+            changed = True
+        devices.append(loops[0])
+    return changed, devices
+
+
+def pids(plan: LabPlan, node: NodePlan) -> list[int]:
+    return process.find(EXECUTABLE, str(root_dir(plan, node)))
+
+
+def start(plan: LabPlan, node: NodePlan, disks: list[str]) -> int:
+    exe = which(EXECUTABLE)
+    if exe is None:
+        raise LabError("systemd-nspawn is not installed (Debian package systemd-container)")
+    # nsenter as well as --network-namespace-path: nspawn mounts the node's /sys while still in
+    # the namespace it started in, so without it /sys/class/net would list the host's links.
+    # (Not `ip netns exec`: it remounts /sys without the cgroup mounts nspawn needs.)
+    nsenter = which("nsenter") or "nsenter"
+    netns_path = NETNS_DIR / node.netns
+    cmd = [
+        nsenter, f"--net={netns_path}", "--",
+        exe, "--boot", f"--directory={root_dir(plan, node)}", f"--machine={node.name}",
+        f"--hostname={node.name}", f"--network-namespace-path={netns_path}",
+        "--register=no", "--keep-unit", "--resolv-conf=off", "--timezone=off", "--link-journal=no",
+        "--console=read-only",
+        # The node owns its network namespace, as a real node owns its NICs: with
+        # CAP_NET_ADMIN it loads its nftables firewall, sets MTUs and tc qdiscs itself.
+        "--capability=CAP_NET_ADMIN",
+        *[f"--bind={dev}" for dev in disks],
+    ]
+    log = boot_log(plan, node)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a") as fh:
+        fh.write(f"\n--- gpucluster lab: booting {node.name} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n")
+    return process.spawn(cmd, log)
+
+
+def log_tail(plan: LabPlan, node: NodePlan, lines: int = 15) -> str:
+    try:
+        text = boot_log(plan, node).read_text(errors="replace")
+    except OSError:
+        return "(no boot log)"
+    kept = [_ANSI.sub("", ln).rstrip() for ln in text.splitlines()]
+    kept = [ln for ln in kept if ln.strip()]
+    return "\n".join(kept[-lines:])
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ok: bool
+    system_state: str  # running, degraded, ... or why it is not up
+    failed_units: tuple[str, ...] = ()
+
+
+def probe(plan: LabPlan, node: NodePlan, *, timeout: float = 10) -> Readiness:
+    """Ask the node over SSH whether it booted: is-system-running plus any failed units."""
+    script = "systemctl is-system-running --wait; systemctl list-units --state=failed --plain --no-legend"
+    proc = ssh_run(plan, node, [script], timeout=timeout, connect_timeout=2)
+    if proc.returncode == 255:
+        return Readiness(False, "unreachable: " + (proc.stderr.strip().splitlines() or ["ssh failed"])[-1])
+    lines = proc.stdout.strip().splitlines()
+    state = lines[0].strip() if lines else "unknown"
+    failed = tuple(ln.split()[0] for ln in lines[1:] if ln.strip())
+    return Readiness(state in ("running", "degraded"), state, failed)
+
+
+def wait_ready(plan: LabPlan, node: NodePlan, deadline: float, cancel: threading.Event) -> Readiness:
+    last = Readiness(False, "not answering yet")
+    while not cancel.is_set():
+        if not pids(plan, node):
+            return Readiness(False, "its container exited during boot")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return Readiness(False, f"not up within {plan.boot_timeout_s} s ({last.system_state})")
+        last = probe(plan, node, timeout=max(1.0, remaining))
+        if last.ok:
+            return last
+        if last.system_state.startswith("unreachable"):
+            time.sleep(0.3)
+        else:
+            # systemd answered but not running/degraded (e.g. stopping, maintenance): that is final.
+            return last
+    return Readiness(False, "interrupted")
+
+
+def stop(plan: LabPlan, node: NodePlan) -> bool:
+    running = pids(plan, node)
+    if running:
+        # SIGTERM asks nspawn to power the container off cleanly.
+        process.stop(running, grace_s=20)
+    return bool(running)
+
+
+def teardown(plan: LabPlan, node: NodePlan) -> bool:
+    """Stop the node and remove its mounts and loop devices (its files go with the lab directory)."""
+    changed = stop(plan, node)
+    for point in mounts_under(plan.node_dir(node.name)):
+        if run(["umount", point], f"{node.name}: umount", check=False).returncode != 0:
+            run(["umount", "-l", point], f"{node.name}: umount {point}")
+        changed = True
+    for file in disk_files(plan, node):
+        for loop in _loops_for(file):
+            run(["losetup", "-d", loop], f"{node.name}: detach {loop}")
+            changed = True
+    return changed
+
+
+def loops_under(path: Path) -> list[str]:
+    """Loop devices backed by files below ``path`` (a safety net for down)."""
+    proc = run(["losetup", "-J", "-l"], "losetup", check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return []
+    devices = json.loads(proc.stdout).get("loopdevices", [])
+    prefix = str(path) + "/"
+    return [d["name"] for d in devices if str(d.get("back-file") or "").startswith(prefix)]
+

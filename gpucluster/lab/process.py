@@ -1,0 +1,90 @@
+"""Long-running lab processes (nspawn, apt-cacher-ng) without a service manager.
+
+This host's PID 1 may not be systemd, so the lab starts its daemons as background
+processes in their own session and finds them again by their command line (each carries
+a path unique to its lab and node), never by a remembered PID that may have been reused.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpucluster.lab.host import LabError
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[0]
+
+
+def alive(pid: int) -> bool:
+    return _state(pid) not in ("", "Z", "X")
+
+
+def find(executable: str, marker: str) -> list[int]:
+    """Live processes whose program is ``executable`` and whose arguments mention ``marker``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        argv = _cmdline(pid)
+        if argv and os.path.basename(argv[0]) == executable and any(marker in a for a in argv[1:]):
+            if alive(pid):
+                pids.append(pid)
+    return sorted(pids)
+
+
+def spawn(cmd: Sequence[str], log: Path) -> int:
+    """Start ``cmd`` detached (own session: Ctrl-C on the terminal does not reach it)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        try:
+            proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True, close_fds=True)
+        except OSError as exc:
+            raise LabError(f"cannot start {cmd[0]}: {exc}") from None
+    # Reap it when it exits while we still run, so a dead node is not left a zombie.
+    threading.Thread(target=proc.wait, daemon=True).start()
+    return proc.pid
+
+
+def stop(pids: Sequence[int], *, grace_s: float, sig: int = signal.SIGTERM) -> None:
+    """Signal, wait up to ``grace_s`` for them to go, then SIGKILL the rest."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    for pid in pids:
+        if alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.1)
+    left = [p for p in pids if alive(p)]
+    if left:
+        raise LabError(f"processes {left} did not exit after SIGKILL")

@@ -1,0 +1,114 @@
+"""`gpucluster verify`: the conformance suite against a cluster, hosts in parallel, one verdict per node.
+
+Runs pytest on ``tests/conformance`` (pytest-xdist, one worker per host up to ``workers``, a
+host's checks kept on one worker so its SSH connection is reused), which writes the run
+folder; this module reads the folder's JSON back for the verdict table and the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpucluster.conformance.nodes import ClusterInventory, load_inventory
+from gpucluster.conformance.reports import RESULTS_JSON, Report, verdict_table
+from gpucluster.errors import EXIT_BAD_INPUT, InputError
+
+SUITE = Path(__file__).resolve().parent.parent / "tests" / "conformance"
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    inventory: Path
+    run_dir: Path
+    burn: bool = True
+    burn_seconds: int = 60
+    limit: tuple[str, ...] = ()
+    workers: int = 8
+    quiet: bool = False
+
+
+def inventory_for_stack(stack: str | Path) -> Path:
+    """The inventory the lab (or `gpucluster inventory`) wrote for a stack file."""
+    from gpucluster.spec import load_spec
+    from gpucluster.spec.models import LabTarget
+
+    cluster = load_spec(stack)
+    target = cluster.spec.target
+    if not isinstance(target, LabTarget):
+        raise InputError(f"target {target.kind!r}: --stack finds only lab inventories; pass --inventory FILE "
+                         "(written by `gpucluster inventory`)", source=str(stack))
+    path = Path(target.state_dir) / cluster.name / "inventory.yml"
+    if not path.exists():
+        raise InputError(f"no lab inventory at {path}: is the lab up? (`gpucluster lab up --stack {stack}`)",
+                         source=str(stack))
+    return path
+
+
+def default_run_dir() -> Path:
+    return Path("runs") / f"verify-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+
+
+def pytest_argv(opts: VerifyOptions, inv: ClusterInventory) -> list[str]:
+    hosts = len(inv.nodes) if not opts.limit else len(opts.limit)
+    argv = [sys.executable, "-m", "pytest", str(SUITE), "--inventory", str(opts.inventory),
+            "--run-dir", str(opts.run_dir), "-p", "no:cacheprovider", "-q", "--no-header",
+            "--rootdir", str(SUITE.parent.parent), "--burn-seconds", str(opts.burn_seconds)]
+    workers = max(1, min(opts.workers, hosts))
+    if workers > 1:
+        argv += ["-n", str(workers), "--dist", "loadgroup"]
+    if not opts.burn:
+        argv.append("--no-burn")
+    if opts.limit:
+        argv += ["--limit", ",".join(opts.limit)]
+    return argv
+
+
+def run(opts: VerifyOptions) -> Report:
+    """Run the suite; raise InputError when it could not run (bad inventory, no results)."""
+    if not SUITE.is_dir():
+        raise InputError(f"the conformance suite is not at {SUITE} (run from a source checkout)")
+    inv = load_inventory(opts.inventory)
+    if opts.limit:
+        inv = inv.limited(list(opts.limit))
+    opts.run_dir.mkdir(parents=True, exist_ok=True)
+    results = opts.run_dir / RESULTS_JSON
+    if results.exists():
+        results.unlink()
+    log_path = opts.run_dir / "pytest.log"
+    env = dict(os.environ, GPUCLUSTER_RUN_DIR=str(opts.run_dir.resolve()), PYTHONUNBUFFERED="1")
+    started = time.perf_counter()
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(pytest_argv(opts, inv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env, cwd=str(SUITE.parent.parent))
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            if not opts.quiet:
+                sys.stderr.write(line)
+        rc = proc.wait()
+    if rc in (3, 4) or not results.exists():
+        tail = log_path.read_text(encoding="utf-8").strip().splitlines()[-1:] or ["(no output)"]
+        raise InputError(f"the conformance suite did not run (pytest exit {rc}): {tail[0][:300]}; "
+                         f"log: {log_path}")
+    report = Report.from_json(json.loads(results.read_text(encoding="utf-8")))
+    report.meta["verify_wall_s"] = round(time.perf_counter() - started, 2)
+    return report
+
+
+def table(report: Report) -> str:
+    rows = verdict_table(report)
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    out = []
+    for r in rows:
+        out.append("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+    return "\n".join(out)
+
+
+__all__ = ["EXIT_BAD_INPUT", "VerifyOptions", "default_run_dir", "inventory_for_stack", "run", "table"]

@@ -1,0 +1,77 @@
+"""All-reduce bus bandwidth (GC-AR): intra-node, inter-node (ring), and node pairs."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpucluster.conformance import nccl_tests
+from gpucluster.conformance.bandwidth import AllReduceRun, judge
+from gpucluster.conformance.pairs import PairSearch
+
+pytestmark = pytest.mark.gpu
+
+
+def _series(run: AllReduceRun) -> dict:
+    return {"label": run.label, "points": [[p.size_bytes, p.busbw_gbps] for p in run.points]}
+
+
+@pytest.mark.check("GC-AR-001")
+def test_allreduce_intra(node):
+    """The all-reduce bus bandwidth across all GPUs of the node MUST reach the profile's intra-node floor at large message sizes, with no wrong results."""  # noqa: E501
+    node.require_gpus()
+    floor = node.info.floor("allreduce_intra_busbw_gbps")
+    if floor is None:
+        pytest.skip(f"profile {node.info.profile_name} sets no intra-node all-reduce floor")
+    if node.run(f"test -x {nccl_tests.binary()}").rc != 0:
+        pytest.fail(f"nccl-tests is not installed ({nccl_tests.binary()} missing)")
+    large = int(node.info.floor("large_message_bytes"))
+    run, _ = nccl_tests.run_intra(node.remote(), node.info.gpu_count, 2 * large)
+    v = judge(run, float(floor), large)
+    node.figure("busbw_gbps", v.busbw_gbps)
+    node.figure("floor_gbps", v.floor_gbps)
+    node.figure("series", [_series(run)])
+    assert v.ok, v.message
+
+
+@pytest.mark.check("GC-AR-002")
+def test_allreduce_inter(node, fabric):
+    """The ring all-reduce bus bandwidth across all nodes MUST reach the profile's inter-node floor at large message sizes, with no wrong results."""  # noqa: E501
+    floor = node.info.floor("allreduce_inter_busbw_gbps")
+    if floor is None:
+        pytest.skip(f"profile {node.info.profile_name} sets no inter-node all-reduce floor")
+    data = fabric.inter_node()
+    if "skip" in data:
+        pytest.skip(data["skip"])
+    run = AllReduceRun.from_json(data["run"])
+    v = judge(run, float(floor), int(data["large_bytes"]))
+    node.figure("engine", run.engine)
+    node.figure("ranks", run.ranks)
+    node.figure("busbw_gbps", v.busbw_gbps)
+    node.figure("floor_gbps", v.floor_gbps)
+    node.figure("series", [_series(run)])
+    if not v.ok:
+        search = fabric.pair_search()
+        slow = PairSearch.from_json(search["search"]).slow if "search" in search else []
+        if slow and node.name not in slow:
+            pytest.skip(f"{v.message}; attributed to the slow node(s) {', '.join(slow)} named by the pair search")
+    assert v.ok, v.message
+
+
+@pytest.mark.check("GC-AR-003")
+def test_allreduce_pairs(node, fabric):
+    """The node MUST NOT be the one its pair all-reduce results name slow: every pair it is in reaches the inter-node floor, or the shortfall is another node's."""  # noqa: E501
+    if node.info.floor("allreduce_inter_busbw_gbps") is None:
+        pytest.skip(f"profile {node.info.profile_name} sets no inter-node all-reduce floor")
+    data = fabric.pair_search()
+    if "skip" in data:
+        pytest.skip(data["skip"])
+    search = PairSearch.from_json(data["search"])
+    mine = search.nodes[node.name]
+    node.figure("pair_status", mine.status)
+    for p in mine.pairs:
+        node.figure(f"pair_busbw_gbps_{p['peer']}", p["busbw_gbps"])
+    node.figure("series", [{"label": r["label"], "points": [[q["size_bytes"], q["busbw_gbps"]] for q in r["points"]]}
+                           for r in data["runs"] if node.name in r["nodes"]])
+    if mine.status == "untested":
+        pytest.skip(mine.message)
+    assert mine.status == "ok", mine.message

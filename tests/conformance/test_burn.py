@@ -1,0 +1,68 @@
+"""GPU burn (GC-BURN): gpu-burn where installed, and the project's PyTorch burn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpucluster.conformance import burn_torch, gpu_burn
+from gpucluster.conformance.gpu_checks import burn_problems, gpu_burn_rows
+
+pytestmark = pytest.mark.gpu
+TORCH_SCRIPT = "/var/tmp/gpucluster-burn-torch.py"
+
+
+@pytest.mark.check("GC-BURN-001")
+def test_gpu_burn(node, burn_options):
+    """Every GPU under a sustained matrix-product load MUST produce zero wrong results and reach the profile's TFLOP/s floor for each tested precision."""  # noqa: E501
+    node.require_gpus()
+    enabled, seconds = burn_options
+    if not enabled:
+        pytest.skip("burn switched off (--no-burn)")
+    floors = node.profile["floors"].get("burn_tflops") or {}
+    remote = node.remote()
+    xid_before = gpu_burn.xid_count(remote)
+    rows: list[dict] = []
+    problems: list[str] = []
+    engines = []
+    if node.run(f"test -x {gpu_burn.DEFAULT_DIR}/gpu_burn").rc == 0:
+        engines.append("gpu-burn")
+        parsed, tel, _ = gpu_burn.run_gpu_burn(remote, seconds)
+        r, p = gpu_burn_rows(parsed)
+        rows += [dict(x, engine="gpu-burn") for x in r]
+        problems += p
+        node.figure("gpu_burn_max_temp_c", max(tel.max_temp_c.values(), default=None))
+        problems += [f"GPU {i} throttled: {', '.join(t)}" for i, t in tel.throttle.items() if t]
+    if node.run("python3 -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)'").rc == 0:
+        engines.append("burn_torch")
+        src = Path(burn_torch.__file__).read_text(encoding="utf-8")
+        assert remote.run(f"cat > {TORCH_SCRIPT}", stdin=src, timeout=30).ok, f"cannot write {TORCH_SCRIPT}"
+        res = remote.run(f"{gpu_burn.sampler_command(seconds * 3)} python3 {TORCH_SCRIPT} --seconds {seconds} "
+                         "--peak-seconds 5", timeout=seconds * 3 + 300)
+        last = res.stdout.strip().splitlines()[-1:] or ["{}"]
+        try:
+            out = json.loads(last[0])
+        except json.JSONDecodeError:
+            out = {"status": "unreadable", "results": []}
+        if out.get("status") not in ("ok", "failed"):
+            problems.append(f"burn_torch: {out.get('status')} {out.get('reason', '')} {res.stderr.strip()[-200:]}")
+        rows += [dict(x, engine="burn_torch") for x in out.get("results", [])]
+        tel = gpu_burn.parse_samples(remote.run(f"cat {gpu_burn.SAMPLES_PATH}").stdout)
+        node.figure("burn_torch_max_temp_c", max(tel.max_temp_c.values(), default=None))
+        problems += [f"GPU {i} throttled: {', '.join(t)}" for i, t in tel.throttle.items() if t]
+    if not engines:
+        pytest.fail(f"no burn engine on the node: neither {gpu_burn.DEFAULT_DIR}/gpu_burn nor PyTorch with CUDA")
+    xid_after = gpu_burn.xid_count(remote)
+    if xid_before is not None and xid_after is not None and xid_after > xid_before:
+        problems.append(f"{xid_after - xid_before} Xid error(s) during the burn")
+    node.figure("engines", ",".join(engines))
+    for r in rows:
+        if r.get("tflops") is not None:
+            node.figure(f"tflops_{r['engine']}_{r['device']}_{r['precision']}", round(r["tflops"], 2))
+        if r.get("matmul_peak_tflops") is not None:
+            node.figure(f"matmul_peak_tflops_{r['device']}_{r['precision']}", round(r["matmul_peak_tflops"], 2))
+    problems += burn_problems(rows, floors)
+    assert rows, "the burn produced no per-GPU results"
+    assert not problems, "; ".join(problems)

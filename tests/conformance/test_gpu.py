@@ -1,0 +1,147 @@
+"""GPUs and the NVIDIA stack (GC-GPU): expected values from the node's hardware profile and the BOM."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpucluster.conformance.gpu_checks import ecc_problems, nvlink_problems
+from gpucluster.parsers import parse
+
+pytestmark = pytest.mark.gpu
+
+
+def _query(node):
+    res = node.run("nvidia-smi -q 2>&1")
+    assert res.rc == 0, f"nvidia-smi -q failed (rc {res.rc}): {res.stdout.strip()[:200]}"
+    return parse("nvidia-smi", res.stdout)
+
+
+def _expected_driver(node):
+    pins = node.bom["nvidia_driver"]
+    method = node.info.host_vars.get("nvidia_driver_install_method")
+    return pins["debian_version"] if method == "distro" else pins["version"]
+
+
+@pytest.mark.check("GC-GPU-001")
+def test_driver_version(node):
+    """The NVIDIA kernel driver MUST be loaded and its version MUST equal the BOM's pin."""
+    node.require_gpus()
+    res = node.run("cat /proc/driver/nvidia/version 2>&1")
+    assert res.rc == 0, "the NVIDIA kernel driver is not loaded (/proc/driver/nvidia/version missing)"
+    m = re.search(r"Kernel Module(?: for [\w]+)?\s+(\d+\.\d+(?:\.\d+)?)", res.stdout)
+    version = m.group(1) if m else None
+    node.figure("driver_version", version)
+    assert version == _expected_driver(node), f"driver {version}, pinned {_expected_driver(node)}"
+
+
+@pytest.mark.check("GC-GPU-002")
+def test_gpu_count(node):
+    """The node MUST show exactly the number of GPUs its hardware profile lists."""
+    node.require_gpus()
+    gpus = _query(node)["gpus"]
+    node.figure("gpus", len(gpus))
+    assert len(gpus) == node.info.gpu_count, f"{len(gpus)} GPUs, profile lists {node.info.gpu_count}"
+
+
+@pytest.mark.check("GC-GPU-003")
+def test_gpu_model(node):
+    """Every GPU MUST be the model the hardware profile names."""
+    node.require_gpus()
+    want = node.profile["gpu"]["model"]
+    wrong = [f"GPU {g['index']}: {g.get('product_name')}" for g in _query(node)["gpus"]
+             if g.get("product_name") != want]
+    assert not wrong, f"not {want}: " + "; ".join(wrong)
+
+
+@pytest.mark.check("GC-GPU-004")
+def test_gpu_memory(node):
+    """Every GPU MUST have the total memory the hardware profile lists (MiB)."""
+    node.require_gpus()
+    want = node.profile["gpu"]["memory_mib"]
+    wrong = [f"GPU {g['index']}: {g.get('memory_total_mib')} MiB" for g in _query(node)["gpus"]
+             if g.get("memory_total_mib") != want]
+    assert not wrong, f"not {want} MiB: " + "; ".join(wrong)
+
+
+@pytest.mark.check("GC-GPU-005")
+def test_persistence_mode(node):
+    """Persistence mode MUST be enabled on every GPU."""
+    node.require_gpus()
+    off = [str(g["index"]) for g in _query(node)["gpus"] if g.get("persistence_mode") != "Enabled"]
+    assert not off, f"persistence mode off on GPU(s) {', '.join(off)}"
+
+
+@pytest.mark.check("GC-GPU-006")
+def test_ecc_health(node):
+    """ECC MUST be enabled on every GPU, with no uncorrectable errors, no pending row remaps and no pending retired pages."""  # noqa: E501
+    node.require_gpus()
+    problems = ecc_problems(_query(node)["gpus"])
+    assert not problems, "; ".join(problems)
+
+
+@pytest.mark.check("GC-GPU-007")
+def test_no_xid(node):
+    """The kernel log since boot MUST contain no NVIDIA Xid errors."""
+    node.require_gpus()
+    res = node.run("journalctl -k -b --no-pager 2>/dev/null | grep 'NVRM: Xid' | tail -5")
+    lines = [x for x in res.stdout.splitlines() if x.strip()]
+    node.figure("xid_lines", len(lines))
+    assert not lines, f"Xid errors since boot, last: {lines[-1][:200] if lines else ''}"
+
+
+@pytest.mark.check("GC-GPU-008")
+def test_nvlinks_up(node):
+    """On NVSwitch profiles every GPU MUST show all its NVLinks up."""
+    node.require_gpus()
+    if not node.profile["gpu"].get("nvswitch"):
+        pytest.skip(f"profile {node.info.profile_name} has no NVSwitch")
+    res = node.run("nvidia-smi nvlink -s 2>&1")
+    assert res.rc == 0, f"nvidia-smi nvlink -s failed: {res.stdout.strip()[:200]}"
+    problems = nvlink_problems(parse("nvidia-smi", res.stdout)["gpus"], int(node.profile["gpu"]["nvlinks_per_gpu"]))
+    assert not problems, "; ".join(problems)
+
+
+@pytest.mark.check("GC-GPU-009")
+def test_fabric_manager(node):
+    """nvidia-fabricmanager MUST be running where the hardware profile needs it."""
+    node.require_gpus()
+    if not node.profile["gpu"].get("fabric_manager"):
+        pytest.skip(f"profile {node.info.profile_name} needs no fabric manager")
+    assert node.host.service("nvidia-fabricmanager").is_running, "nvidia-fabricmanager is not running"
+
+
+@pytest.mark.check("GC-GPU-010")
+def test_cuda_version(node):
+    """The installed CUDA toolkit version MUST equal the BOM's pin."""
+    node.require_gpus()
+    want = node.bom["cuda"]["version"]
+    mm = ".".join(want.split(".")[:2])
+    res = node.run(f"cat /usr/local/cuda-{mm}/version.json 2>/dev/null || cat /usr/local/cuda/version.json 2>&1")
+    m = re.search(r'"cuda"\s*:\s*\{[^}]*"version"\s*:\s*"([\d.]+)"', res.stdout)
+    version = m.group(1) if m else None
+    node.figure("cuda_version", version)
+    assert version == want, f"CUDA toolkit {version or 'not found'}, pinned {want}"
+
+
+@pytest.mark.check("GC-GPU-011")
+def test_nccl_version(node):
+    """The installed NCCL (libnccl2) version MUST equal the BOM's pin."""
+    node.require_gpus()
+    want = node.bom["nccl"]["version"]
+    res = node.run("dpkg-query -W -f='${Version}' libnccl2 2>&1")
+    version = res.stdout.split("-")[0] if res.rc == 0 else None
+    node.figure("nccl_version", version)
+    assert version == want, f"libnccl2 {version or 'not installed'}, pinned {want}"
+
+
+@pytest.mark.check("GC-GPU-012")
+def test_container_runtime_sees_gpus(node):
+    """The NVIDIA container toolkit MUST see every GPU of the node."""
+    node.require_gpus()
+    res = node.run("nvidia-container-cli info 2>&1")
+    assert res.rc == 0, f"nvidia-container-cli info failed: {res.stdout.strip()[:200]}"
+    seen = len(re.findall(r"^Device Index:", res.stdout, re.M))
+    node.figure("gpus_seen", seen)
+    assert seen == node.info.gpu_count, f"the container runtime sees {seen} GPUs of {node.info.gpu_count}"

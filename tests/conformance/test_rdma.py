@@ -1,0 +1,26 @@
+"""RDMA write bandwidth between node pairs, per HCA (GC-RDMA)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpucluster.conformance.pairs import PairSearch
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.check("GC-RDMA-001")
+def test_ib_write_bw(node, fabric):
+    """ib_write_bw between this node and a peer MUST reach the profile's floor on every HCA."""
+    node.require_hcas()
+    if node.info.floor("ib_write_bw_gbps") is None:
+        pytest.skip(f"profile {node.info.profile_name} sets no ib_write_bw floor")
+    data = fabric.rdma()
+    if "skip" in data:
+        pytest.skip(data["skip"])
+    mine = PairSearch.from_json(data["search"]).nodes[node.name]
+    for p in mine.pairs:
+        node.figure(f"min_hca_gbps_{p['peer']}", p["busbw_gbps"])
+    if mine.status == "untested":
+        pytest.skip(mine.message)
+    assert mine.status == "ok", mine.message + "; " + "; ".join(p["message"] for p in mine.pairs if not p["ok"])

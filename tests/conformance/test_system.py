@@ -1,0 +1,74 @@
+"""Time, firewall, required services, node_exporter (GC-SYS)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gpucluster.conformance.nodes import required_services
+
+# Every service any node may need; each node checks those its groups and profile require.
+ALL_SERVICES = ("ssh", "chrony", "nftables", "prometheus-node-exporter", "nvidia-persistenced",
+                "nvidia-fabricmanager")
+
+
+@pytest.mark.check("GC-SYS-001")
+def test_time_in_sync(node):
+    """The system clock MUST be synchronised by chrony (leap status Normal, offset under 100 ms)."""
+    res = node.run("chronyc -n tracking 2>&1")
+    if res.rc != 0:
+        virt = node.in_container()
+        unit = node.run("systemctl show -p ConditionResult --value chrony").stdout.strip()
+        if virt and unit == "no":
+            pytest.skip(f"node is a {virt} container without CAP_SYS_TIME: its clock is the host's "
+                        "(chrony's unit condition is not met)")
+        pytest.fail(f"chronyc tracking failed (rc {res.rc}): {res.stdout.strip()[:200]}")
+    leap = re.search(r"Leap status\s*:\s*(.+)", res.stdout)
+    offset = re.search(r"System time\s*:\s*([\d.]+) seconds (fast|slow)", res.stdout)
+    node.figure("leap_status", leap.group(1).strip() if leap else None)
+    assert leap and leap.group(1).strip() == "Normal", f"chrony leap status: {leap.group(1) if leap else 'missing'}"
+    assert offset, "chronyc tracking shows no system time offset"
+    off = float(offset.group(1))
+    node.figure("offset_s", off)
+    assert off < 0.1, f"clock offset {off} s is over 100 ms"
+
+
+@pytest.mark.check("GC-SYS-002")
+def test_firewall_active(node):
+    """An nftables ruleset MUST be loaded with an input chain that drops by default."""
+    node.figure("nftables_service", node.run("systemctl is-active nftables").stdout.strip())
+    ruleset = node.run("nft list ruleset 2>&1").stdout
+    chain = re.search(r"type filter hook input priority [^;]+; policy (\w+);", ruleset)
+    assert chain, "no input filter chain in the nftables ruleset"
+    assert chain.group(1) == "drop", f"input chain policy is {chain.group(1)}, not drop"
+
+
+@pytest.mark.check("GC-SYS-003")
+@pytest.mark.parametrize("service", ALL_SERVICES)
+def test_required_service(node, service):
+    """Every service the node's roles require MUST be active."""
+    if service not in required_services(node.info, node.inv):
+        pytest.skip(f"{service} is not required on {node.name} (groups {', '.join(node.info.groups)}, "
+                    f"profile {node.info.profile_name})")
+    state = node.run(f"systemctl is-active {service} 2>&1").stdout.strip()
+    if state != "active":
+        virt = node.in_container()
+        cond = node.run(f"systemctl show -p ConditionResult --value {service}").stdout.strip()
+        if virt and cond == "no":
+            pytest.skip(f"systemd does not start {service} in a {virt} container (its unit condition is not met)")
+    node.figure("state", state)
+    assert state == "active", f"{service} is {state or 'unknown'}"
+
+
+@pytest.mark.check("GC-SYS-004")
+def test_node_exporter_serving(node):
+    """node_exporter MUST answer on port 9100 with its metrics, textfile collector included."""
+    res = node.run("python3 -c \"import urllib.request as u; "
+                   "print(u.urlopen('http://127.0.0.1:9100/metrics', timeout=5).read().decode())\" 2>&1")
+    if res.rc != 0:  # the monitoring role may bind node_exporter to the management address only
+        res = node.run("python3 -c \"import urllib.request as u; "
+                       f"print(u.urlopen('http://{node.info.address}:9100/metrics', timeout=5).read().decode())\" 2>&1")
+    assert res.rc == 0, f"nothing answers on 127.0.0.1:9100: {res.stdout.strip().splitlines()[-1:]}"
+    assert "node_exporter_build_info" in res.stdout, "port 9100 answers but not with node_exporter's metrics"
+    assert 'collector="textfile"' in res.stdout, "node_exporter runs without its textfile collector"

@@ -1,0 +1,36 @@
+"""`gpucluster verify` input handling: one-line errors and exit code 2, before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpucluster.cli import main
+from gpucluster.conformance.nodes import load_inventory
+from gpucluster.verify import VerifyOptions, pytest_argv
+
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "inventory" / "lab.yml"
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_missing_inventory_exits_2(tmp_path, capsys):
+    assert main(["verify", "--inventory", str(tmp_path / "nope.yml"), "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "cannot read inventory" in err[0]
+
+
+def test_unknown_limit_host_exits_2(tmp_path, capsys):
+    assert main(["verify", "--inventory", str(GOLDEN), "--limit", "gpu-9", "--run-dir", str(tmp_path / "r")]) == 2
+    assert "no such host(s) in the inventory: gpu-9" in capsys.readouterr().err
+
+
+def test_non_lab_stack_exits_2(capsys):
+    assert main(["verify", "--stack", str(REPO / "Pulumi.onprem-h100-ib.yaml")]) == 2
+    assert "pass --inventory" in capsys.readouterr().err
+
+
+def test_pytest_command_runs_hosts_in_parallel(tmp_path):
+    inv = load_inventory(GOLDEN)
+    argv = pytest_argv(VerifyOptions(GOLDEN, tmp_path, burn=False, workers=8), inv)
+    assert argv[argv.index("-n") + 1] == "3" and "loadgroup" in argv and "--no-burn" in argv
+    one = pytest_argv(VerifyOptions(GOLDEN, tmp_path, limit=("gpu-1",)), inv)
+    assert "-n" not in one and one[one.index("--limit") + 1] == "gpu-1"

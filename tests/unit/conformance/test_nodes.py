@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpucluster.conformance.nodes import (
+    load_inventory,
+    nccl_conf_settings,
+    parse_conf_settings,
+    parse_inventory,
+    required_services,
+)
+from gpucluster.errors import InputError
+
+GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "inventory" / "lab.yml"
+
+
+def test_lab_inventory_view():
+    inv = load_inventory(GOLDEN)
+    assert [n.name for n in inv.nodes] == ["gpu-1", "gpu-2", "stor-1"]
+    gpu1 = inv.node("gpu-1")
+    assert "gpu" in gpu1.groups and "pool_gpu" in gpu1.groups and gpu1.gpu_count == 0
+    assert gpu1.floor("allreduce_inter_busbw_gbps") == 0.1
+    assert [n.name for n in inv.in_groups(("storage",))] == ["stor-1"]
+    assert len(inv.in_groups(())) == 3
+    assert [n.name for n in inv.limited(["gpu-2"]).nodes] == ["gpu-2"]
+    with pytest.raises(InputError, match="no such host"):
+        inv.limited(["nope"])
+
+
+def test_expectations_from_profile_and_spec():
+    inv = load_inventory(GOLDEN)
+    n = inv.node("gpu-1")
+    assert required_services(n, inv) == ["ssh", "chrony", "nftables", "prometheus-node-exporter"]
+    assert nccl_conf_settings(n, inv) == {"NCCL_SOCKET_IFNAME": "fab0", "NCCL_IB_DISABLE": "1"}
+    roce = dict(inv.all_vars["gpucluster_fabric"], type="roce", gid_index=3,
+                roce_qos={"traffic_class": 106, "pfc_priority": 3})
+    data = yaml.safe_load(GOLDEN.read_text())
+    data["all"]["vars"]["gpucluster_fabric"] = roce
+    inv2 = parse_inventory(data, "x")
+    assert nccl_conf_settings(inv2.node("gpu-1"), inv2) == {
+        "NCCL_SOCKET_IFNAME": "fab0", "NCCL_IB_TIMEOUT": "20", "NCCL_IB_GID_INDEX": "3", "NCCL_IB_TC": "106"}
+    assert parse_conf_settings("# managed\nNCCL_A=1\n\n NCCL_B = x \n") == {"NCCL_A": "1", "NCCL_B": "x"}
+
+
+def test_bad_inventories_list_every_problem(tmp_path):
+    data = yaml.safe_load(GOLDEN.read_text())
+    data["all"]["hosts"]["gpu-1"]["gpucluster_profile"] = "nope"
+    del data["all"]["hosts"]["gpu-2"]["ansible_host"]
+    with pytest.raises(InputError) as e:
+        parse_inventory(data, "inv.yml")
+    assert len(e.value.problems) == 2
+    with pytest.raises(InputError, match="no top-level 'all'"):
+        parse_inventory([], "x")
+    with pytest.raises(InputError, match="cannot read"):
+        load_inventory(tmp_path / "missing.yml")

@@ -1,0 +1,80 @@
+from __future__ import annotations
+
+from gpucluster.conformance.pairs import PairResult, PairSearch, find_slow, ring_pairs, rounds
+
+FLOOR = 1.0
+
+
+def measure(pairs, slow=(), bad_links=()):
+    """Synthetic pair figures: a slow node drags its pairs to 0.2 GB/s, a bad link to 0.3."""
+    out = []
+    for a, b in pairs:
+        bw = 5.0
+        if a in slow or b in slow:
+            bw = 0.2
+        if (a, b) in bad_links or (b, a) in bad_links:
+            bw = 0.3
+        out.append(PairResult(a, b, bw >= FLOOR, bw))
+    return out
+
+
+def test_ring_pairs_and_disjoint_rounds():
+    names = [f"n{i}" for i in range(8)]
+    pairs = ring_pairs(names)
+    assert len(pairs) == 8 and all(sum(n in p for p in pairs) == 2 for n in names)
+    rs = rounds(pairs)
+    assert len(rs) == 2
+    for rd in rs:
+        flat = [n for p in rd for n in p]
+        assert len(flat) == len(set(flat))
+    assert len(rounds(ring_pairs(["a", "b", "c"]))) == 3
+    assert ring_pairs(["a", "b"]) == [("a", "b")] and ring_pairs(["a"]) == []
+
+
+def test_slow_node_is_named_and_no_other_fails():
+    for n in (3, 4, 8):
+        names = [f"n{i}" for i in range(n)]
+        s = find_slow(names, measure(ring_pairs(names), slow={"n1"}))
+        assert s.slow == ["n1"]
+        assert s.nodes["n1"].status == "slow"
+        assert "n0" in s.nodes["n1"].message and "n2" in s.nodes["n1"].message
+        assert all(s.nodes[x].status == "ok" for x in names if x != "n1")
+
+
+def test_two_slow_nodes_in_eight():
+    names = [f"n{i}" for i in range(8)]
+    s = find_slow(names, measure(ring_pairs(names), slow={"n2", "n6"}))
+    assert s.slow == ["n2", "n6"]
+
+
+def test_none_named_when_all_pass():
+    names = [f"n{i}" for i in range(5)]
+    s = find_slow(names, measure(ring_pairs(names)))
+    assert s.slow == [] and all(v.status == "ok" for v in s.nodes.values())
+
+
+def test_all_failing_cannot_single_out_and_fails_everyone():
+    names = ["a", "b", "c"]
+    s = find_slow(names, measure(ring_pairs(names), slow={"a", "b", "c"}))
+    assert s.slow == [] and all(v.status == "undetermined" for v in s.nodes.values())
+
+
+def test_two_nodes_cannot_tell_which():
+    s = find_slow(["a", "b"], measure([("a", "b")], slow={"a"}))
+    assert s.slow == [] and {v.status for v in s.nodes.values()} == {"undetermined"}
+
+
+def test_bad_link_between_good_nodes_is_suspect_not_passed():
+    names = ["a", "b", "c", "d"]
+    s = find_slow(names, measure(ring_pairs(names), bad_links={("a", "b")}))
+    assert s.slow == []
+    assert s.nodes["a"].status == "suspect" and s.nodes["b"].status == "suspect"
+    assert s.nodes["c"].status == "ok" and s.nodes["d"].status == "ok"
+
+
+def test_single_node_untested_and_json_round_trip():
+    s = find_slow(["a"], [])
+    assert s.nodes["a"].status == "untested"
+    names = ["a", "b", "c"]
+    s = find_slow(names, measure(ring_pairs(names), slow={"c"}))
+    assert PairSearch.from_json(s.to_json()).slow == ["c"]
