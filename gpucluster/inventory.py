@@ -1,7 +1,8 @@
 """The one hand-off from provisioning to configuration: stack outputs -> Ansible inventory.
 
-Groups: one per role (``gpu``, ``storage``, ``control_plane``) and one per pool
-(``pool_<name>``). Host variables: the addresses and identity of the node. Cluster-wide
+Groups: one per role (``gpu``, ``storage``, ``control_plane``), one per pool
+(``pool_<name>``) and, with a storage section, one per Ceph daemon kind (``ceph_mon``,
+``ceph_mgr``, ``ceph_mds``, ``ceph_osd``). Host variables: the addresses and identity of the node. Cluster-wide
 variables: the resolved spec, the bill of materials and the hardware profiles in use, so
 roles and the conformance suite read expectations from the inventory alone.
 """
@@ -72,6 +73,7 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
     """The inventory as data; raises InputError when outputs and spec disagree."""
     _consistency(cluster, outputs, source)
     hosts: dict[str, dict[str, Any]] = {}
+    osd_by_pool = {p.name: list(p.osd_devices) for p in cluster.spec.node_pools if p.osd_devices}
     groups: dict[str, dict[str, Any]] = {role: {"hosts": {}} for role in ROLE_GROUPS}
     for node in outputs.nodes:
         host: dict[str, Any] = {
@@ -94,10 +96,25 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
         )
         if node.failure_domain:
             host["gpucluster_failure_domain"] = node.failure_domain
+        osd_devices = osd_by_pool.get(node.pool)
+        if osd_devices:
+            host["gpucluster_osd_devices"] = osd_devices
         hosts[node.name] = host
         for role in node.roles:
             groups[role]["hosts"][node.name] = None
         groups.setdefault(pool_group(node.pool), {"hosts": {}})["hosts"][node.name] = None
+    storage = cluster.spec.storage
+    if storage is not None:
+        # Ceph daemons by kind, so playbooks target them by group (`hosts: ceph_mon`):
+        # inventory variables are not visible where Ansible resolves a play's hosts.
+        # Managers default to the monitors, as Ceph runs them side by side.
+        for group, members in (
+            ("ceph_mon", storage.monitors),
+            ("ceph_mgr", storage.managers or storage.monitors),
+            ("ceph_mds", storage.mds),
+            ("ceph_osd", [n.name for n in cluster.nodes_with_role("storage")]),
+        ):
+            groups[group] = {"hosts": dict.fromkeys(members)}
     resolved = cluster.as_dict()
     spec = resolved["spec"]
     all_vars = {

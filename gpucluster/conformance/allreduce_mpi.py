@@ -3,8 +3,9 @@
 It runs the multi-node path, the pair search and the verdicts for real on machines without
 GPUs (the lab in CI): the same bus-bandwidth arithmetic as nccl-tests, over the fabric
 network. :data:`NODE_SCRIPT` is shipped to every participant and started by ``mpirun`` on
-the first one; ranks reach each other by their fabric addresses only (Open MPI's TCP BTL
-and out-of-band channel are both pinned to the fabric CIDR). mpirun's ssh to the other
+the first one, which starts the others over SSH to their management addresses (as the
+firewall wants); ranks then reach each other by their fabric addresses only (Open MPI's TCP
+BTL and out-of-band channel are both pinned to the fabric CIDR). mpirun's ssh to the other
 nodes uses the inventory's key, placed on the launcher for the run only (the common role
 forbids agent forwarding) and removed after it.
 """
@@ -97,13 +98,13 @@ def sizes_up_to(large_bytes: int, start: int = 1024, factor: int = 4) -> tuple[i
     return (*out, large_bytes, 2 * large_bytes)
 
 
-def mpirun_argv(fabric_ips: list[str], fabric_cidr: str, settings: MpiSettings) -> list[str]:
-    hosts = ",".join(f"{ip}:1" for ip in fabric_ips)
+def mpirun_argv(launch_ips: list[str], fabric_cidr: str, settings: MpiSettings) -> list[str]:
+    hosts = ",".join(f"{ip}:1" for ip in launch_ips)
     rsh = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR"
     if settings.ssh_key:
         rsh += f" -i {settings.ssh_key} -o IdentitiesOnly=yes"
     return [
-        settings.mpirun, "--allow-run-as-root", "-np", str(len(fabric_ips)), "--host", hosts,
+        settings.mpirun, "--allow-run-as-root", "-np", str(len(launch_ips)), "--host", hosts,
         "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
         "--mca", "btl_tcp_if_include", fabric_cidr, "--mca", "oob_tcp_if_include", fabric_cidr,
         "--mca", "plm_rsh_args", rsh,
@@ -155,10 +156,10 @@ def ship_script(remotes: list[Remote]) -> list[str]:
     return problems
 
 
-def run_allreduce(launcher: Remote, node_names: tuple[str, ...], fabric_ips: list[str], fabric_cidr: str,
+def run_allreduce(launcher: Remote, node_names: tuple[str, ...], launch_ips: list[str], fabric_cidr: str,
                   settings: MpiSettings, label: str) -> tuple[AllReduceRun, str]:
     """One all-reduce over ``node_names`` started from ``launcher``; returns the run and its raw log."""
-    cmd = quote(mpirun_argv(fabric_ips, fabric_cidr, settings)) + " 2>&1"
+    cmd = quote(mpirun_argv(launch_ips, fabric_cidr, settings)) + " 2>&1"
     res = launcher.run(cmd, timeout=settings.timeout_s)
     log = res.stdout + res.stderr
     run = parse_output(log, label, node_names, settings.sizes)
@@ -170,5 +171,5 @@ def run_allreduce(launcher: Remote, node_names: tuple[str, ...], fabric_ips: lis
 
 
 def _last_line(text: str) -> str:
-    lines = [x for x in text.strip().splitlines() if x.strip() and "GCAR " not in x]
+    lines = [x for x in text.strip().splitlines() if x.strip("- \t") and "GCAR " not in x]
     return lines[-1][:200] if lines else "(no output)"

@@ -28,6 +28,8 @@ AREAS = {
     "NET": "Fabric",
     "AR": "All-reduce bandwidth",
     "RDMA": "RDMA bandwidth",
+    "K8S": "Kubernetes",
+    "CEPH": "Ceph storage",
 }
 
 _CHECKS = (
@@ -95,9 +97,38 @@ _CHECKS = (
           "reaches the inter-node floor, or the shortfall is another node's.", ("gpu",)),
     Check("GC-RDMA-001", "RDMA", "RDMA write bandwidth",
           "ib_write_bw between this node and a peer MUST reach the profile's floor on every HCA.", ("gpu",)),
+    Check("GC-K8S-001", "K8S", "Nodes Ready",
+          "Every GPU and control-plane node of the inventory MUST be registered and report Ready."),
+    Check("GC-K8S-002", "K8S", "GPUs allocatable",
+          "A GPU node's allocatable nvidia.com/gpu MUST equal its hardware profile's GPU count.", ("gpu",)),
+    Check("GC-K8S-003", "K8S", "GPU pod",
+          "A pod that requests one nvidia.com/gpu MUST run nvidia-smi to completion and list a GPU."),
+    Check("GC-K8S-004", "K8S", "Cross-node all-reduce job",
+          "An Indexed Job with one rank per GPU node MUST complete an all-reduce with correct results at or "
+          "above the profile's inter-node bus bandwidth floor."),
 )
 
-CHECKS: dict[str, Check] = {c.id: c for c in _CHECKS}
+CEPH_CHECKS: tuple[Check, ...] = (
+    Check("GC-CEPH-001", "CEPH", "Cluster health",
+          "The cluster MUST report HEALTH_OK, or only warnings whose codes the spec lists in "
+          "storage.allowed_health_warnings (a HEALTH_ERR check is never allowed).", ("storage",)),
+    Check("GC-CEPH-002", "CEPH", "OSDs up and in",
+          "Every OSD MUST be up and in, and every storage host MUST carry at least one OSD.", ("storage",)),
+    Check("GC-CEPH-003", "CEPH", "Placement groups clean",
+          "Every placement group MUST be active+clean.", ("storage",)),
+    Check("GC-CEPH-004", "CEPH", "Monitor quorum",
+          "Every monitor the spec lists MUST be in the monmap and in the quorum.", ("storage",)),
+    Check("GC-CEPH-005", "CEPH", "CephFS mounted and writable",
+          "CephFS MUST be mounted at storage.cephfs.mount_path through a client key of the node's own "
+          "(never client.admin), and a file written there MUST read back.", ("gpu",)),
+    Check("GC-CEPH-006", "CEPH", "CephFS consistent across nodes",
+          "A file written to CephFS on one GPU node MUST read back with the same SHA-256 on this node.", ("gpu",)),
+    Check("GC-CEPH-007", "CEPH", "rados bench throughput",
+          "rados bench MUST write and read back at a non-zero rate on an RBD pool; the write and read "
+          "throughput are recorded as figures.", ("storage",)),
+)
+
+CHECKS: dict[str, Check] = {c.id: c for c in (*_CHECKS, *CEPH_CHECKS)}
 
 
 def get(check_id: str) -> Check:

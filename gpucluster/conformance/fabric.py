@@ -102,7 +102,9 @@ class Fabric:
 
     def _allreduce(self, nodes: list[NodeInfo], label: str, agent: SshAgent) -> AllReduceRun:
         names = tuple(n.name for n in nodes)
-        ips = [str(n.fabric_ip) for n in nodes]
+        # mpirun starts its daemons over SSH on the management network (the firewall
+        # admits SSH from there only); the traffic measured is pinned to the fabric CIDR.
+        ips = [n.address for n in nodes]
         cidr = str(self.inv.fabric["fabric_cidr"])
         large = self.large_bytes(nodes)
         launcher = self.remote(nodes[0].name, agent)

@@ -55,12 +55,12 @@ def run_intra(remote: Remote, gpus: int, max_bytes: int, install_dir: str = DEFA
     return run, res.stdout
 
 
-def mpirun_argv(fabric_ips: list[str], gpus_per_node: int, fabric_cidr: str, socket_ifname: str | None,
+def mpirun_argv(launch_ips: list[str], gpus_per_node: int, fabric_cidr: str, socket_ifname: str | None,
                 max_bytes: int, install_dir: str, json_out: bool) -> list[str]:
     """One rank per GPU; NCCL_ALGO=Ring so the figure qualifies the network, not NVLS/tree tricks."""
-    hosts = ",".join(f"{ip}:{gpus_per_node}" for ip in fabric_ips)
+    hosts = ",".join(f"{ip}:{gpus_per_node}" for ip in launch_ips)
     argv = [
-        "mpirun", "--allow-run-as-root", "-np", str(len(fabric_ips) * gpus_per_node), "--host", hosts,
+        "mpirun", "--allow-run-as-root", "-np", str(len(launch_ips) * gpus_per_node), "--host", hosts,
         "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", fabric_cidr,
         "--mca", "oob_tcp_if_include", fabric_cidr,
         "--mca", "plm_rsh_args", "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes",
@@ -71,11 +71,11 @@ def mpirun_argv(fabric_ips: list[str], gpus_per_node: int, fabric_cidr: str, soc
     return [*argv, binary(install_dir), *perf_args(max_bytes, 1, json_out)]
 
 
-def run_inter(launcher: Remote, nodes: tuple[str, ...], fabric_ips: list[str], gpus_per_node: int,
+def run_inter(launcher: Remote, nodes: tuple[str, ...], launch_ips: list[str], gpus_per_node: int,
               fabric_cidr: str, socket_ifname: str | None, max_bytes: int, label: str,
               install_dir: str = DEFAULT_DIR, timeout_s: float = 600) -> tuple[AllReduceRun, str]:
     use_json = supports_json(launcher, install_dir)
-    argv = mpirun_argv(fabric_ips, gpus_per_node, fabric_cidr, socket_ifname, max_bytes, install_dir, use_json)
+    argv = mpirun_argv(launch_ips, gpus_per_node, fabric_cidr, socket_ifname, max_bytes, install_dir, use_json)
     res = launcher.run(quote(argv) + " 2>&1", timeout=timeout_s)
     json_text = launcher.run(f"cat {JSON_PATH}", timeout=30).stdout if use_json and res.ok else None
     run = _parse(res.stdout, label, nodes, json_text)

@@ -7,6 +7,9 @@ many short commands of a run from paying a handshake each.
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
+
 import os
 import shlex
 import subprocess
@@ -34,6 +37,15 @@ class Remote(Protocol):
     def run(self, command: str, *, stdin: str | None = None, timeout: float = 120.0) -> CommandResult: ...
 
 
+def _control_dir(config_dir: Path) -> Path:
+    """A short folder for SSH control sockets: a Unix socket path may not exceed 108 bytes,
+    and run folders (and CI checkouts) can sit deep in the file system."""
+    digest = hashlib.sha1(str(config_dir.resolve()).encode()).hexdigest()[:12]
+    folder = Path(tempfile.gettempdir()) / f"gc-ssh-{digest}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder
+
+
 def write_ssh_config(path: Path, nodes: list[NodeInfo]) -> Path:
     """An ssh_config naming every node by its inventory name."""
     lines = [
@@ -46,7 +58,7 @@ def write_ssh_config(path: Path, nodes: list[NodeInfo]) -> Path:
         "  ConnectTimeout 10",
         "  ServerAliveInterval 15",
         "  ControlMaster auto",
-        f"  ControlPath {path.parent}/cm-%C",
+        f"  ControlPath {_control_dir(path.parent)}/cm-%C",
         "  ControlPersist 120",
     ]
     for n in nodes:

@@ -12,7 +12,7 @@ SUITE = Path(__file__).resolve().parents[3] / "tests" / "conformance"
 
 def _tests() -> list[tuple[str, str, str | None, list[str]]]:
     out = []
-    for path in sorted(SUITE.glob("test_*.py")):
+    for path in sorted(SUITE.rglob("test_*.py")):
         tree = ast.parse(path.read_text())
         module_marks = []
         for node in tree.body:
@@ -24,7 +24,7 @@ def _tests() -> list[tuple[str, str, str | None, list[str]]]:
                 ids = [d.args[0].value for d in node.decorator_list
                        if isinstance(d, ast.Call) and ast.unparse(d.func) == "pytest.mark.check"]
                 marks = module_marks + [ast.unparse(d) for d in node.decorator_list]
-                out.append((f"{path.name}::{node.name}", ids[0] if ids else "", ast.get_docstring(node), marks))
+                out.append((f"{path.relative_to(SUITE)}::{node.name}", ids[0] if ids else "", ast.get_docstring(node), marks))
     return out
 
 

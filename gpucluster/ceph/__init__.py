@@ -1,0 +1,1 @@
+"""Ceph helpers: read what `ceph ... -f json` and `rados bench` print (pure functions, no I/O)."""

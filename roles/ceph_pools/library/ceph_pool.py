@@ -1,0 +1,78 @@
+#!/usr/bin/python
+"""Ansible module: one replicated Ceph pool, created or brought to the wanted settings."""
+
+from __future__ import annotations
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+module: ceph_pool
+short_description: A replicated Ceph pool with its size, min_size, pg_num and application
+description:
+  - Creates the pool when it is missing, then sets only the settings that differ; reports changed
+    only when it ran a command that changes the cluster. Runs the ceph CLI with the admin keyring.
+options:
+  name: {type: str, required: true, description: Pool name.}
+  application: {type: str, required: true, choices: [rbd, cephfs], description: Application tag.}
+  size: {type: int, required: true, description: Replicas.}
+  min_size: {type: int, description: Replicas needed for I/O (default size - 1, at least 1).}
+  pg_num: {type: int, required: true, description: Placement groups (the autoscaler is off for this pool).}
+"""
+
+
+def _ceph(module: AnsibleModule, *args: str) -> str:
+    rc, out, err = module.run_command(["ceph", "--connect-timeout", "30", *args])
+    if rc != 0:
+        module.fail_json(msg=f"ceph {' '.join(args)} failed (rc {rc}): {err.strip()}")
+    return out
+
+
+def main() -> None:
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "application": {"type": "str", "required": True, "choices": ["rbd", "cephfs"]},
+            "size": {"type": "int", "required": True},
+            "min_size": {"type": "int", "required": False},
+            "pg_num": {"type": "int", "required": True},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    name: str = p["name"]
+    min_size = p["min_size"] if p["min_size"] is not None else max(p["size"] - 1, 1)
+    pools = {d["pool_name"]: d for d in json.loads(_ceph(module, "osd", "pool", "ls", "detail", "-f", "json"))}
+    actions: list[str] = []
+    current = pools.get(name)
+    if current is None:
+        actions.append("create")
+        if not module.check_mode:
+            _ceph(module, "osd", "pool", "create", name, str(p["pg_num"]), str(p["pg_num"]), "replicated",
+                  "--autoscale-mode=off")
+            pools = {d["pool_name"]: d for d in json.loads(_ceph(module, "osd", "pool", "ls", "detail", "-f", "json"))}
+            current = pools[name]
+    current = current or {}
+    # pg_num moves towards pg_num_target gradually; the target is what was asked for.
+    have = {
+        "pg_autoscale_mode": current.get("pg_autoscale_mode"),
+        "size": current.get("size"),
+        "min_size": current.get("min_size"),
+        "pg_num": current.get("pg_num_target", current.get("pg_num")),
+    }
+    want = {"pg_autoscale_mode": "off", "size": p["size"], "min_size": min_size, "pg_num": p["pg_num"]}
+    for key in ("pg_autoscale_mode", "size", "min_size", "pg_num"):
+        if str(have[key]) != str(want[key]):
+            actions.append(f"{key}={want[key]}")
+            if not module.check_mode:
+                _ceph(module, "osd", "pool", "set", name, key, str(want[key]))
+    if p["application"] not in current.get("application_metadata", {}):
+        actions.append(f"application={p['application']}")
+        if not module.check_mode:
+            _ceph(module, "osd", "pool", "application", "enable", name, p["application"])
+    module.exit_json(changed=bool(actions), actions=actions, pool=name)
+
+
+if __name__ == "__main__":
+    main()

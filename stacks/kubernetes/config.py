@@ -1,0 +1,50 @@
+"""The Kubernetes layer's stack config (namespace ``gpuclusterKube``), validated once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpucluster.errors import InputError
+from gpucluster.spec.loader import validation_problems
+
+
+class KubeStackConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stack_file: str = Field(min_length=1)
+    kubeconfig: str = Field(min_length=1)
+    gpu_mode: Literal["operator", "device_plugin"] = "operator"
+    device_plugin_chart_version: str | None = None
+    ceph_fsid: str | None = None
+    ceph_user: str = "kubernetes"
+    ceph_user_key: str | None = None
+    gpu_quotas: dict[str, int] | None = None
+
+
+_KEYS = {
+    "stackFile": "stack_file",
+    "kubeconfig": "kubeconfig",
+    "gpuMode": "gpu_mode",
+    "devicePluginChartVersion": "device_plugin_chart_version",
+    "cephFsid": "ceph_fsid",
+    "cephUser": "ceph_user",
+    "cephUserKey": "ceph_user_key",
+    "gpuQuotas": "gpu_quotas",
+}
+
+
+def parse_config(raw: dict[str, object], base: Path) -> KubeStackConfig:
+    unknown = sorted(set(raw) - set(_KEYS))
+    if unknown:
+        raise InputError([f"gpuclusterKube:{k}: unknown key (known: {', '.join(_KEYS)})" for k in unknown])
+    data = {_KEYS[k]: v for k, v in raw.items() if v is not None}
+    for key in ("stack_file", "kubeconfig"):
+        if key in data and not Path(str(data[key])).is_absolute():
+            data[key] = str((base / str(data[key])).resolve())
+    try:
+        return KubeStackConfig.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(validation_problems(exc, KubeStackConfig, "gpuclusterKube")) from None

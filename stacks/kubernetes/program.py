@@ -1,0 +1,79 @@
+"""Compose the Kubernetes layer from a resolved cluster and the layer's config."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from gpucluster.errors import InputError
+from gpucluster.kube import manifests as m
+from gpucluster.spec.cluster import Cluster
+from stacks.kubernetes.components import (
+    CephCsi,
+    CephCsiArgs,
+    GpuPlugin,
+    GpuPluginArgs,
+    NodeLabels,
+    NodeLabelsArgs,
+    RdmaDevicePlugin,
+    RdmaDevicePluginArgs,
+    SchedulingPolicy,
+    SchedulingPolicyArgs,
+)
+from stacks.kubernetes.config import KubeStackConfig
+
+
+def check(cluster: Cluster, cfg: KubeStackConfig) -> list[str]:
+    """Every cross-field problem, collected: raised once by :func:`build`."""
+    problems: list[str] = []
+    kube = cluster.spec.kubernetes
+    if kube is None or not kube.enabled:
+        problems.append(f"{cfg.stack_file}: Kubernetes is not enabled in the cluster's stack file")
+    if cfg.gpu_mode == "device_plugin" and not cfg.device_plugin_chart_version:
+        problems.append("gpuclusterKube:devicePluginChartVersion: required with gpuMode device_plugin")
+    if cluster.spec.storage is not None:
+        if not cfg.ceph_fsid:
+            problems.append("gpuclusterKube:cephFsid: required: the cluster has Ceph storage (`ceph fsid` prints it)")
+        if not cfg.ceph_user_key:
+            problems.append("gpuclusterKube:cephUserKey: required (set it with `pulumi config set --secret`)")
+    return problems
+
+
+def build(cluster: Cluster, cfg: KubeStackConfig, provider: k8s.Provider | None = None) -> dict[str, pulumi.Resource]:
+    problems = check(cluster, cfg)
+    if problems:
+        raise InputError(problems, source="stacks/kubernetes")
+    opts = pulumi.ResourceOptions(provider=provider) if provider is not None else None
+    out: dict[str, pulumi.Resource] = {}
+    # Labels first: the GPU components select nodes by gpucluster.io/gpu.
+    labels = NodeLabels("node-labels", NodeLabelsArgs(m.node_label_patches(cluster)), opts)
+    out["labels"] = labels
+    after_labels = pulumi.ResourceOptions(provider=provider, depends_on=[labels])
+    release = (
+        m.gpu_operator_release(cluster)
+        if cfg.gpu_mode == "operator"
+        else m.device_plugin_release(cfg.device_plugin_chart_version or "")
+    )
+    out["gpu"] = GpuPlugin("gpu", GpuPluginArgs(release), after_labels)
+    if m.rdma_enabled(cluster):
+        out["rdma"] = RdmaDevicePlugin(
+            "rdma",
+            RdmaDevicePluginArgs(m.network_operator_release(cluster), m.nic_cluster_policy(cluster)),
+            after_labels,
+        )
+    if cluster.spec.storage is not None:
+        plan = m.ceph_csi_plan(cluster, cfg.ceph_fsid or "")
+        out["ceph"] = CephCsi(
+            "ceph-csi",
+            CephCsiArgs(
+                releases=m.ceph_csi_releases(cluster, plan),
+                secret=m.ceph_secret(plan, cfg.ceph_user, cfg.ceph_user_key or ""),
+                storage_classes=m.ceph_storage_classes(plan),
+            ),
+            opts,
+        )
+    quotas = cfg.gpu_quotas if cfg.gpu_quotas is not None else m.default_gpu_quotas(cluster)
+    out["scheduling"] = SchedulingPolicy(
+        "scheduling", SchedulingPolicyArgs(m.priority_classes(), m.namespaces_and_quotas(quotas)), opts
+    )
+    return out

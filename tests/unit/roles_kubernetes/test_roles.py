@@ -1,0 +1,168 @@
+"""The Kubernetes roles: contracts in step with defaults, templates that render through the
+tested renderer, secrets under no_log, playbooks that parse."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+
+from gpucluster.kube import kubeadm_plan, render_init_documents, render_join_document
+from gpucluster.spec import load_spec
+
+REPO = Path(__file__).resolve().parents[3]
+ROLES = ["kubernetes_node", "kubernetes_control_plane", "kubernetes_worker"]
+ANSIBLE = REPO / ".venv" / "bin" / "ansible-playbook"
+
+
+def _yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_argument_specs_match_defaults(role: str) -> None:
+    defaults = set(_yaml(REPO / "roles" / role / "defaults" / "main.yml"))
+    spec = set(_yaml(REPO / "roles" / role / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"])
+    assert defaults == spec, f"only in defaults: {defaults - spec}; only in argument_specs: {spec - defaults}"
+    assert all(name.startswith(role + "_") for name in defaults)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_layout_and_templates(role: str) -> None:
+    base = REPO / "roles" / role
+    for part in ("tasks/main.yml", "tasks/preflight.yml", "handlers/main.yml", "meta/main.yml", "README.md"):
+        assert (base / part).is_file(), part
+    for tpl in (base / "templates").glob("*.j2"):
+        assert tpl.read_text().startswith("{{ ansible_managed | comment }}"), tpl.name
+    readme = (base / "README.md").read_text()
+    missing = [v for v in _yaml(base / "defaults" / "main.yml") if v not in readme]
+    assert not missing, f"README.md does not list {missing}"
+
+
+def _tasks(role: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+
+    def walk(items: list[dict[str, Any]]) -> None:
+        for t in items or []:
+            out.append(t)
+            for key in ("block", "always", "rescue"):
+                walk(t.get(key, []))
+
+    for f in (REPO / "roles" / role / "tasks").glob("*.yml"):
+        walk(_yaml(f))
+    return out
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_tasks_are_named_fully_qualified_and_secret_tasks_are_no_log(role: str) -> None:
+    for t in _tasks(role):
+        assert t.get("name"), t
+        module = next((k for k in t if k.startswith("ansible.builtin.")), None)
+        if "block" not in t:
+            assert module is not None, f"not a fully qualified module: {t['name']}"
+        if module in ("ansible.builtin.command", "ansible.builtin.shell") and "creates" not in str(t.get(module)):
+            assert "changed_when" in t, t["name"]
+        if module not in ("ansible.builtin.command", "ansible.builtin.shell", "ansible.builtin.template",
+                          "ansible.builtin.fetch"):
+            continue
+        text = yaml.safe_dump(t)
+        if any(s in text for s in ("token create", "upload-certs", "kubeadm-join.yaml.j2", "admin.conf\n    dest")):
+            assert t.get("no_log") is True, t["name"]
+        if "kubeadm init" in text or "kubeadm join" in text:
+            assert t.get("no_log") is True, t["name"]
+
+
+def _filters(role: str) -> dict[str, Any]:
+    path = REPO / "roles" / role / "filter_plugins" / "gpucluster_kube.py"
+    spec = importlib.util.spec_from_file_location(f"{role}_filters", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    filters: dict[str, Any] = mod.FilterModule().filters()
+    return filters
+
+
+def _render(role: str, template: str, variables: dict[str, Any]) -> list[dict[str, Any]]:
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters.update(_filters(role))
+    env.filters["comment"] = lambda s: "#\n# " + s + "\n#"
+    text = env.from_string((REPO / "roles" / role / "templates" / template).read_text()).render(
+        ansible_managed="Managed by gpucluster", **variables
+    )
+    assert text.startswith("#\n# Managed by gpucluster")
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def _inventory_plan(stack: Path) -> tuple[dict[str, Any], Any]:
+    """The plan as the roles build it from inventory variables (gpucluster_nodes + hostvars)."""
+    cluster = load_spec(stack)
+    nodes = [{"name": n.name, "management_ip": n.management_ip, "roles": list(n.roles)} for n in cluster.nodes]
+    hostvars = {n.name: {"gpucluster_pool": n.pool, "gpucluster_profile": n.profile} for n in cluster.nodes}
+    kube = cluster.spec.kubernetes
+    assert kube is not None
+    plan = {
+        "cluster_name": cluster.name,
+        "kubernetes_version": cluster.bom.kubernetes.version,
+        "pod_cidr": kube.pod_cidr,
+        "service_cidr": kube.service_cidr,
+        "api_vip": kube.api_vip,
+        "nodes": _filters("kubernetes_control_plane")["gpucluster_kube_nodes"](nodes, hostvars),
+        "image_repository": "registry.k8s.io",
+        "cri_socket": "unix:///run/containerd/containerd.sock",
+        "extra_cert_sans": [],
+    }
+    return plan, cluster
+
+
+@pytest.mark.parametrize("stack", ["Pulumi.onprem-h100-roce.yaml", "Pulumi.onprem-h100-ib.yaml"])
+def test_control_plane_template_renders_what_the_python_renderer_does(stack: str) -> None:
+    plan, cluster = _inventory_plan(REPO / stack)
+    first = kubeadm_plan(cluster).first_control_plane.name
+    docs = _render("kubernetes_control_plane", "kubeadm-init.yaml.j2",
+                   {"__kubernetes_control_plane_plan": plan, "kubernetes_control_plane_node_name": first})
+    assert docs == render_init_documents(kubeadm_plan(cluster), first)
+
+
+def test_worker_template_renders_the_join_document() -> None:
+    plan, cluster = _inventory_plan(REPO / "Pulumi.onprem-h100-roce.yaml")
+    token, ca = "abcdef.0123456789abcdef", "sha256:" + "c" * 64
+    docs = _render("kubernetes_worker", "kubeadm-join.yaml.j2", {
+        "__kubernetes_worker_plan": plan, "kubernetes_worker_node_name": "hgx-02",
+        "__kubernetes_worker_join_token": token, "__kubernetes_worker_join_hash": ca})
+    assert docs == [render_join_document(kubeadm_plan(cluster), "hgx-02", token=token, ca_cert_hash=ca)]
+
+
+@pytest.mark.skipif(not ANSIBLE.exists(), reason="ansible-core is not installed in .venv")
+def test_playbooks_parse() -> None:
+    inv = REPO / "tests" / "golden" / "inventory" / "onprem-h100-roce.yml"
+    for pb in ("deploy-kubernetes.yml", "upgrade-rolling.yml"):
+        res = subprocess.run([str(ANSIBLE), "--syntax-check", "-i", str(inv), str(REPO / "playbooks" / pb)],
+                             capture_output=True, text=True, cwd=REPO, check=False)
+        assert res.returncode == 0, res.stderr
+
+
+def test_rolling_upgrade_is_serial_and_gated_on_verify() -> None:
+    play = _yaml(REPO / "playbooks" / "upgrade-rolling.yml")[0]
+    assert play["serial"] == 1 and play["max_fail_percentage"] == 0
+    text = (REPO / "playbooks" / "upgrade-rolling.yml").read_text()
+    assert "gpucluster verify" in text and "--limit" in text
+    names = [t["name"] for t in play["pre_tasks"] + play["tasks"] + play["post_tasks"]]
+    order = [next(i for i, n in enumerate(names) if key in n) for key in ("drain", "Uncordon", "conformance", "Stop")]
+    assert order == sorted(order)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("ansible-lint", path=str(REPO / ".venv" / "bin")) is None, reason="no ansible-lint")
+def test_ansible_lint_passes() -> None:
+    paths = [f"roles/{r}" for r in ROLES] + ["playbooks/deploy-kubernetes.yml", "playbooks/upgrade-rolling.yml"]
+    res = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-lint"), "--offline", "-q", "--nocolor", *paths],
+                         capture_output=True, text=True, cwd=REPO, check=False)
+    # ansible-lint also walks the rest of the project; only findings in these files count here.
+    ours = [ln for ln in res.stdout.splitlines() if ln.startswith(tuple(paths))]
+    assert not ours, "\n".join(ours)
