@@ -8,11 +8,10 @@ many short commands of a run from paying a handshake each.
 from __future__ import annotations
 
 import hashlib
-import tempfile
-
 import os
 import shlex
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol

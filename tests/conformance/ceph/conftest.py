@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 
-
 def storage_spec(node: Any) -> dict[str, Any]:
     spec = node.inv.all_vars.get("gpucluster_storage")
     if not spec:

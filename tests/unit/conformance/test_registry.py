@@ -24,7 +24,8 @@ def _tests() -> list[tuple[str, str, str | None, list[str]]]:
                 ids = [d.args[0].value for d in node.decorator_list
                        if isinstance(d, ast.Call) and ast.unparse(d.func) == "pytest.mark.check"]
                 marks = module_marks + [ast.unparse(d) for d in node.decorator_list]
-                out.append((f"{path.relative_to(SUITE)}::{node.name}", ids[0] if ids else "", ast.get_docstring(node), marks))
+                name = f"{path.relative_to(SUITE)}::{node.name}"
+                out.append((name, ids[0] if ids else "", ast.get_docstring(node), marks))
     return out
 
 
