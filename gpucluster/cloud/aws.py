@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucluster.errors import InputError
+from gpucluster.spec import Cluster
 
 # Service Quotas codes of "Running On-Demand <family> instances" (vCPUs), by instance family letter.
 VCPU_QUOTAS: dict[str, tuple[str, str]] = {
@@ -159,3 +160,22 @@ def preflight(
         for itype, count in gpu_total.items():
             problems += capacity_reservation_problems(ec2, capacity_reservation_id, itype, availability_zone, count)
     return problems
+
+
+def preflight_cluster(cluster: Cluster, ec2: Any, quotas: Any) -> list[str]:
+    """:func:`preflight` for an AWS stack's node pools, from its spec."""
+    target = cluster.spec.target
+    if target.kind != "aws":
+        raise InputError(f"gpucluster.target.kind: preflight checks AWS stacks; this one is {target.kind}")
+    pools = []
+    for pool in cluster.spec.node_pools:
+        itype = cluster.instance_type(pool.name)
+        assert itype is not None  # the spec's checks guarantee one for every AWS pool
+        pools.append((itype, pool.count, "gpu" in pool.roles))
+    return preflight(
+        ec2,
+        quotas,
+        availability_zone=target.availability_zone,
+        pools=pools,
+        capacity_reservation_id=target.capacity_reservation_id,
+    )

@@ -107,6 +107,14 @@ class Cluster:
     def pool(self, name: str) -> NodePool:
         return next(p for p in self.spec.node_pools if p.name == name)
 
+    def instance_type(self, pool_name: str) -> str | None:
+        """A cloud pool's instance type: the pool's own, else its profile's for the target."""
+        pool = self.pool(pool_name)
+        kind = self.spec.target.kind
+        if pool.instance_type or kind not in ("aws", "azure", "oci"):
+            return pool.instance_type
+        return self.profiles[pool.profile].instance_types.get(kind)
+
     def profile_of(self, node: Node) -> HardwareProfile:
         return self.profiles[node.profile]
 
