@@ -82,12 +82,28 @@ def _write(path: Path, text: str, mode: int = 0o644) -> bool:
     return True
 
 
+# What a converge manages carries this (playbooks/group_vars/all.yml's ansible_managed).
+_CONVERGE_MARK = "Managed by gpucluster (Ansible)"
+
+
+def _seed(path: Path, text: str, mode: int = 0o644) -> bool:
+    """Write a file the node's converge takes over later: once it carries the converge's
+    mark, the lab leaves it alone, so `lab up` and `gpucluster converge` never undo each
+    other and a rerun of either changes nothing."""
+    try:
+        if _CONVERGE_MARK in path.read_text():
+            return False
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    return _write(path, text, mode)
+
+
 def ensure_files(plan: LabPlan, node: NodePlan, authorized_key: str, disks: list[str]) -> tuple[bool, str]:
     """Write the node's identity and configuration into its overlay; return (changed, host public key)."""
     root = root_dir(plan, node)
     changed = False
     changed |= _write(root / "etc/hostname", node.name + "\n")
-    changed |= _write(root / "etc/hosts", hosts_text(plan))
+    changed |= _seed(root / "etc/hosts", hosts_text(plan))
     machine_id = root / "etc/machine-id"
     if not machine_id.read_text().strip():
         changed |= _write(machine_id, uuid.uuid4().hex + "\n", 0o444)
