@@ -49,5 +49,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({k: out[k] for k in ("exit_code", "verdicts", "meta", "run_dir")}, indent=2))
     else:
         print(verify.table(report))
+        for err in report.suite_errors:
+            print(f"SUITE ERROR (these checks ran on no node): {err}")
         print(f"run folder: {opts.run_dir}  ({report.meta.get('verify_wall_s')} s)")
     return report.exit_code

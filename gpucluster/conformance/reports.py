@@ -47,15 +47,22 @@ class Report:
         return node_verdicts(self.results, self.nodes)
 
     @property
+    def suite_errors(self) -> list[str]:
+        """Parts of the suite that could not load: their checks ran on no node."""
+        return list(self.meta.get("suite_errors") or [])
+
+    @property
     def exit_code(self) -> int:
-        return exit_code(self.verdicts)
+        # A module of checks that did not load leaves every node unverified on those
+        # checks: never a pass, whatever the checks that did run say.
+        return 1 if self.suite_errors else exit_code(self.verdicts)
 
     def to_json(self) -> dict[str, Any]:
         vs = self.verdicts
         return {
             "schema": 1,
             "meta": self.meta,
-            "exit_code": exit_code(vs),
+            "exit_code": 1 if self.suite_errors else exit_code(vs),
             "verdicts": [v.to_json() for v in vs],
             "results": [r.to_json() for r in sorted(self.results, key=lambda r: (r.node, r.check_id, r.param or ""))],
             "series": [{"label": s.label, "points": [list(p) for p in s.points]} for s in self.series],
@@ -136,6 +143,8 @@ def markdown(report: Report) -> str:
     out = [f"# Conformance: {m.get('cluster', '?')}", ""]
     out.append(f"Inventory `{m.get('inventory', '?')}`, started {m.get('started', '?')}, "
                f"{m.get('duration_s', '?')} s. Exit code {report.exit_code}.")
+    for err in report.suite_errors:
+        out += ["", f"**SUITE ERROR** (these checks ran on no node): {err}"]
     out += ["", "| node | verdict | checks | failing checks |", "|---|---|---|---|"]
     for row in verdict_table(report)[1:]:
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")

@@ -244,7 +244,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     ))
 
 
-_CONFIG: dict[str, Any] = {"results": []}
+_CONFIG: dict[str, Any] = {"results": [], "suite_errors": []}
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    # A check module that fails to import must not vanish from the verdict.
+    if report.failed:
+        _CONFIG["suite_errors"].append(f"{report.nodeid}: {_message(report)}")  # type: ignore[arg-type]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -263,6 +269,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             "duration_s": round(finished - started, 1),
             "finished_unix": round(finished),
             "burn": not config.getoption("--no-burn"),
+            "suite_errors": list(_CONFIG["suite_errors"]),
         },
         nodes=[n.name for n in inv.nodes],
         results=list(_CONFIG["results"]),

@@ -9,8 +9,7 @@ import secrets
 import pytest
 
 from gpucluster.ceph.parse import parse_health, parse_osd_tree, parse_quorum_status, parse_rados_bench, parse_status
-
-from .conftest import ceph, quote, require_admin, storage_spec
+from gpucluster.ceph.suite import ceph, quote, require_admin, storage_spec
 
 
 @pytest.mark.check("GC-CEPH-001")

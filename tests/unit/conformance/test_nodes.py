@@ -22,7 +22,7 @@ def test_lab_inventory_view():
     assert [n.name for n in inv.nodes] == ["gpu-1", "gpu-2", "stor-1"]
     gpu1 = inv.node("gpu-1")
     assert "gpu" in gpu1.groups and "pool_gpu" in gpu1.groups and gpu1.gpu_count == 0
-    assert gpu1.floor("allreduce_inter_busbw_gbps") == 0.1
+    assert gpu1.floor("allreduce_inter_busbw_gbps") == 0.05
     assert [n.name for n in inv.in_groups(("storage",))] == ["stor-1"]
     assert len(inv.in_groups(())) == 3
     assert [n.name for n in inv.limited(["gpu-2"]).nodes] == ["gpu-2"]

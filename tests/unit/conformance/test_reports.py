@@ -77,3 +77,17 @@ def test_prometheus_textfile_format():
     for line in text.splitlines():
         assert line.startswith("# HELP ") or line.startswith("# TYPE ") or sample.match(line), line
     assert 'node="a"} 1' in prometheus_textfile(report(), "a")
+
+
+def test_a_check_module_that_did_not_load_is_never_a_pass(tmp_path):
+    passing = Report(meta={"cluster": "c"}, nodes=["a"], results=[CheckResult("a", "GC-OS-001", "passed")])
+    assert passing.exit_code == 0
+    broken = Report(
+        meta={"cluster": "c", "suite_errors": ["tests/conformance/ceph/test_ceph.py: ImportError"]},
+        nodes=["a"],
+        results=[CheckResult("a", "GC-OS-001", "passed")],
+    )
+    assert broken.exit_code == 1
+    paths = write_all(broken, tmp_path)
+    assert json.loads(paths["json"].read_text())["exit_code"] == 1
+    assert "SUITE ERROR" in paths["markdown"].read_text()
