@@ -75,21 +75,8 @@ def test_offered_in_az(ec2: Any) -> None:
     assert helpers.offered_in_az(ec2, "p5.48xlarge", "us-east-1z") is False
 
 
-def _quotas(values: dict[str, float]) -> Any:
-    client = boto3.client("service-quotas", region_name=REGION, aws_access_key_id="x", aws_secret_access_key="x")
-    stub = Stubber(client)
-    for code, value in values.items():
-        stub.add_response(
-            "get_service_quota",
-            {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": value}},
-            {"ServiceCode": "ec2", "QuotaCode": code},
-        )
-    stub.activate()
-    return client
-
-
-def test_vcpu_quota_problems_name_the_quota_and_the_gap() -> None:
-    quotas = _quotas({"L-417A185B": 192.0, "L-1216C47A": 5000.0})
+def test_vcpu_quota_problems_name_the_quota_and_the_gap(service_quotas: Any) -> None:
+    quotas = service_quotas({"L-417A185B": 192.0, "L-1216C47A": 5000.0})
     problems = helpers.vcpu_quota_problems(quotas, {"p": 384, "standard": 96})
     assert problems == [
         "quota L-417A185B (Running On-Demand P instances): the stack needs 384 vCPUs, the quota is 192; "
@@ -123,8 +110,8 @@ def test_capacity_reservation_mismatches_are_all_reported() -> None:
     assert problems[3].endswith("1 instance(s) available, the GPU pools need 2")
 
 
-def test_preflight_collects_every_problem(ec2: Any) -> None:
-    quotas = _quotas({"L-417A185B": 100.0, "L-1216C47A": 10_000.0})
+def test_preflight_collects_every_problem(ec2: Any, service_quotas: Any) -> None:
+    quotas = service_quotas({"L-417A185B": 100.0, "L-1216C47A": 10_000.0})
     problems = helpers.preflight(
         ec2, quotas, availability_zone="us-east-1a",
         pools=[("p5.48xlarge", 2, True), ("m7i.2xlarge", 1, False), ("p99.huge", 1, True)],

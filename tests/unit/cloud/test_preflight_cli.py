@@ -7,13 +7,12 @@ GetServiceQuota for ec2). The command's client factory is the seam replaced here
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from botocore.stub import Stubber
 from moto import mock_aws
 
 from gpucluster.cli import main
@@ -21,19 +20,6 @@ from gpucluster.cli import preflight as cli_preflight
 
 REPO = Path(__file__).resolve().parents[3]
 AWS_STACK = str(REPO / "Pulumi.aws-h100.yaml")
-
-
-def _quotas(values: dict[str, float]) -> Any:
-    client = boto3.client("service-quotas", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
-    stub = Stubber(client)
-    for code, value in values.items():
-        stub.add_response(
-            "get_service_quota",
-            {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": value}},
-            {"ServiceCode": "ec2", "QuotaCode": code},
-        )
-    stub.activate()
-    return client
 
 
 @pytest.fixture()
@@ -44,21 +30,25 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
-def _use(monkeypatch: pytest.MonkeyPatch, quotas: dict[str, float]) -> None:
+def _use(monkeypatch: pytest.MonkeyPatch, stub: Callable[[dict[str, float]], Any], quotas: dict[str, float]) -> None:
     ec2 = boto3.client("ec2", region_name="us-east-1")
-    monkeypatch.setattr(cli_preflight, "clients", lambda region: (ec2, _quotas(quotas)))
+    monkeypatch.setattr(cli_preflight, "clients", lambda region: (ec2, stub(quotas)))
 
 
-def test_enough_quota_passes(aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_enough_quota_passes(
+    aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], service_quotas: Any
+) -> None:
     # 2x p5.48xlarge = 384 vCPUs of P quota; i4i + m7i come from the standard quota.
-    _use(monkeypatch, {"L-417A185B": 400.0, "L-1216C47A": 1000.0})
+    _use(monkeypatch, service_quotas, {"L-417A185B": 400.0, "L-1216C47A": 1000.0})
     assert main(["preflight", AWS_STACK, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out == {"stack": AWS_STACK, "ok": True, "problems": []}
 
 
-def test_short_quota_fails_naming_it(aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    _use(monkeypatch, {"L-417A185B": 192.0, "L-1216C47A": 1000.0})
+def test_short_quota_fails_naming_it(
+    aws: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], service_quotas: Any
+) -> None:
+    _use(monkeypatch, service_quotas, {"L-417A185B": 192.0, "L-1216C47A": 1000.0})
     assert main(["preflight", AWS_STACK]) == 1
     out = capsys.readouterr().out
     assert "FAIL" in out and "L-417A185B" in out and "384 vCPUs" in out
