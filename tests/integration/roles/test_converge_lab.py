@@ -1,48 +1,36 @@
-"""Converge a lab of its own twice: failed=0 on every host, then changed=0 on every host.
+"""Converge the shared lab twice: failed=0 on every host, then changed=0 on every host, then
+`--check` with no failures.
 
-Needs root (the lab is systemd-nspawn containers) and the Debian mirror through the lab's
-apt proxy. The lab (`rolelab`, 10.81.x) is brought up here and taken down afterwards.
+The first converge (site.yml, Ceph included) is the session fixture `itest_lab`'s
+(tests/integration/conftest.py: lab `itest`, 10.89.x); the second is `itest_second_converge`,
+shared with the Ceph test. Needs root (the lab is systemd-nspawn containers) and the Debian
+mirror through the lab's apt proxy.
 """
 
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
+import time
 from pathlib import Path
 
 import pytest
 
-from gpucluster.converge import ConvergeOptions, converge, lab_inventory
-
-HERE = Path(__file__).resolve().parent
-STACK = HERE / "Pulumi.rolelab.yaml"
-GPUCLUSTER = [sys.executable, "-m", "gpucluster"]
+from gpucluster.converge import ConvergeOptions, converge
 
 pytestmark = pytest.mark.lab
 
 
-@pytest.fixture(scope="module")
-def lab() -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("the lab needs root (systemd-nspawn nodes, bridges, namespaces)")
-    up = subprocess.run([*GPUCLUSTER, "lab", "up", "--stack", str(STACK)], capture_output=True, text=True)
-    if up.returncode != 0:
-        pytest.fail(f"gpucluster lab up failed:\n{up.stderr[-3000:]}")
-    try:
-        yield lab_inventory(str(STACK))
-    finally:
-        subprocess.run([*GPUCLUSTER, "lab", "down", "--stack", str(STACK)], capture_output=True, text=True)
-
-
-def test_converge_twice_second_changes_nothing(lab: Path, tmp_path: Path) -> None:
-    first = converge(ConvergeOptions(inventory=lab, runs_dir=tmp_path), progress_out=io.StringIO())
-    assert first.exit_code() == 0, f"first converge failed: {first.failures} ({first.run_dir})"
-    second = converge(ConvergeOptions(inventory=lab, runs_dir=tmp_path), progress_out=io.StringIO())
-    assert second.exit_code() == 0, f"second converge failed: {second.failures}"
+def test_converge_twice_second_changes_nothing(itest_lab, itest_second_converge, tmp_path: Path) -> None:
+    first = itest_lab.first_converge
+    assert first["exit_code"] == 0, f"first converge failed: {first['failures']} ({first['run_dir']})"
+    assert first["hosts"] and not first["failed_hosts"], f"first converge: {first['hosts']}"
+    second = itest_second_converge.result
+    assert second.exit_code() == 0, f"second converge failed: {second.failures} ({second.run_dir})"
+    assert {h.host for h in second.hosts} >= {"node-1", "node-2", "node-3"}, second.hosts
     changed = {h.host: h.changed for h in second.hosts if h.changed}
     assert changed == {}, f"a converged rerun changed something: {changed} ({second.run_dir})"
-    check = converge(ConvergeOptions(inventory=lab, check=True, runs_dir=tmp_path), progress_out=io.StringIO())
-    assert check.exit_code() == 0, f"--check failed: {check.failures}"
+    t0 = time.monotonic()
+    check = converge(ConvergeOptions(inventory=itest_lab.inventory, check=True, runs_dir=tmp_path),
+                     progress_out=io.StringIO())
+    itest_lab.record("check_converge_s", time.monotonic() - t0)
+    assert check.exit_code() == 0, f"--check failed: {check.failures} ({check.run_dir})"
