@@ -52,7 +52,7 @@ lock:
 	rm -rf /tmp/gpucluster-lock && $(PYTHON) -m venv /tmp/gpucluster-lock
 	/tmp/gpucluster-lock/bin/pip install -q -r requirements.in
 	{ echo "# Pinned: every direct and transitive dependency (from requirements.in; 'make lock' regenerates)."; \
-	  /tmp/gpucluster-lock/bin/pip freeze; } > requirements.txt
+	  /tmp/gpucluster-lock/bin/pip freeze --all | grep -v '^pip=='; } > requirements.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
