@@ -46,9 +46,8 @@ def pools(cluster: Cluster, target: Literal["aws", "azure", "oci"] | None = None
     out = []
     for pool in cluster.spec.node_pools:
         nodes = tuple(n for n in cluster.nodes if n.pool == pool.name)
-        itype = pool.instance_type
-        if itype is None and target is not None:
-            itype = cluster.profiles[pool.profile].instance_types.get(target)
+        # Callers name their own cluster's target; the resolution lives in Cluster.
+        itype = cluster.instance_type(pool.name) if target is not None else pool.instance_type
         out.append(PoolPlan(pool=pool, kind=pool_kind(pool), nodes=nodes, instance_type=itype))
     return out
 
