@@ -21,7 +21,7 @@ $(STAMP): requirements.txt pyproject.toml scripts/host-packages.txt
 test: setup lint unit integration
 
 lint: setup
-	$(PY) -m ruff check gpucluster stacks scripts tests bench
+	$(PY) -m ruff check gpucluster stacks scripts tests bench collections
 	$(PY) -m mypy gpucluster
 
 # torch for the PyTorch burn's CPU tests (requirements-gpu.in; not in requirements.txt).

@@ -1,7 +1,12 @@
 """`gpucluster verify --no-burn` wall time on 3 and 8 lab nodes (target: under 60 s for 8), and the
 CPU all-reduce bus bandwidth on the lab fabric next to iperf3's throughput on the same fabric.
 
-Needs root (it boots labs `bench3`/`bench8`, CIDRs 10.84.x/10.85.x, and removes them after).
+Needs root (it boots labs `bench3`/`bench8`, CIDRs 10.84.x/10.85.x, and removes them after;
+GPUCLUSTER_BENCH_KEEP_LAB=1 leaves them up for profiling). Each lab is converged once, then
+verified twice: the first run opens every SSH connection cold, the second is the steady state;
+the target is held against the slower of the two. The figures are taken on a shared host: the
+load average and the other labs up at the time are recorded next to them. Stack files and verify
+run folders stay in ``runs/bench-verify-<UTC time>/`` for a look at where the time went.
 """
 
 from __future__ import annotations
@@ -10,14 +15,19 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 GC = [sys.executable, "-m", "gpucluster"]
+LAB_ROOT = Path("/var/lib/gpucluster/lab")
+TARGET_8_S = 60.0
+VERIFY_RUNS = 2
+IPERF_SECONDS = 5
 
 
 def _stack(name: str, count: int, octet: int, folder: Path) -> Path:
@@ -37,52 +47,128 @@ def _gc(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*GC, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False)
 
 
-def _iperf(stack: Path, inv: dict[str, object]) -> float | None:
-    hosts = inv["all"]["hosts"]  # type: ignore[index]
-    names = list(hosts)[:2]
-    server_ip = hosts[names[1]]["gpucluster_fabric_ip"]
-    ssh = ["lab", "ssh", "--stack", str(stack)]
-    _gc(*ssh, names[1], "--", "sh", "-c", "iperf3 -s -D -1", timeout=60)
+def _tail(proc: subprocess.CompletedProcess[str], n: int = 5) -> list[str]:
+    return (proc.stderr or proc.stdout or "").strip().splitlines()[-n:]
+
+
+def _host_load() -> dict[str, Any]:
+    others = sorted(p.name for p in LAB_ROOT.iterdir() if p.is_dir() and (p / "state.json").exists()) \
+        if LAB_ROOT.is_dir() else []
+    return {"load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()], "labs_up": others}
+
+
+def _iperf(stack: Path, inv: dict[str, Any]) -> dict[str, Any]:
+    """iperf3 (TCP, one stream) from the first node to the second, over their fabric addresses."""
+    hosts = inv["all"]["hosts"]
+    client, server = list(hosts)[:2]
+    server_ip = str(hosts[server]["gpucluster_fabric_ip"])
+    client_ip = str(hosts[client]["gpucluster_fabric_ip"])
+    ssh = ("lab", "ssh", "--stack", str(stack))
+    # `lab ssh` hands the command to ssh, which joins its words unquoted: one string per command.
+    started = _gc(*ssh, server, "--", f"iperf3 -s -D -1 -B {server_ip}", timeout=60)
+    if started.returncode != 0:
+        return {"error": f"iperf3 server on {server}: {_tail(started)}"}
     time.sleep(1)
-    res = _gc(*ssh, names[0], "--", "iperf3", "-c", server_ip, "-t", "5", "-J", timeout=120)
+    res = _gc(*ssh, client, "--", f"iperf3 -c {server_ip} -B {client_ip} -t {IPERF_SECONDS} -J", timeout=120)
     try:
-        return float(json.loads(res.stdout)["end"]["sum_received"]["bits_per_second"]) / 8e9
-    except (ValueError, KeyError):
-        return None
+        data = json.loads(res.stdout[res.stdout.index("{"):])
+        bps = float(data["end"]["sum_received"]["bits_per_second"])
+    except (ValueError, KeyError, TypeError):
+        return {"error": f"iperf3 client on {client} (exit {res.returncode}): {_tail(res)}"}
+    return {"from": client, "to": server, "seconds": IPERF_SECONDS, "gbytes_per_s": round(bps / 8e9, 3),
+            "gbits_per_s": round(bps / 1e9, 2)}
 
 
-def measure(count: int, octet: int, folder: Path) -> dict[str, object]:
-    stack = _stack(f"bench{count}", count, octet, folder)
-    out: dict[str, object] = {"nodes": count}
+def _allreduce(run_dir: Path) -> dict[str, Any]:
+    inter = json.loads((run_dir / "fabric" / "inter_node.json").read_text())
+    run = inter.get("run") or {}
+    pts = run.get("points") or []
+    large = int(inter.get("large_bytes") or 0)
+    big = [p["busbw_gbps"] for p in pts if p["size_bytes"] >= large]
+    return {
+        "engine": inter.get("engine"),
+        "ranks": run.get("ranks"),
+        "busbw_gbytes_per_s_large_mean": round(sum(big) / len(big), 3) if big else None,
+        "large_message_bytes": large,
+        "largest_bytes": pts[-1]["size_bytes"] if pts else None,
+        "busbw_gbytes_per_s_largest": round(pts[-1]["busbw_gbps"], 3) if pts else None,
+        "inter_node_wall_s": inter.get("wall_s"),
+    }
+
+
+def _verify(stack: Path, run_dir: Path) -> dict[str, Any]:
+    started = time.perf_counter()
+    v = _gc("verify", "--stack", str(stack), "--no-burn", "--run-dir", str(run_dir), "--json", timeout=1200)
+    out: dict[str, Any] = {"wall_s": round(time.perf_counter() - started, 2), "exit": v.returncode}
     try:
-        up = _gc("lab", "up", "--stack", str(stack))
-        conv = _gc("converge", "--stack", str(stack)) if up.returncode == 0 else up
-        if conv.returncode != 0:
-            out["error"] = (conv.stderr or conv.stdout).strip().splitlines()[-1:]
-            return out
-        run_dir = folder / f"run{count}"
-        started = time.perf_counter()
-        v = _gc("verify", "--stack", str(stack), "--no-burn", "--run-dir", str(run_dir), "--json")
-        out["verify_wall_s"] = round(time.perf_counter() - started, 2)
-        out["verify_exit"] = v.returncode
-        data = json.loads((run_dir / "results.json").read_text())
-        inter = json.loads((run_dir / "fabric" / "inter_node.json").read_text())
-        pts = inter.get("run", {}).get("points", [])
-        out["allreduce_busbw_gbps_largest"] = pts[-1]["busbw_gbps"] if pts else None
-        out["verdicts"] = {v["node"]: v["verdict"] for v in data["verdicts"]}
-        inv = yaml.safe_load(Path(f"/var/lib/gpucluster/lab/bench{count}/inventory.yml").read_text())
-        out["iperf3_gbytes_per_s"] = _iperf(stack, inv)
-    finally:
-        _gc("lab", "down", "--stack", str(stack))
+        summary = json.loads(v.stdout)
+    except json.JSONDecodeError:
+        out["error"] = _tail(v)
+        return out
+    meta = summary.get("meta", {})
+    out["suite_s"] = meta.get("duration_s")
+    out["publish_s"] = meta.get("textfile_publish_s")
+    out["published"] = sum(1 for p in (meta.get("textfile_publish") or {}).values() if p.get("ok"))
+    out["verdicts"] = {x["node"]: x["verdict"] for x in summary.get("verdicts", [])}
+    out["failing"] = {x["node"]: [f["check"] for f in x["failed"]] for x in summary.get("verdicts", [])
+                      if x["verdict"] != "pass"}
+    fabric = run_dir / "fabric"
+    out["fabric_wall_s"] = {p.stem: json.loads(p.read_text()).get("wall_s") for p in sorted(fabric.glob("*.json"))}
     return out
 
 
-def run() -> dict[str, object]:
+def measure(count: int, octet: int, folder: Path) -> dict[str, Any]:
+    name = f"bench{count}"
+    stack = _stack(name, count, octet, folder)
+    out: dict[str, Any] = {"nodes": count, "host_at_start": _host_load()}
+    try:
+        t0 = time.perf_counter()
+        up = _gc("lab", "up", "--stack", str(stack))
+        if up.returncode != 0:
+            # On a loaded shared host a container now and then exits during boot; `lab up` is
+            # idempotent and restarts only what is not running.
+            out["lab_up_retried"] = _tail(up, 3)
+            up = _gc("lab", "up", "--stack", str(stack))
+        out["lab_up_s"] = round(time.perf_counter() - t0, 1)
+        if up.returncode != 0:
+            out["error"] = ["lab up failed", *_tail(up)]
+            return out
+        t0 = time.perf_counter()
+        # The stack has no storage section: nothing tagged ceph has anything to do. Skipping the tag
+        # also keeps ceph_client's delegate_to (templated before the import's `when`) from failing.
+        conv = _gc("converge", "--stack", str(stack), "--skip-tags", "ceph", "--json")
+        out["converge_s"] = round(time.perf_counter() - t0, 1)
+        if conv.returncode != 0:
+            out["error"] = ["converge failed", *_tail(conv, 10)]
+            return out
+        runs = []
+        for i in range(VERIFY_RUNS):
+            out[f"host_before_verify_{i + 1}"] = _host_load()["load_avg_1_5_15"]
+            runs.append(_verify(stack, folder / f"run{count}-{i + 1}"))
+        out["verify"] = runs
+        walls = [r["wall_s"] for r in runs]
+        out["verify_wall_s"] = max(walls)
+        try:
+            out["allreduce"] = _allreduce(folder / f"run{count}-1")
+        except (OSError, ValueError, KeyError) as exc:
+            out["allreduce"] = {"error": str(exc)}
+        inv = yaml.safe_load((LAB_ROOT / name / "inventory.yml").read_text())
+        out["iperf3"] = _iperf(stack, inv)
+        out["host_at_end"] = _host_load()
+    finally:
+        if os.environ.get("GPUCLUSTER_BENCH_KEEP_LAB") != "1":
+            _gc("lab", "down", "--stack", str(stack))
+    return out
+
+
+def run() -> dict[str, Any]:
+    target = f"verify --no-burn < {TARGET_8_S:.0f} s on 8 lab nodes"
     if os.geteuid() != 0:
-        return {"target": "verify < 60 s on 8 lab nodes", "met": False, "skipped": "needs root"}
-    with tempfile.TemporaryDirectory() as tmp:
-        r3 = measure(3, 84, Path(tmp))
-        r8 = measure(8, 85, Path(tmp))
-    wall8 = r8.get("verify_wall_s")
-    return {"target": "verify --no-burn < 60 s on 8 lab nodes", "met": isinstance(wall8, float) and wall8 < 60,
-            "three": r3, "eight": r8}
+        return {"target": target, "met": False, "skipped": "needs root"}
+    folder = REPO / "runs" / f"bench-verify-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    folder.mkdir(parents=True, exist_ok=True)
+    sizes = [int(x) for x in os.environ.get("GPUCLUSTER_BENCH_VERIFY_SIZES", "3,8").split(",")]
+    results = {n: measure(n, {3: 84, 8: 85}[n], folder) for n in sizes}
+    wall8 = results.get(8, {}).get("verify_wall_s")
+    return {"target": target, "met": isinstance(wall8, float) and wall8 < TARGET_8_S,
+            "three": results.get(3), "eight": results.get(8), "run_folder": str(folder)}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -104,6 +105,8 @@ class ConvergeOptions:
     forks: int | None = None
     runs_dir: Path = DEFAULT_RUNS_DIR
     label: str = "converge"
+    # Passed to the playbook as extra vars (ansible-playbook -e), highest precedence.
+    extra_vars: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -143,6 +146,32 @@ class ConvergeResult:
             "changed_total": self.changed_total,
             "exit_code": self.exit_code(),
         }
+
+
+_VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_extra_vars(items: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings (``--extra-vars``) to extra vars; a later KEY wins.
+
+    VALUE is read as YAML, so ``components=[driver]`` is a list, ``flag=true`` a boolean and
+    ``n=3`` a number; quote it (``name="'3'"``) for a string. ``KEY=`` is the empty string.
+    """
+    out: dict[str, Any] = {}
+    problems: list[str] = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not _VAR_NAME.match(key):
+            problems.append(f"--extra-vars {item!r}: expected KEY=VALUE with KEY a variable name")
+            continue
+        try:
+            out[key] = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            problems.append(f"--extra-vars {item!r}: VALUE is not YAML: {str(exc).splitlines()[0]}")
+    if problems:
+        raise InputError(problems)
+    return out
 
 
 def lab_inventory(stack: str) -> Path:
@@ -294,7 +323,7 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
         cmdline += ["--tags", ",".join(options.tags)]
     if options.skip_tags:
         cmdline += ["--skip-tags", ",".join(options.skip_tags)]
-    extravars: dict[str, Any] = {}
+    extravars: dict[str, Any] = dict(options.extra_vars)
     if options.heavy:
         extravars["gpucluster_heavy_packages"] = True
     started_at = datetime.now(UTC)
@@ -350,6 +379,8 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
         "limit": options.limit,
         "tags": options.tags,
         "heavy": options.heavy,
+        # Names only: a value passed with -e may be a secret.
+        "extra_vars": sorted(options.extra_vars),
         **converge_result.as_dict(),
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -1,4 +1,4 @@
-"""`gpucluster converge [--inventory FILE | --stack STACK_FILE] [--check] [--limit] [--tags]`."""
+"""`gpucluster converge [--inventory FILE | --stack STACK_FILE] [--playbook FILE] [--check] [-e KEY=VALUE]`."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from gpucluster.converge import (
     converge,
     format_recap,
     lab_inventory,
+    parse_extra_vars,
 )
 from gpucluster.errors import EXIT_CHECK_FAILED
 
@@ -39,6 +40,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--skip-tags", action="append", default=[], metavar="TAG", help="skip tasks with this tag")
     p.add_argument("--heavy", action="store_true",
                    help="install the heavy packages (driver user space, CUDA, NCCL, gpu-burn) even in the lab")
+    p.add_argument("--extra-vars", "-e", action="append", default=[], metavar="KEY=VALUE",
+                   help="a playbook variable, highest precedence (repeatable); VALUE is YAML: "
+                        "-e upgrade_rolling_components=[driver]")
     p.add_argument("--forks", type=int, metavar="N", help="parallel hosts (default from ansible.cfg)")
     p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), metavar="DIR", help="where run folders go")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
@@ -57,6 +61,7 @@ def _converge(args: argparse.Namespace) -> int:
         heavy=args.heavy,
         forks=args.forks,
         runs_dir=Path(args.runs_dir),
+        extra_vars=parse_extra_vars(args.extra_vars),
     )
     result = converge(options, progress_out=sys.stderr)
     if args.json:

@@ -25,6 +25,9 @@ def register(sub: Any) -> None:
     p.add_argument("--burn-seconds", type=int, default=60, metavar="N", help="burn time per precision (default 60)")
     p.add_argument("--limit", metavar="HOSTS", help="comma-separated host names")
     p.add_argument("--workers", type=int, default=8, metavar="N", help="hosts checked at once (default 8)")
+    p.add_argument("--no-publish", action="store_true",
+                   help="do not copy each node's Prometheus textfile onto the node (node_exporter's textfile "
+                        "collector folder); the run folder has them either way")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p.set_defaults(func=run)
 
@@ -41,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         limit=tuple(x for x in (args.limit or "").split(",") if x),
         workers=args.workers,
         quiet=args.json,
+        publish=not args.no_publish,
     )
     report = verify.run(opts)
     if args.json:

@@ -100,7 +100,9 @@ class Fabric:
     def engine(self, nodes: list[NodeInfo]) -> str:
         return "nccl-tests" if nodes and all(n.gpu_count > 0 for n in nodes) else "mpi-cpu"
 
-    def _allreduce(self, nodes: list[NodeInfo], label: str, agent: SshAgent) -> AllReduceRun:
+    def _allreduce(self, nodes: list[NodeInfo], label: str, agent: SshAgent, sweep: bool = True) -> AllReduceRun:
+        """One all-reduce over ``nodes``. ``sweep``: every size up to twice the large size (the
+        plot's series); otherwise only the sizes the verdict reads (the pair runs)."""
         names = tuple(n.name for n in nodes)
         # mpirun starts its daemons over SSH on the management network (the firewall
         # admits SSH from there only); the traffic measured is pinned to the fabric CIDR.
@@ -112,14 +114,15 @@ class Fabric:
         if self.engine(nodes) == "nccl-tests":
             run, log = nccl_tests.run_inter(launcher, names, ips, nodes[0].gpu_count, cidr,
                                             self.inv.fabric.get("socket_ifname") or nodes[0].fabric_interface,
-                                            2 * large, label)
+                                            2 * large, label, min_bytes=8 if sweep else large)
         else:
             problems = allreduce_mpi.ship_script([self.remote(n) for n in names])
             if problems:
                 return AllReduceRun("mpi-cpu", label, names, 0, status="incomplete", notes=problems)
             key = self._place_key(nodes[0])
             try:
-                settings = allreduce_mpi.MpiSettings(sizes=allreduce_mpi.sizes_up_to(large),
+                sizes = allreduce_mpi.sizes_up_to(large) if sweep else (large, 2 * large)
+                settings = allreduce_mpi.MpiSettings(sizes=sizes,
                                                      iters=self.options.mpi_iters, budget_s=self.options.mpi_budget_s,
                                                      ssh_key=key)
                 run, log = allreduce_mpi.run_allreduce(launcher, names, ips, cidr, settings, label)
@@ -158,7 +161,7 @@ class Fabric:
                 for this_round in rounds(ring_pairs([n.name for n in nodes])):
                     def one(pair: tuple[str, str]) -> tuple[PairResult, AllReduceRun]:
                         a, b = by_name[pair[0]], by_name[pair[1]]
-                        run = self._allreduce([a, b], f"pair:{a.name}+{b.name}", agent)
+                        run = self._allreduce([a, b], f"pair:{a.name}+{b.name}", agent, sweep=False)
                         floor = min(float(a.floor("allreduce_inter_busbw_gbps")),
                                     float(b.floor("allreduce_inter_busbw_gbps")))
                         v = judge(run, floor, self.large_bytes([a, b]))

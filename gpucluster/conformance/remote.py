@@ -45,8 +45,13 @@ def _control_dir(config_dir: Path) -> Path:
     return folder
 
 
-def write_ssh_config(path: Path, nodes: list[NodeInfo]) -> Path:
-    """An ssh_config naming every node by its inventory name."""
+def write_ssh_config(path: Path, nodes: list[NodeInfo], shared: Path | None = None) -> Path:
+    """An ssh_config naming every node by its inventory name.
+
+    Configurations written with the same ``shared`` folder (a run's ``ssh/``: every xdist
+    worker's, the fabric's, the textfile publisher's) share their control masters, so a
+    node's connection opened by one is reused by the others instead of a handshake each.
+    """
     lines = [
         "# Written by gpucluster verify for this run.",
         "Host *",
@@ -57,7 +62,7 @@ def write_ssh_config(path: Path, nodes: list[NodeInfo]) -> Path:
         "  ConnectTimeout 10",
         "  ServerAliveInterval 15",
         "  ControlMaster auto",
-        f"  ControlPath {_control_dir(path.parent)}/cm-%C",
+        f"  ControlPath {_control_dir(shared or path.parent)}/cm-%C",
         "  ControlPersist 120",
     ]
     for n in nodes:

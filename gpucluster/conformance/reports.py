@@ -130,6 +130,24 @@ def _counts(v: NodeVerdict) -> str:
     return f"{len(v.passed)} passed, {len(v.failed)} failed, {len(v.skipped)} skipped"
 
 
+def publish_outcome(report: Report, node: str) -> tuple[bool, str] | None:
+    """How copying the node's textfile onto it went (`gpucluster verify`); None when not tried."""
+    done = (report.meta.get("textfile_publish") or {}).get(node)
+    if not isinstance(done, dict):
+        return None
+    return bool(done.get("ok")), str(done.get("message", ""))
+
+
+def publish_problems(report: Report) -> list[tuple[str, str]]:
+    """(node, message) for each node whose textfile could not be published."""
+    out = []
+    for node in report.nodes:
+        done = publish_outcome(report, node)
+        if done is not None and not done[0]:
+            out.append((node, done[1]))
+    return out
+
+
 def verdict_table(report: Report) -> list[list[str]]:
     rows = [["node", "verdict", "checks", "failing checks"]]
     for v in report.verdicts:
@@ -156,6 +174,10 @@ def markdown(report: Report) -> str:
             out.append(f"- skipped {r.label}: {r.message}")
         if v.passed:
             out.append(f"- passed: {', '.join(r.label for r in v.passed)}")
+        done = publish_outcome(report, v.node)
+        if done is not None:
+            out.append(f"- Prometheus textfile: {done[1]}" if done[0] else
+                       f"- **Prometheus textfile not published** (the verdict stands): {done[1]}")
     if report.series:
         out += ["", "## All-reduce bus bandwidth (GB/s)", ""]
         sizes = sorted({s for ser in report.series for s, _ in ser.points})
@@ -238,6 +260,10 @@ def html_report(report: Report) -> str:
             detail.append(f"<li>skipped {esc(r.label)}: {esc(r.message)}</li>")
         if v.passed:
             detail.append(f"<li>passed: {esc(', '.join(r.label for r in v.passed))}</li>")
+        done = publish_outcome(report, v.node)
+        if done is not None:
+            detail.append(f"<li>Prometheus textfile: {esc(done[1])}</li>" if done[0] else
+                          f"<li><b>Prometheus textfile not published</b> (the verdict stands): {esc(done[1])}</li>")
         detail.append("</ul>")
     return (
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"

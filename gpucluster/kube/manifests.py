@@ -75,10 +75,19 @@ def gpu_operator_release(cluster: Cluster) -> HelmRelease:
     )
 
 
-def device_plugin_release(chart_version: str) -> HelmRelease:
-    """The NVIDIA device plugin alone (no operator), for clusters that want only the resource."""
+def device_plugin_release(cluster: Cluster, chart_version: str | None = None) -> HelmRelease:
+    """The NVIDIA device plugin alone (no operator), for clusters that want only the resource.
+
+    The chart version is the bill of materials' ``device_plugin`` pin unless ``chart_version``
+    (the stack's ``devicePluginChartVersion``) overrides it.
+    """
+    if chart_version is None:
+        chart_version = cluster.bom.device_plugin.version
+        where = "bom.device_plugin.version"
+    else:
+        where = "devicePluginChartVersion"
     if not re.match(r"^\d+\.\d+\.\d+$", chart_version):
-        raise InputError(f"devicePluginChartVersion: {chart_version!r} is not MAJOR.MINOR.PATCH")
+        raise InputError(f"{where}: {chart_version!r} is not MAJOR.MINOR.PATCH")
     return HelmRelease(
         name="nvidia-device-plugin",
         chart="nvidia-device-plugin",

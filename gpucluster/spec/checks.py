@@ -7,6 +7,7 @@ sees every problem of a stack file at once.
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections import Counter
 
 from gpucluster.spec.cluster import FIRST_HOST_OFFSET, node_names
@@ -175,13 +176,21 @@ def _storage(spec: ClusterSpec, placed: list[tuple[NodePool, str]], problems: li
         dup = sorted({n for n in listed if listed.count(n) > 1})
         if dup:
             problems.append(f"{where}.{field_name}: node {dup[0]!r} is listed twice")
+    domains = _failure_domains(spec, placed, problems)
+    host_domains = sorted({domains[h] for h in hosts if h in domains})
     pool_names = Counter(p.name for p in storage.pools)
     for k, pool in enumerate(storage.pools):
         if pool_names[pool.name] > 1:
             problems.append(f"{where}.pools[{k}].name: duplicate Ceph pool name {pool.name!r}")
-        if hosts and pool.size > len(hosts):
+        if hosts and storage.failure_domain == "host" and pool.size > len(hosts):
             problems.append(
                 f"{where}.pools[{k}].size: replication {pool.size} is larger than the {len(hosts)} storage host(s)"
+            )
+        elif host_domains and storage.failure_domain != "host" and pool.size > len(host_domains):
+            problems.append(
+                f"{where}.pools[{k}].size: replication {pool.size} is larger than the {len(host_domains)} "
+                f"{storage.failure_domain} failure domain(s) of the storage hosts ({', '.join(host_domains)}); "
+                f"storage.failure_domain is {storage.failure_domain}"
             )
         if pool.min_size is not None and pool.min_size > pool.size:
             problems.append(f"{where}.pools[{k}].min_size: {pool.min_size} is larger than size {pool.size}")
@@ -209,6 +218,69 @@ def _storage(spec: ClusterSpec, placed: list[tuple[NodePool, str]], problems: li
             problems.append(f"{where}.cephfs.data_pool: must differ from metadata_pool")
         if not storage.mds:
             problems.append(f"{where}.mds: CephFS needs at least one MDS node")
+
+
+def failure_domains(spec: ClusterSpec) -> dict[str, str]:
+    """Each node's CRUSH bucket of type ``storage.failure_domain``, where the spec names one.
+
+    With ``host`` every node is its own domain. Otherwise ``storage.locations`` names it, and a
+    bare-metal node's ``rack`` stands in where the failure domain is ``rack``.
+    """
+    storage = spec.storage
+    names = [name for _, name in node_names(spec)]
+    if storage is None or storage.failure_domain == "host":
+        return {name: name for name in names}
+    racks: dict[str, str] = {}
+    if spec.target.kind == "baremetal" and storage.failure_domain == "rack":
+        racks = {bm.name: bm.rack for bm in spec.target.nodes if bm.rack}
+    out: dict[str, str] = {}
+    for name in names:
+        where = storage.locations.get(name) or racks.get(name)
+        if where:
+            out[name] = where
+    return out
+
+
+def _failure_domains(spec: ClusterSpec, placed: list[tuple[NodePool, str]], problems: list[str]) -> dict[str, str]:
+    """Check the locations and the monitors' spread; return node -> failure domain."""
+    storage = spec.storage
+    assert storage is not None
+    where = f"{NS}.storage"
+    fd = storage.failure_domain
+    known = {name for _, name in placed}
+    for name in storage.locations:
+        if name not in known:
+            problems.append(f"{where}.locations.{name}: no node named {name!r}")
+    if fd == "host" and storage.locations:
+        problems.append(
+            f"{where}.locations: only used when storage.failure_domain is not host "
+            f"(set failure_domain, e.g. rack, or drop locations)"
+        )
+    domains = failure_domains(spec)
+    hosts = [name for pool, name in placed if "storage" in pool.roles]
+    hint = "name it in storage.locations" + (" or set its rack in target.nodes" if (
+        spec.target.kind == "baremetal" and fd == "rack") else "")
+    for name in dict.fromkeys([*hosts, *storage.monitors]):
+        if name in known and name not in domains:
+            what = "storage host" if name in hosts else "monitor"
+            problems.append(f"{where}.locations: {what} {name!r} has no {fd} ({hint}); "
+                            f"storage.failure_domain is {fd}")
+    monitors = [m for m in dict.fromkeys(storage.monitors) if m in known]
+    if monitors and all(m in domains for m in monitors):
+        # Every domain the cluster has: the storage hosts' and the monitors' own.
+        count = len({domains[n] for n in [*hosts, *monitors] if n in domains})
+        most = math.ceil(len(monitors) / min(len(monitors), count))
+        per_domain: dict[str, list[str]] = {}
+        for m in monitors:
+            per_domain.setdefault(domains[m], []).append(m)
+        for domain, members in sorted(per_domain.items()):
+            if len(members) > most:
+                problems.append(
+                    f"{where}.monitors: {len(members)} of the {len(monitors)} monitors ({', '.join(members)}) "
+                    f"are in {fd} {domain!r}; with {count} {fd} failure domain(s) at most {most} may share one: "
+                    "spread the monitors across failure domains"
+                )
+    return domains
 
 
 def _kubernetes(spec: ClusterSpec, bom: Bom, placed: list[tuple[NodePool, str]], problems: list[str]) -> None:

@@ -210,6 +210,17 @@ class CephFs(_Model):
     metadata_pool: Name
     data_pool: Name
     mount_path: str = Field("/mnt/cephfs", pattern=r"^/[^\s]*$")
+    # Which client mounts it on GPU nodes: the kernel's ceph file system where the node's kernel
+    # offers it (auto), or always the kernel client or always ceph-fuse.
+    client: Literal["auto", "kernel", "fuse"] = "auto"
+
+
+# CRUSH bucket types a replicated pool can spread its copies over (Ceph's default type list,
+# less `osd`: copies on two OSDs of one host are not a failure domain anyone wants).
+CrushFailureDomain = Literal["host", "chassis", "rack", "row", "pdu", "pod", "room", "datacenter", "zone", "region"]
+CrushBucketName = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", description="a CRUSH bucket name")
+]
 
 
 class Storage(_Model):
@@ -221,6 +232,11 @@ class Storage(_Model):
     public_network: Literal["management", "fabric"] = "management"
     cluster_network: Literal["management", "fabric"] = "fabric"
     allowed_health_warnings: list[str] = Field(default_factory=list)
+    # The CRUSH bucket type the replicated pools place their copies across. `host` (the
+    # default) is Ceph's own replicated_rule; any other type needs each storage host's bucket
+    # of that type: `locations` (node -> bucket name), else a bare-metal node's `rack`.
+    failure_domain: CrushFailureDomain = "host"
+    locations: dict[Name, CrushBucketName] = Field(default_factory=dict)
 
 
 # --- kubernetes ---------------------------------------------------------------------
@@ -342,6 +358,7 @@ class Bom(_Model):
     kubernetes: _Kube
     cni: dict[Literal["calico", "cilium", "flannel"], str]
     gpu_operator: _Pinned
+    device_plugin: _Pinned
     network_operator: _Pinned
     ceph_csi: _Pinned
     debian: _Debian

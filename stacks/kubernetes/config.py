@@ -17,7 +17,8 @@ class KubeStackConfig(BaseModel):
     stack_file: str = Field(min_length=1)
     kubeconfig: str = Field(min_length=1)
     gpu_mode: Literal["operator", "device_plugin"] = "operator"
-    device_plugin_chart_version: str | None = None
+    # None: the bill of materials' device_plugin pin (gpucluster/data/bom.yaml).
+    device_plugin_chart_version: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+$")
     ceph_fsid: str | None = None
     ceph_user: str = "kubernetes"
     ceph_user_key: str | None = None
@@ -47,4 +48,14 @@ def parse_config(raw: dict[str, object], base: Path) -> KubeStackConfig:
     try:
         return KubeStackConfig.model_validate(data)
     except ValidationError as exc:
-        raise InputError(validation_problems(exc, KubeStackConfig, "gpuclusterKube")) from None
+        # Name each problem by the key the user wrote (gpuclusterKube:devicePluginChartVersion),
+        # not by the model's field.
+        fields = {field: key for key, field in _KEYS.items()}
+        problems = []
+        for problem in validation_problems(exc, KubeStackConfig, "gpuclusterKube"):
+            path, sep, rest = problem.partition(": ")
+            head, dot, tail = path.removeprefix("gpuclusterKube.").partition(".")
+            if path.startswith("gpuclusterKube.") and head in fields:
+                path = f"gpuclusterKube:{fields[head]}{dot}{tail}"
+            problems.append(f"{path}{sep}{rest}")
+        raise InputError(problems) from None

@@ -29,8 +29,6 @@ def check(cluster: Cluster, cfg: KubeStackConfig) -> list[str]:
     kube = cluster.spec.kubernetes
     if kube is None or not kube.enabled:
         problems.append(f"{cfg.stack_file}: Kubernetes is not enabled in the cluster's stack file")
-    if cfg.gpu_mode == "device_plugin" and not cfg.device_plugin_chart_version:
-        problems.append("gpuclusterKube:devicePluginChartVersion: required with gpuMode device_plugin")
     if cluster.spec.storage is not None:
         if not cfg.ceph_fsid:
             problems.append("gpuclusterKube:cephFsid: required: the cluster has Ceph storage (`ceph fsid` prints it)")
@@ -52,7 +50,8 @@ def build(cluster: Cluster, cfg: KubeStackConfig, provider: k8s.Provider | None 
     release = (
         m.gpu_operator_release(cluster)
         if cfg.gpu_mode == "operator"
-        else m.device_plugin_release(cfg.device_plugin_chart_version or "")
+        # The BOM pins the chart; devicePluginChartVersion, when set, overrides the pin.
+        else m.device_plugin_release(cluster, cfg.device_plugin_chart_version)
     )
     out["gpu"] = GpuPlugin("gpu", GpuPluginArgs(release), after_labels)
     if m.rdma_enabled(cluster):

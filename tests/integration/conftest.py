@@ -6,6 +6,14 @@ three nodes, each a GPU-role node and a Ceph storage host), runs one full
 conformance and Ceph tests all use it; the lab's own tests (tests/integration/lab) and the
 Kubernetes tests (they need a control-plane node) keep labs of their own.
 
+GPUCLUSTER_ITEST_STACK=FILE points the fixture at another lab's stack file (same shape: three
+nodes node-1..3, each GPU and storage), e.g. to run the shared-lab tests on a lab of one's own
+while `itest` is in use; its lab state lives under /var/lib/gpucluster/lab/<name>.
+
+Tests marked ``lab_last`` run after every other test of the session, in their collected order
+(`pytest_collection_modifyitems` below): they change the shared lab for good (grow it), so
+nothing that expects the lab as the stack file describes it may follow them.
+
 The lab is taken down at the end of the session unless GPUCLUSTER_KEEP_LAB=1. Timings (lab up,
 first converge, second converge) are written to ``runs/itest-timings.json`` and to
 ``<lab state dir>/itest-timings.json``, and printed in pytest's terminal summary (with or
@@ -29,10 +37,24 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-STACK = Path(__file__).resolve().with_name("Pulumi.itest.yaml")
-LAB_DIR = Path("/var/lib/gpucluster/lab/itest")
+STACK = Path(os.environ.get("GPUCLUSTER_ITEST_STACK") or Path(__file__).resolve().with_name("Pulumi.itest.yaml"))
+
+
+def _lab_name(stack: Path) -> str:
+    # The lab's name is the spec's `name`; read it without validating (the fixture's `lab up` does).
+    import yaml
+
+    try:
+        config = yaml.safe_load(stack.read_text(encoding="utf-8"))["config"]
+        return str(config["gpucluster:name"])
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return "itest"
+
+
+LAB_DIR = Path("/var/lib/gpucluster/lab") / _lab_name(STACK)
 RUNS_DIR = REPO / "runs"
-TIMINGS_NAME = "itest-timings.json"
+# Another lab's session (GPUCLUSTER_ITEST_STACK) keeps its timings apart from the shared lab's.
+TIMINGS_NAME = "itest-timings.json" if LAB_DIR.name == "itest" else f"itest-{LAB_DIR.name}-timings.json"
 GC = [sys.executable, "-m", "gpucluster"]
 
 _TIMINGS: dict[str, Any] = {}
@@ -148,6 +170,13 @@ def itest_second_converge(itest_lab: ItestLab, tmp_path_factory: pytest.TempPath
     seconds = time.monotonic() - t0
     record_timing("second_converge_s", seconds)
     return ConvergeRun(result=result, seconds=seconds)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the tests marked lab_last to the end, keeping the order within each part."""
+    last = [item for item in items if item.get_closest_marker("lab_last") is not None]
+    if last:
+        items[:] = [item for item in items if item.get_closest_marker("lab_last") is None] + last
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

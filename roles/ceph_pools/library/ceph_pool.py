@@ -19,6 +19,7 @@ options:
   size: {type: int, required: true, description: Replicas.}
   min_size: {type: int, description: Replicas needed for I/O (default size - 1, at least 1).}
   pg_num: {type: int, required: true, description: Placement groups (the autoscaler is off for this pool).}
+  crush_rule: {type: str, description: CRUSH rule by name (default the cluster's default rule for new pools; left alone).}
 """
 
 
@@ -37,12 +38,18 @@ def main() -> None:
             "size": {"type": "int", "required": True},
             "min_size": {"type": "int", "required": False},
             "pg_num": {"type": "int", "required": True},
+            "crush_rule": {"type": "str", "required": False},
         },
         supports_check_mode=True,
     )
     p = module.params
     name: str = p["name"]
     min_size = p["min_size"] if p["min_size"] is not None else max(p["size"] - 1, 1)
+    rule: str | None = p["crush_rule"]
+    rule_id: int | None = None
+    if rule is not None:
+        # The rule must exist (the role creates it first); its id is what a pool records.
+        rule_id = int(json.loads(_ceph(module, "osd", "crush", "rule", "dump", rule, "-f", "json"))["rule_id"])
     pools = {d["pool_name"]: d for d in json.loads(_ceph(module, "osd", "pool", "ls", "detail", "-f", "json"))}
     actions: list[str] = []
     current = pools.get(name)
@@ -50,7 +57,7 @@ def main() -> None:
         actions.append("create")
         if not module.check_mode:
             _ceph(module, "osd", "pool", "create", name, str(p["pg_num"]), str(p["pg_num"]), "replicated",
-                  "--autoscale-mode=off")
+                  *([rule] if rule is not None else []), "--autoscale-mode=off")
             pools = {d["pool_name"]: d for d in json.loads(_ceph(module, "osd", "pool", "ls", "detail", "-f", "json"))}
             current = pools[name]
     current = current or {}
@@ -67,6 +74,10 @@ def main() -> None:
             actions.append(f"{key}={want[key]}")
             if not module.check_mode:
                 _ceph(module, "osd", "pool", "set", name, key, str(want[key]))
+    if rule is not None and current.get("crush_rule") is not None and int(current["crush_rule"]) != rule_id:
+        actions.append(f"crush_rule={rule}")
+        if not module.check_mode:
+            _ceph(module, "osd", "pool", "set", name, "crush_rule", rule)
     if p["application"] not in current.get("application_metadata", {}):
         actions.append(f"application={p['application']}")
         if not module.check_mode:

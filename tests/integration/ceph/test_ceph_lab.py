@@ -62,6 +62,26 @@ def test_second_converge_changes_nothing(lab, itest_second_converge) -> None:  #
     assert changes and all(n == 0 for n in changes.values()), f"second converge changed: {changes}"
 
 
+SAY_CLIENT_TASK = "Say which CephFS client mounts here and why"  # roles/ceph_client/tasks/detect.yml
+
+
+def test_lab_mounts_with_ceph_fuse_and_says_why(lab) -> None:  # type: ignore[no-untyped-def]
+    # Lab nodes are systemd-nspawn containers: auto must pick ceph-fuse and say so, per node.
+    said: dict[str, str] = {}
+    with (lab.first_converge_run_dir / "events.jsonl").open(encoding="utf-8") as events:
+        for line in events:
+            event = json.loads(line)
+            data = event.get("event_data", {})
+            if event.get("event") == "runner_on_ok" and data.get("task") == SAY_CLIENT_TASK:
+                said[data["host"]] = data["res"]["msg"]
+    assert {"node-1", "node-2", "node-3"} <= set(said), said
+    for host, msg in said.items():
+        assert "ceph-fuse because ceph is not in /proc/filesystems and this node is a container (systemd-nspawn)" \
+            in msg, f"{host}: {msg}"
+    fstype = lab.ssh("node-2", "findmnt -n -o FSTYPE --mountpoint /mnt/cephfs")
+    assert fstype.stdout.strip() == "fuse.ceph-fuse", fstype.stdout + fstype.stderr
+
+
 def test_conformance_passes(lab) -> None:  # type: ignore[no-untyped-def]
     wait_for(lambda: health(lab).get("status") == "HEALTH_OK", "HEALTH_OK")
     res = suite(lab)

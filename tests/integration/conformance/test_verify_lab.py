@@ -1,14 +1,18 @@
 """`gpucluster verify` on the shared lab (`itest_lab`: 3 nodes, each a GPU-role node with no GPU
 and a Ceph storage host): healthy nodes pass with GPU checks skipped-with-reason; each injected
-fault fails its check on that node only, and is undone in `finally` before the next test."""
+fault fails its check on that node only, and is undone in `finally` before the next test.
+Every run also publishes each node's textfile to node_exporter: the verdict metric is read back
+from a node's own /metrics after the runs the tests make anyway (no extra verify run)."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.lab
 
@@ -21,6 +25,24 @@ def verify(lab, tmp_path: Path, name: str) -> tuple[int, dict]:
     lab.record(f"verify_{name}_s", time.monotonic() - t0)
     assert res.returncode in (0, 1), res.stderr[-2000:]
     return res.returncode, json.loads((run_dir / "results.json").read_text())
+
+
+def node_metrics(lab, node: str) -> str:
+    """node_exporter's /metrics as the node itself reads it (it listens on the management address)."""
+    address = yaml.safe_load(lab.inventory.read_text())["all"]["hosts"][node]["ansible_host"]
+    res = lab.ssh(node, "python3 -c \"import urllib.request as u; "
+                        f"print(u.urlopen('http://{address}:9100/metrics', timeout=5).read().decode())\"")
+    assert res.returncode == 0, res.stderr[-1000:]
+    return res.stdout
+
+
+def assert_published_verdict(lab, data: dict, node: str, value: int) -> None:
+    published = data["meta"]["textfile_publish"][node]
+    assert published["ok"] and published["path"].endswith("/gpucluster_conformance.prom"), published
+    metrics = node_metrics(lab, node)
+    found = re.findall(rf'^gpucluster_conformance_pass{{cluster="itest",node="{node}"}} (\S+)$', metrics, re.M)
+    assert found == [str(value)], f"verdict metric on {node}: {found}"
+    assert re.search(r"^node_textfile_scrape_error 0$", metrics, re.M), "node_exporter could not read a textfile"
 
 
 def failing(data: dict) -> dict[str, list[str]]:
@@ -37,6 +59,7 @@ def test_healthy_lab_passes_with_gpu_checks_skipped(itest_lab, tmp_path):
         assert {"GC-AR-002", "GC-AR-003", "GC-NET-002", "GC-SYS-002"} <= set(v["passed"])
     assert (tmp_path / "healthy" / "junit.xml").exists()
     assert "<svg" in (tmp_path / "healthy" / "summary.html").read_text()
+    assert_published_verdict(itest_lab, data, "node-1", 1)
 
 
 def test_throttled_fabric_link_is_named_slow(itest_lab, tmp_path):
@@ -61,6 +84,7 @@ def test_wrong_mtu_fails_that_node_only(itest_lab, tmp_path):
     finally:
         itest_lab.ssh("node-3", "ip link set dev eth1 mtu 9000")
     assert rc == 1 and failing(data) == {"node-3": ["GC-NET-002"]}
+    assert_published_verdict(itest_lab, data, "node-3", 0)
 
 
 def test_stopped_service_fails_its_check_only(itest_lab, tmp_path):

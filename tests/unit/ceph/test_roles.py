@@ -55,7 +55,8 @@ def test_tasks_follow_house_style(role: str) -> None:
         assert name, f"{role}/{where}: unnamed task"
         module = next((k for k in task if "." in k or k in ("ceph_pool", "ceph_client_key")), None)
         assert module, f"{role}/{where}: {name}: no module"
-        assert module.startswith("ansible.builtin.") or module in ("ceph_pool", "ceph_client_key"), module
+        own = ("ceph_pool", "ceph_client_key")
+        assert module.startswith(("ansible.builtin.", "gpucluster.cluster.")) or module in own, module
         if module in ("ansible.builtin.command", "ansible.builtin.shell"):
             assert "changed_when" in task or "creates" in (task.get("args") or {}), f"{name}: no changed_when"
         if module == "ansible.builtin.file":

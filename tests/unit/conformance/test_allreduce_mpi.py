@@ -84,6 +84,7 @@ def test_mpirun_pins_the_fabric():
     joined = " ".join(argv)
     assert "--host 10.83.1.10:1,10.83.1.11:1" in joined
     assert "btl_tcp_if_include 10.83.1.0/24" in joined and "oob_tcp_if_include 10.83.1.0/24" in joined
+    assert "--mca mpi_yield_when_idle 1" in joined  # waiting ranks must not spin on shared cores
     assert argv[-4:] == ["1024,2048", "10", "2", "2.0"]
 
 

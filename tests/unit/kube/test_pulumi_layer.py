@@ -10,7 +10,7 @@ import pytest
 
 from gpucluster.errors import InputError
 from gpucluster.kube.schema import validate_manifests
-from gpucluster.spec import load_spec
+from gpucluster.spec import load_bom, load_spec
 
 REPO = Path(__file__).resolve().parents[3]
 FSID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
@@ -125,13 +125,33 @@ def test_node_labels_come_from_the_profile() -> None:
 
 
 def test_ethernet_cluster_has_no_rdma_plugin_and_device_plugin_mode() -> None:
-    mocks, out = _run(
-        "Pulumi.aws-h100.yaml", gpu_mode="device_plugin", device_plugin_chart_version="0.17.1",
-        ceph_fsid=FSID, ceph_user_key="k",
-    )
+    mocks, out = _run("Pulumi.aws-h100.yaml", gpu_mode="device_plugin", ceph_fsid=FSID, ceph_user_key="k")
     assert "rdma" not in out  # EFA fabric: no RDMA shared device plugin
-    names = {r.inputs["name"] for r in _of(mocks, "kubernetes:helm.sh/v3:Release")}
-    assert "nvidia-device-plugin" in names and "gpu-operator" not in names
+    releases = {r.inputs["name"]: r.inputs for r in _of(mocks, "kubernetes:helm.sh/v3:Release")}
+    assert "nvidia-device-plugin" in releases and "gpu-operator" not in releases
+    # No devicePluginChartVersion: the chart version is the bill of materials' pin.
+    plugin = releases["nvidia-device-plugin"]
+    assert plugin["chart"] == "nvidia-device-plugin"
+    assert plugin["version"] == load_bom().device_plugin.version == "0.17.1"
+    assert plugin["repositoryOpts"]["repo"] == "https://nvidia.github.io/k8s-device-plugin"
+
+
+def test_device_plugin_chart_version_config_overrides_the_bom() -> None:
+    mocks, _ = _run("Pulumi.aws-h100.yaml", gpu_mode="device_plugin", device_plugin_chart_version="0.17.0",
+                    ceph_fsid=FSID, ceph_user_key="k")
+    plugin = next(r for r in _of(mocks, "kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "nvidia-device-plugin")
+    assert plugin.inputs["version"] == "0.17.0"
+
+
+def test_bad_device_plugin_chart_version_is_reported_with_its_key() -> None:
+    from stacks.kubernetes.config import parse_config
+
+    with pytest.raises(InputError) as err:
+        parse_config({"stackFile": "/s.yaml", "kubeconfig": "/k", "gpuMode": "device_plugin",
+                      "devicePluginChartVersion": "latest"}, REPO)
+    assert err.value.problems == [
+        "gpuclusterKube:devicePluginChartVersion: 'latest' does not match the pattern ^\\d+\\.\\d+\\.\\d+$"
+    ]
 
 
 def test_missing_ceph_settings_are_reported_together() -> None:

@@ -16,6 +16,7 @@ import yaml
 from ansible.plugins.filter.core import FilterModule
 from ansible.plugins.filter.mathstuff import FilterModule as MathFilters
 from ansible.plugins.test.core import TestModule
+from ansible.plugins.test.mathstuff import TestModule as MathTests
 from jinja2.nativetypes import NativeEnvironment
 
 from gpucluster.inventory import build_inventory
@@ -66,6 +67,7 @@ def _env(native: bool) -> jinja2.Environment:
     env.filters.update({k: v for k, v in FilterModule().filters().items() if k not in ("d", "default")})
     env.filters.update(MathFilters().filters())
     env.tests.update(TestModule().tests())
+    env.tests.update(MathTests().tests())
     return env
 
 

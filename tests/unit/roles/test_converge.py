@@ -18,6 +18,7 @@ from gpucluster.converge import (
     HostRecap,
     converge,
     load_inventory,
+    parse_extra_vars,
     parse_recap,
 )
 from gpucluster.errors import InputError
@@ -155,3 +156,52 @@ def test_cli_non_lab_stack_needs_an_inventory(capsys: pytest.CaptureFixture[str]
     repo = Path(__file__).resolve().parents[3]
     assert main(["converge", "--stack", str(repo / "Pulumi.aws-h100.yaml")]) == 2
     assert "not the lab" in capsys.readouterr().err
+
+
+def test_extra_vars_reach_the_runner_with_heavy(tmp_path: Path, inventory_file: Path) -> None:
+    runner = FakeRunner([_event(1, "playbook_on_stats", **STATS)], rc=0, status="successful")
+    options = ConvergeOptions(inventory=inventory_file, heavy=True, runs_dir=tmp_path,
+                              extra_vars={"upgrade_rolling_components": ["driver"], "token": "s3cret"})
+    result = converge(options, progress_out=io.StringIO(), runner=runner)
+    assert runner.kwargs["extravars"] == {"upgrade_rolling_components": ["driver"], "token": "s3cret",
+                                          "gpucluster_heavy_packages": True}
+    summary = (result.run_dir / "summary.json").read_text()
+    # The summary names the extra vars but never holds their values (one may be a secret).
+    assert json.loads(summary)["extra_vars"] == ["token", "upgrade_rolling_components"]
+    assert "s3cret" not in summary
+
+
+def test_parse_extra_vars_reads_values_as_yaml() -> None:
+    assert parse_extra_vars([
+        "upgrade_rolling_components=[driver]", "flag=true", "n=3", "name=node-1", "quoted='3'", "empty=",
+        "n=4", "expr=a=b",
+    ]) == {"upgrade_rolling_components": ["driver"], "flag": True, "n": 4, "name": "node-1", "quoted": "3",
+           "empty": "", "expr": "a=b"}
+
+
+def test_parse_extra_vars_names_each_bad_item() -> None:
+    with pytest.raises(InputError) as err:
+        parse_extra_vars(["novalue", "bad-key=1", "ok=1", "broken=[a"])
+    assert [p.split(":")[0] for p in err.value.problems] == [
+        "--extra-vars 'novalue'", "--extra-vars 'bad-key=1'", "--extra-vars 'broken=[a'"]
+
+
+def test_cli_passes_extra_vars(tmp_path: Path, inventory_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpucluster.cli.converge as cli_converge
+
+    seen: list[ConvergeOptions] = []
+
+    def fake_converge(options: ConvergeOptions, *, progress_out: Any) -> ConvergeResult:
+        seen.append(options)
+        return _result(STATS)
+
+    monkeypatch.setattr(cli_converge, "converge", fake_converge)
+    assert main(["converge", "-i", str(inventory_file), "--playbook", "playbooks/upgrade-rolling.yml",
+                 "-e", "upgrade_rolling_components=[driver]", "--extra-vars", "x=1", "--json"]) == 0
+    assert seen[0].extra_vars == {"upgrade_rolling_components": ["driver"], "x": 1}
+    assert seen[0].playbook == Path("playbooks/upgrade-rolling.yml")
+
+
+def test_cli_bad_extra_vars_exit_2(inventory_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["converge", "-i", str(inventory_file), "-e", "no-equals-sign"]) == 2
+    assert "expected KEY=VALUE" in capsys.readouterr().err

@@ -63,7 +63,7 @@ def _tasks(role: str) -> list[dict[str, Any]]:
 def test_tasks_are_named_fully_qualified_and_secret_tasks_are_no_log(role: str) -> None:
     for t in _tasks(role):
         assert t.get("name"), t
-        module = next((k for k in t if k.startswith("ansible.builtin.")), None)
+        module = next((k for k in t if k.startswith(("ansible.builtin.", "gpucluster.cluster."))), None)
         if "block" not in t:
             assert module is not None, f"not a fully qualified module: {t['name']}"
         if module in ("ansible.builtin.command", "ansible.builtin.shell") and "creates" not in str(t.get(module)):
@@ -155,6 +155,33 @@ def test_rolling_upgrade_is_serial_and_gated_on_verify() -> None:
     names = [t["name"] for t in play["pre_tasks"] + play["tasks"] + play["post_tasks"]]
     order = [next(i for i, n in enumerate(names) if key in n) for key in ("drain", "Uncordon", "conformance", "Stop")]
     assert order == sorted(order)
+    # The gate verifies this node on the inventory the play runs on, from the repository root.
+    gate = next(t for t in play["post_tasks"] if t["name"] == "Run the conformance suite for this node")
+    assert gate["delegate_to"] == "localhost"
+    assert gate["ansible.builtin.command"]["chdir"] == "{{ playbook_dir | dirname }}"
+    assert "--inventory {{ inventory_file }}" in play["vars"]["upgrade_rolling_verify_command"]
+
+
+def test_rolling_upgrade_skips_the_kubectl_steps_with_a_reason_without_a_control_plane() -> None:
+    play = _yaml(REPO / "playbooks" / "upgrade-rolling.yml")[0]
+    tasks = play["pre_tasks"] + play["tasks"] + play["post_tasks"]
+    kubectl = [t for t in tasks if "__upgrade_rolling_kubectl" in str(t.get("ansible.builtin.command", ""))]
+    assert [t["name"] for t in kubectl] == ["Cordon and drain the node", "Wait until the node reports Ready",
+                                            "Uncordon the node"]
+    for task in kubectl:
+        assert "__upgrade_rolling_kube_skip_reason | length == 0" in task["when"], task["name"]
+    names = [t["name"] for t in tasks]
+    why = tasks[names.index("Say why the Kubernetes steps are skipped")]
+    assert why["when"] == "__upgrade_rolling_kube_skip_reason | length > 0"
+    assert "{{ __upgrade_rolling_kube_skip_reason }}" in why["ansible.builtin.debug"]["msg"]
+    # The reason is decided (no control_plane group, or no kubeconfig on its first node) before the drain.
+    decide = tasks[names.index("Decide whether the Kubernetes steps can run")]["ansible.builtin.set_fact"]
+    reason = decide["__upgrade_rolling_kube_skip_reason"]
+    assert "no control_plane group" in reason and "no kubeconfig" in reason
+    assert names.index("Say why the Kubernetes steps are skipped") < names.index("Cordon and drain the node")
+    # A Kubernetes upgrade without a cluster is refused, not skipped.
+    refuse = tasks[names.index("Check that a Kubernetes upgrade has a cluster to upgrade")]["ansible.builtin.assert"]
+    assert "'kubernetes' not in upgrade_rolling_components" in refuse["that"][0]
 
 
 @pytest.mark.slow

@@ -50,6 +50,9 @@ def test_bom_pins_every_component() -> None:
     ):
         assert re.fullmatch(r"\d+(\.\d+)+", version)
     assert bom.nvidia_driver.version.startswith(bom.nvidia_driver.branch + ".")
+    # Helm chart versions (the GPU Operator's chart adds a leading "v" itself).
+    for chart in (bom.gpu_operator, bom.device_plugin, bom.network_operator, bom.ceph_csi):
+        assert re.fullmatch(r"\d+\.\d+\.\d+", chart.version)
     assert bom.kubernetes.version.startswith(bom.kubernetes.minor + ".")
 
 

@@ -1,0 +1,78 @@
+"""The `gpucluster.cluster.apt` action's fast path: which package specs dpkg already satisfies.
+
+The dpkg output comes from this host's real dpkg-query (the format the action asks nodes for).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.unit.loading import load_file
+
+REPO = Path(__file__).resolve().parents[3]
+PLUGIN = REPO / "collections/ansible_collections/gpucluster/cluster/plugins/action/apt.py"
+
+
+apt = load_file(PLUGIN, "gpucluster_apt_action")
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ({"name": ["chrony", "nftables"], "state": "present", "cache_valid_time": 3600},
+     [("chrony", None), ("nftables", None)]),
+    ({"name": "chrony,nftables"}, [("chrony", None), ("nftables", None)]),
+    ({"name": ["ceph-common=16.2.15*"], "install_recommends": False}, [("ceph-common", "16.2.15*")]),
+    ({"name": ["libnccl2:amd64=2.21.5-1+cuda12.4"]}, [("libnccl2", "2.21.5-1+cuda12.4")]),
+    ({"name": ["x"], "update_cache": False}, [("x", None)]),
+    ({"name": ["x"], "update_cache": "no"}, [("x", None)]),
+])
+def test_wanted_packages_for_plain_installs(args: dict[str, object], expected: list[tuple[str, str | None]]) -> None:
+    assert apt.wanted_packages(args) == expected
+
+
+@pytest.mark.parametrize("args", [
+    {"name": ["x"], "state": "latest"},
+    {"name": ["x"], "update_cache": True},
+    {"deb": "/var/cache/gpucluster/x.deb"},
+    {"name": ["/tmp/x.deb"]},
+    {"name": ["x>=1.0"]},
+    {"upgrade": "dist"},
+    {"name": []},
+    {"name": ["x"], "purge": True},
+])
+def test_anything_but_a_plain_install_goes_to_apt(args: dict[str, object]) -> None:
+    assert apt.wanted_packages(args) is None
+
+
+@pytest.fixture(scope="module")
+def dpkg_output() -> str:
+    if shutil.which("dpkg-query") is None:
+        pytest.skip("no dpkg-query on this host")
+    res = subprocess.run(["dpkg-query", "-W", "-f=" + apt._QUERY_FORMAT, "bash", "coreutils",
+                          "gpucluster-no-such-package"], capture_output=True, text=True, check=False)
+    assert res.returncode == 1, res  # one unknown name: dpkg-query's exit code the action accepts
+    return res.stdout
+
+
+def test_real_dpkg_output_is_parsed(dpkg_output: str) -> None:
+    installed = apt.parse_dpkg_query(dpkg_output)
+    assert set(installed) == {"bash", "coreutils"}
+    assert all(v and v[0].isdigit() for v in installed.values())
+
+
+def test_satisfied_only_when_installed_at_a_matching_version(dpkg_output: str) -> None:
+    installed = apt.parse_dpkg_query(dpkg_output)
+    bash = installed["bash"]
+    assert apt.unsatisfied([("bash", None), ("coreutils", None)], installed) == []
+    assert apt.unsatisfied([("bash", bash.split("-")[0] + "*")], installed) == []
+    assert apt.unsatisfied([("bash", "0.1*")], installed) == ["bash=0.1*"]
+    assert apt.unsatisfied([("gpucluster-no-such-package", None)], installed) == ["gpucluster-no-such-package"]
+
+
+def test_removed_but_configured_packages_are_not_installed() -> None:
+    out = "chrony\tconfig-files\t4.3-2\nnftables\tinstalled\t1.0.6-2\nntp\tnot-installed\t\n"
+    assert apt.unsatisfied([("chrony", None), ("nftables", None), ("ntp", None)],
+                           apt.parse_dpkg_query(out)) == ["chrony", "ntp"]
