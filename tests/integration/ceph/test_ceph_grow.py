@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from gpucluster.ceph.parse import parse_osd_tree
+from tests.integration.waiting import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.lab_last]
 
@@ -44,15 +45,6 @@ def _healthy(lab: Any, node: str, allowed: set[str]) -> bool:
     h = _health(lab, node)
     return h.get("status") == "HEALTH_OK" or (
         h.get("status") == "HEALTH_WARN" and set(h.get("checks", {})) <= allowed)
-
-
-def _wait_for(predicate: Any, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(3)
-    pytest.fail(f"not within {timeout:.0f} s: {what}")
 
 
 def _daemon(lab: Any, host: str, osd_id: int) -> tuple[str, str]:
@@ -103,7 +95,7 @@ def test_adding_a_storage_node_adds_its_osd_and_leaves_the_others_alone(itest_la
     storage = config["gpucluster:storage"]
     admin = storage["monitors"][0]
     allowed = set(storage.get("allowed_health_warnings") or [])
-    _wait_for(lambda: _healthy(lab, admin, allowed), "a healthy cluster before the growth")
+    wait_for(lambda: _healthy(lab, admin, allowed), "a healthy cluster before the growth", timeout=300)
 
     before_tree = parse_osd_tree(lab.ssh(admin, "ceph osd tree -f json").stdout)
     assert before_tree, "no OSDs before the growth"
@@ -151,7 +143,7 @@ def test_adding_a_storage_node_adds_its_osd_and_leaves_the_others_alone(itest_la
 
         mounted = lab.ssh(new, f"findmnt -n -o FSTYPE --mountpoint {storage['cephfs']['mount_path']}")
         assert mounted.returncode == 0 and "ceph" in mounted.stdout, mounted.stdout + mounted.stderr
-        _wait_for(lambda: _healthy(lab, admin, allowed), "HEALTH_OK after the new OSD joined", timeout=420)
+        wait_for(lambda: _healthy(lab, admin, allowed), "HEALTH_OK after the new OSD joined", timeout=420)
         lab.record("grow_total_s", time.monotonic() - started)
     finally:
         if os.environ.get("GPUCLUSTER_KEEP_LAB") == "1":

@@ -9,12 +9,12 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from gpucluster.ceph.parse import parse_osd_tree
+from tests.integration.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
@@ -42,15 +42,6 @@ def suite(lab, select: str = "") -> subprocess.CompletedProcess[str]:  # type: i
 
 def health(lab, node: str = "node-1") -> dict:  # type: ignore[no-untyped-def]
     return json.loads(lab.ssh(node, "ceph health detail -f json").stdout or "{}")
-
-
-def wait_for(predicate, what: str, timeout: float = 240) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(3)
-    pytest.fail(f"not within {timeout:.0f} s: {what}")
 
 
 def test_second_converge_changes_nothing(lab, itest_second_converge) -> None:  # type: ignore[no-untyped-def]

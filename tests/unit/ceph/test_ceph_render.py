@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from typing import Any
 
 import pytest
@@ -20,9 +19,17 @@ from gpucluster.inventory import build_inventory
 from gpucluster.outputs import StackOutputs, build_outputs
 from gpucluster.spec import load_spec
 from gpucluster.spec.checks import failure_domains
-from tests.unit.roles.render import GOLDEN, REPO, ROLES, first_host, host_context, render_template, role_vars
+from tests.unit.roles.render import (
+    GOLDEN,
+    REPO,
+    ROLES,
+    assert_golden,
+    first_host,
+    host_context,
+    render_template,
+    role_vars,
+)
 
-UPDATE = os.environ.get("GPUCLUSTER_UPDATE_GOLDEN") == "1"
 CEPH_GOLDEN = GOLDEN / "ceph"
 PROC_FS_WITHOUT_CEPH = "nodev\tsysfs\nnodev\tproc\nnodev\ttmpfs\n\text4\nnodev\tfuse\n\tfuseblk\nnodev\toverlay\n"
 PROC_FS_WITH_CEPH = PROC_FS_WITHOUT_CEPH + "nodev\tceph\n"
@@ -47,14 +54,7 @@ def slurped(text: str) -> dict[str, Any]:
 
 
 def golden(name: str, text: str) -> None:
-    path = CEPH_GOLDEN / name
-    if UPDATE or not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-        if not UPDATE:
-            pytest.fail(f"golden file {path} was missing: written; review and commit it")
-    assert text == path.read_text(), f"{path} differs (GPUCLUSTER_UPDATE_GOLDEN=1 to accept)"
-    assert "{{" not in text and "{%" not in text
+    assert_golden(CEPH_GOLDEN / name, text)
 
 
 # --- which client ---------------------------------------------------------------------------

@@ -8,10 +8,12 @@ against an inventory built from a stack file by the project's own hand-off code.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import jinja2
+import pytest
 import yaml
 from ansible.plugins.filter.core import FilterModule
 from ansible.plugins.filter.mathstuff import FilterModule as MathFilters
@@ -138,3 +140,16 @@ def role_vars(role: str, ctx: dict[str, Any], extra: dict[str, Any] | None = Non
 def render_template(role: str, template: str, variables: dict[str, Any]) -> str:
     source = (ROLES / role / "templates" / template).read_text()
     return TEXT.from_string(source).render(variables)
+
+
+def assert_golden(path: Path, text: str) -> None:
+    """`text` equals the golden file at `path` (GPUCLUSTER_UPDATE_GOLDEN=1 rewrites it; a missing
+    one is written and the test fails so that it gets reviewed); no Jinja left unrendered."""
+    if os.environ.get("GPUCLUSTER_UPDATE_GOLDEN") == "1" or not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        if os.environ.get("GPUCLUSTER_UPDATE_GOLDEN") != "1":
+            pytest.fail(f"golden file {path} was missing: written; review and commit it")
+    assert text == path.read_text(), f"{path} differs (GPUCLUSTER_UPDATE_GOLDEN=1 to accept)"
+    assert "{{" not in text and "{%" not in text
+

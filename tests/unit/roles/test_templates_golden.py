@@ -8,7 +8,6 @@ template shows up here as a diff. Regenerate after an intended change:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
@@ -16,14 +15,13 @@ import pytest
 from tests.unit.roles.render import (
     FABRICS,
     GOLDEN,
+    assert_golden,
     first_host,
     host_context,
     inventory_for,
     render_template,
     role_vars,
 )
-
-UPDATE = os.environ.get("GPUCLUSTER_UPDATE_GOLDEN") == "1"
 
 # (role, template, node group, extra role variables the tasks would have set)
 _COMMON_STATE = {"__common_sysctl_state": {}}
@@ -81,14 +79,7 @@ def _render(fabric: str, role: str, template: str, group: str, extra: dict[str, 
 @pytest.mark.parametrize(("fabric", "role", "template", "group", "extra"), _cases())
 def test_template_matches_golden(fabric: str, role: str, template: str, group: str, extra: dict[str, Any]) -> None:
     text = _render(fabric, role, template, group, extra)
-    golden = GOLDEN / fabric / role / template.removesuffix(".j2")
-    if UPDATE or not golden.exists():
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-        if not UPDATE:
-            pytest.fail(f"golden file {golden} was missing: written; review and commit it")
-    assert text == golden.read_text(), f"{golden} differs (GPUCLUSTER_UPDATE_GOLDEN=1 to accept)"
-    assert "{{" not in text and "{%" not in text
+    assert_golden(GOLDEN / fabric / role / template.removesuffix(".j2"), text)
 
 
 def test_sysctl_skips_read_only_keys_with_a_comment() -> None:
