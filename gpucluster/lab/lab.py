@@ -155,8 +155,8 @@ def _boot_node(plan: LabPlan, prep: _Prepared, deadline: float, progress: Progre
             action = "changed" if prep.changed else "unchanged"
         else:
             progress(f"{n.name}: booting ({n.management_ip}, fabric {n.fabric_ip})")
-            node.start(plan, n, prep.disks)
-            ready = node.wait_ready(plan, n, deadline, _cancel)
+            pid = node.start(plan, n, prep.disks)
+            ready = node.wait_ready(plan, n, pid, deadline, _cancel)
             action = "started" if prep.existed else "created"
     except LabError as exc:
         ready = node.Readiness(False, str(exc))

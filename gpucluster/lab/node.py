@@ -208,11 +208,18 @@ def probe(plan: LabPlan, node: NodePlan, *, timeout: float = 10) -> Readiness:
     return Readiness(state in ("running", "degraded"), state, failed)
 
 
-def wait_ready(plan: LabPlan, node: NodePlan, deadline: float, cancel: threading.Event) -> Readiness:
+def wait_ready(plan: LabPlan, node: NodePlan, pid: int, deadline: float, cancel: threading.Event) -> Readiness:
+    """Wait until the node started as ``pid`` answers over SSH.
+
+    Liveness is read from the PID ``start`` returned, not by matching command lines: the
+    process is nsenter until it executes systemd-nspawn, and on a loaded host that takes long
+    enough for a name search to find nothing and call a booting node dead.
+    """
     last = Readiness(False, "not answering yet")
     while not cancel.is_set():
-        if not pids(plan, node):
-            return Readiness(False, "its container exited during boot")
+        if not process.alive(pid):
+            process.wait_reaped(pid, timeout=2)
+            return Readiness(False, "its container exited during boot (the boot log ends with how)")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return Readiness(False, f"not up within {plan.boot_timeout_s} s ({last.system_state})")

@@ -61,9 +61,32 @@ def spawn(cmd: Sequence[str], log: Path) -> int:
                                     start_new_session=True, close_fds=True)
         except OSError as exc:
             raise LabError(f"cannot start {cmd[0]}: {exc}") from None
-    # Reap it when it exits while we still run, so a dead node is not left a zombie.
-    threading.Thread(target=proc.wait, daemon=True).start()
+    # Reap it when it exits while we still run, so a dead node is not left a zombie, and say in
+    # its log how it ended: a process that dies before printing anything still leaves a reason.
+    reaper = threading.Thread(target=_reap, args=(proc, os.path.basename(cmd[0]), log), daemon=True)
+    _reapers[proc.pid] = reaper
+    reaper.start()
     return proc.pid
+
+
+_reapers: dict[int, threading.Thread] = {}
+
+
+def wait_reaped(pid: int, timeout: float) -> None:
+    """Wait until a process ``spawn`` started has been reaped and its end written to its log."""
+    reaper = _reapers.get(pid)
+    if reaper is not None:
+        reaper.join(timeout)
+
+
+def _reap(proc: subprocess.Popen[bytes], program: str, log: Path) -> None:
+    code = proc.wait()
+    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+    try:
+        with open(log, "a") as out:
+            out.write(f"--- gpucluster lab: {program} (pid {proc.pid}) ended, {how} ---\n")
+    except OSError:
+        pass
 
 
 def stop(pids: Sequence[int], *, grace_s: float, sig: int = signal.SIGTERM) -> None:
