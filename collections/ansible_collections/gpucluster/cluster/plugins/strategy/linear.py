@@ -81,7 +81,9 @@ CONTROLLER_ACTIONS = frozenset(
 
 
 def _on_controller(task: Any) -> bool:
-    return task.action in CONTROLLER_ACTIONS and not (task.delegate_to or task.async_val)
+    # Not with retries (`until` sleeps between tries and would hold up every other host) nor a
+    # task timeout (an alarm signal, meant for a worker process), nor delegated or async tasks.
+    return task.action in CONTROLLER_ACTIONS and not (task.delegate_to or task.async_val or task.until or task.timeout)
 
 
 def _probe_wanted(task: Any) -> bool:
