@@ -60,11 +60,16 @@ def _play(tmp_path: Path, *, skip: str, actions: str | None = None, mitogen: str
            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "tmp"), "ANSIBLE_NOCOLOR": "1",
            "GPUCLUSTER_CONTROLLER_SKIP": skip, "GPUCLUSTER_CONTROLLER_ACTIONS": actions,
            "GPUCLUSTER_MITOGEN": mitogen}
-    cmd = [str(PLAYBOOK), "-v", "-i", str(DATA / "inventory.ini"), str(DATA / "play.yml")]
+    lookups = tmp_path / f"lookups-{skip}-{actions}-{mitogen}-{check}.log"
+    cmd = [str(PLAYBOOK), "-v", "-i", str(DATA / "inventory.ini"), str(DATA / "play.yml"),
+           "-e", f"lookup_log={lookups}"]
     res = subprocess.run(cmd + (["--check"] if check else []), capture_output=True, text=True, env=env,
                          cwd=REPO, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     recap = res.stdout[res.stdout.index("PLAY RECAP"):]
+    # The lookup in a conditional task's arguments ran once per host that ran it (two of three),
+    # never again in a probe.
+    assert lookups.read_text() == "x\nx\n"
     return sorted(record.read_text().splitlines()), recap, res.stdout
 
 

@@ -43,6 +43,10 @@ class _WouldRun(Exception):
     """The probe reached the point where a worker would contact the host."""
 
 
+def _would_run(*_: Any, **__: Any) -> Any:
+    raise _WouldRun()
+
+
 class _SkipProbe(TaskExecutor):  # type: ignore[misc]
     """A TaskExecutor that stops before any host work: it can only evaluate and skip."""
 
@@ -166,6 +170,10 @@ class ControllerTasksMixin:
 
     def _probe_skip(self, host: Any, task: Any, task_vars: Any, play_context: Any) -> tuple[Any, dict[str, Any]] | None:
         copy, probe = self._executor(_SkipProbe, host, task, task_vars, play_context)
+        # The executor validates the task right after a condition that holds, templating its
+        # arguments (lookups included): stop there, so that a task that does run has its
+        # arguments templated once, by its worker.
+        copy.post_validate = _would_run
         try:
             res = probe.run()
         except Exception:  # any surprise: let a worker run it the ordinary way
