@@ -87,6 +87,8 @@ def _reap(proc: subprocess.Popen[bytes], program: str, log: Path) -> None:
             out.write(f"--- gpucluster lab: {program} (pid {proc.pid}) ended, {how} ---\n")
     except OSError:
         pass
+    # Reaped and logged: nothing is left to wait for (and its PID may be reused).
+    _reapers.pop(proc.pid, None)
 
 
 def stop(pids: Sequence[int], *, grace_s: float, sig: int = signal.SIGTERM) -> None:

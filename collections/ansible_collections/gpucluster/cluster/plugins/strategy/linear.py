@@ -9,10 +9,12 @@ speed"), each with a switch that turns it off:
 - **Mitogen** (pinned in requirements.txt; ``GPUCLUSTER_MITOGEN=0``) keeps one Python
   interpreter per host alive for the whole run and ships each module once.
 - **Skips decided on the controller** (``GPUCLUSTER_CONTROLLER_SKIP=0``). Before forking, the
-  strategy runs Ansible's own TaskExecutor on a copy of the task in its own process, with an
-  executor that refuses to open a connection or load an action handler. When that executor skips
-  the task, its result goes on the results queue exactly as a worker's would. Anything else (the
-  condition holds, an error, an include that applies) is discarded and the task goes to a worker.
+  strategy runs Ansible's own TaskExecutor on a copy of the task in its own process, a copy
+  whose validation is refused: the executor validates the task right after a condition that
+  holds, before it templates arguments, opens a connection or loads an action, so the probe
+  stops there. When that executor skips the task, its result goes on the results queue exactly
+  as a worker's would. Anything else (the condition holds, an error) is discarded and the task
+  goes to a worker.
 - **Controller-only actions in process** (``GPUCLUSTER_CONTROLLER_ACTIONS=0``). The actions in
   ``CONTROLLER_ACTIONS`` never touch the host: the strategy runs Ansible's TaskExecutor for them
   in its own process, on a copy of the task. The connection object the executor builds is never
@@ -40,24 +42,11 @@ _Linear = strategy_loader.get("linear", class_only=True)
 
 
 class _WouldRun(Exception):
-    """The probe reached the point where a worker would contact the host."""
+    """The probe reached the task's validation: its condition holds, and a worker must run it."""
 
 
 def _would_run(*_: Any, **__: Any) -> Any:
     raise _WouldRun()
-
-
-class _SkipProbe(TaskExecutor):  # type: ignore[misc]
-    """A TaskExecutor that stops before any host work: it can only evaluate and skip."""
-
-    def _get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        raise _WouldRun()
-
-    def _get_action_handler(self, *args: Any, **kwargs: Any) -> Any:
-        raise _WouldRun()
-
-    def _get_action_handler_with_module_context(self, *args: Any, **kwargs: Any) -> Any:
-        raise _WouldRun()
 
 
 class _ControllerExecutor(TaskExecutor):  # type: ignore[misc]
@@ -90,6 +79,9 @@ def _on_controller(task: Any) -> bool:
     return task.action in CONTROLLER_ACTIONS and not (task.delegate_to or task.async_val or task.until or task.timeout)
 
 
+_META = frozenset({"meta", "ansible.builtin.meta", "ansible.legacy.meta"})
+
+
 def _probe_wanted(task: Any) -> bool:
     """Tasks whose skip the controller decides: a condition, and nothing that makes it per item,
     per delegate or once for all hosts (those keep Ansible's own handling)."""
@@ -98,7 +90,6 @@ def _probe_wanted(task: Any) -> bool:
     )
 
 
-_META = frozenset({"meta", "ansible.builtin.meta", "ansible.legacy.meta"})
 _CONTROLLER_SKIP = os.environ.get("GPUCLUSTER_CONTROLLER_SKIP", "1") != "0"
 _CONTROLLER_ACTIONS = os.environ.get("GPUCLUSTER_CONTROLLER_ACTIONS", "1") != "0"
 
@@ -169,10 +160,10 @@ class ControllerTasksMixin:
                          self._final_q, self._variable_manager)
 
     def _probe_skip(self, host: Any, task: Any, task_vars: Any, play_context: Any) -> tuple[Any, dict[str, Any]] | None:
-        copy, probe = self._executor(_SkipProbe, host, task, task_vars, play_context)
-        # The executor validates the task right after a condition that holds, templating its
-        # arguments (lookups included): stop there, so that a task that does run has its
-        # arguments templated once, by its worker.
+        copy, probe = self._executor(TaskExecutor, host, task, task_vars, play_context)
+        # The executor validates the task right after a condition that holds, and only then
+        # templates its arguments (lookups included), connects and loads the action: stop there,
+        # so that a task that does run has its arguments templated once, by its worker.
         copy.post_validate = _would_run
         try:
             res = probe.run()
