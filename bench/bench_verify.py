@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from gpucluster.inventory import parse_inventory_text
+
 REPO = Path(__file__).resolve().parents[1]
 GC = [sys.executable, "-m", "gpucluster"]
 LAB_ROOT = Path("/var/lib/gpucluster/lab")
@@ -152,7 +154,7 @@ def measure(count: int, octet: int, folder: Path) -> dict[str, Any]:
             out["allreduce"] = _allreduce(folder / f"run{count}-1")
         except (OSError, ValueError, KeyError) as exc:
             out["allreduce"] = {"error": str(exc)}
-        inv = yaml.safe_load((LAB_ROOT / name / "inventory.yml").read_text())
+        inv = parse_inventory_text((LAB_ROOT / name / "inventory.yml").read_text())
         out["iperf3"] = _iperf(stack, inv)
         out["host_at_end"] = _host_load()
     finally:

@@ -32,6 +32,7 @@ from typing import Any, TextIO
 import yaml
 
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
+from gpucluster.inventory import parse_inventory_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PLAYBOOK = REPO_ROOT / "playbooks" / "site.yml"
@@ -198,8 +199,7 @@ def load_inventory(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise InputError(f"{path}: no such inventory file")
     try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+        data = parse_inventory_text(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
     root = data.get("all") if isinstance(data, dict) else None

@@ -20,6 +20,7 @@ from gpucluster.outputs import StackOutputs
 from gpucluster.spec.cluster import Cluster
 
 ROLE_GROUPS = ("gpu", "storage", "control_plane")
+UNSAFE_TAG = "!unsafe"
 
 
 def pool_group(pool: str) -> str:
@@ -145,21 +146,83 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
     }
 
 
+class _Unsafe(str):
+    """A string value the dumper writes as ``!unsafe`` (mapping keys stay plain)."""
+
+    __slots__ = ()
+
+
+def _mark(value: Any) -> Any:
+    if isinstance(value, str):
+        return _Unsafe(value)
+    if isinstance(value, dict):
+        return {k: _mark(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_mark(v) for v in value]
+    return value
+
+
+class _UnsafeDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """Writes every string value as ``!unsafe``: Ansible then never templates it on the controller."""
+
+
+def _represent_unsafe(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar(UNSAFE_TAG, str(value), style="'" if "\n" not in value else '"')
+
+
+_UnsafeDumper.add_representer(_Unsafe, _represent_unsafe)
+
+
+def _flow(value: Any) -> str:
+    """One value as a YAML flow node (JSON syntax, which YAML reads), strings tagged ``!unsafe``."""
+    if isinstance(value, str):
+        return f"{UNSAFE_TAG} {json.dumps(value, ensure_ascii=False)}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_flow(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+class _InventoryLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """Reads an inventory this module wrote: ``!unsafe`` strings come back as plain strings."""
+
+
+def _construct_unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        return loader.construct_scalar(node)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+
+
+_InventoryLoader.add_constructor(UNSAFE_TAG, _construct_unsafe)
+
+
+def parse_inventory_text(text: str) -> Any:
+    """The data of an inventory file's text (``!unsafe`` tags read as plain strings)."""
+    return yaml.load(text, Loader=_InventoryLoader)
+
+
 def dump_inventory(inventory: dict[str, Any]) -> str:
-    """YAML text of the inventory.
+    """YAML text of the inventory, every string value tagged ``!unsafe``.
+
+    Strings come from the spec and from stack outputs, and Ansible templates the
+    inventory's strings on the controller: a value such as ``{{ lookup('pipe', ...) }}``
+    would run there. The spec and outputs models refuse such values already; the tag is
+    the second wall, so a field added later cannot reopen the hole.
 
     Cluster-wide vars are dumped as block YAML for people to read. Hosts and group
-    members, which grow with the cluster, are written one line each as JSON flow
-    mappings (valid YAML): a 10,000-node inventory then takes a fraction of a second
-    instead of several seconds through PyYAML's representer.
+    members, which grow with the cluster, are written one line each as flow mappings:
+    a 10,000-node inventory then takes a fraction of a second instead of several
+    seconds through PyYAML's representer.
     """
     root = inventory["all"]
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    vars_text = yaml.dump({"vars": root["vars"]}, Dumper=dumper, sort_keys=False, width=120)
+    vars_text = yaml.dump({"vars": _mark(root["vars"])}, Dumper=_UnsafeDumper, sort_keys=False, width=120)
     out = ["# Written by `gpucluster inventory` from stack outputs. Do not edit: re-run it.\n", "all:\n"]
     out += ["  " + line + "\n" for line in vars_text.splitlines()]
     out.append("  hosts:\n")
-    out += [f"    {json.dumps(name)}: {json.dumps(hv)}\n" for name, hv in root["hosts"].items()]
+    out += [f"    {json.dumps(name)}: {_flow(hv)}\n" for name, hv in root["hosts"].items()]
     out.append("  children:\n")
     for group, body in root["children"].items():
         members = body["hosts"]

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpucluster.errors import InputError
 from gpucluster.spec.cluster import Cluster
 from gpucluster.spec.loader import validation_problems
-from gpucluster.spec.models import Cidr, FabricType, IPv4, Name, Role
+from gpucluster.spec.models import AbsPath, Cidr, CrushBucketName, FabricType, IfName, IPv4, Name, Role
 
 SCHEMA_VERSION = 1
 
@@ -31,14 +31,15 @@ class OutputNode(_Out):
     name: Name
     roles: list[Role] = Field(min_length=1)
     pool: Name
-    profile: str
+    profile: Name
     management_ip: IPv4
     fabric_ip: IPv4 | None
-    ssh_user: str = Field(pattern=r"^[a-z_][a-z0-9_-]*$")
+    ssh_user: str = Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
     ssh_port: int = Field(22, ge=1, le=65535)
-    fabric_interface: str | None = None
-    instance_id: str | None = None
-    failure_domain: str | None = None
+    fabric_interface: IfName | None = None
+    # EC2 i-..., an Azure resource ID, an OCI OCID, a lab or bare-metal name.
+    instance_id: str | None = Field(None, pattern=r"^[A-Za-z0-9/][A-Za-z0-9_.:/-]{0,511}$")
+    failure_domain: CrushBucketName | None = None
 
 
 class OutputFabric(_Out):
@@ -49,9 +50,9 @@ class OutputFabric(_Out):
 
 
 class OutputStorage(_Out):
-    monitors: list[str]
-    osd_hosts: list[str]
-    cephfs_mount_path: str | None = None
+    monitors: list[Name]
+    osd_hosts: list[Name]
+    cephfs_mount_path: AbsPath | None = None
 
 
 class StackOutputs(_Out):
@@ -61,7 +62,8 @@ class StackOutputs(_Out):
     nodes: list[OutputNode] = Field(min_length=1)
     fabric: OutputFabric
     storage: OutputStorage | None = None
-    ssh_private_key_file: str | None = None
+    # A key file path as Ansible reads it: absolute, or relative, or under ~; no Jinja or shell syntax.
+    ssh_private_key_file: str | None = Field(None, pattern=r"^~?[A-Za-z0-9_./+@-]{1,4096}$")
 
 
 def build_outputs(

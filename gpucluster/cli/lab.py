@@ -13,7 +13,7 @@ from gpucluster.lab import lab
 from gpucluster.lab.host import ensure_host, stderr_progress
 from gpucluster.lab.plan import plan_lab
 from gpucluster.lab.ssh import ssh_argv
-from gpucluster.lab.state import read_state
+from gpucluster.lab.state import check_owned, read_state
 from gpucluster.spec import load_spec
 
 DEFAULT_STACK = "Pulumi.lab.yaml"
@@ -111,6 +111,8 @@ def _ssh(args: argparse.Namespace) -> int:
 
 def _down(args: argparse.Namespace) -> int:
     root, name = _where(args.stack)
+    if (root / name).exists() or (root / name).is_symlink():
+        check_owned(root / name, name)  # refuse before touching the host at all
     ensure_host(stderr_progress)
     if not lab.down(root, name, progress=stderr_progress):
         print(f"lab {name!r}: nothing to remove")

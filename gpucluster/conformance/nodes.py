@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from gpucluster.errors import InputError
+from gpucluster.inventory import parse_inventory_text
 
 _REQUIRED_ALL_VARS = ("gpucluster_cluster_name", "gpucluster_fabric", "gpucluster_bom", "gpucluster_profiles")
 _REQUIRED_HOST_VARS = ("ansible_host", "gpucluster_profile", "gpucluster_fabric_ip", "gpucluster_fabric_interface")
@@ -151,7 +152,7 @@ def load_inventory(path: str | Path) -> ClusterInventory:
     except OSError as exc:
         raise InputError(f"cannot read inventory: {exc.strerror or exc}", source=str(p)) from exc
     try:
-        data = yaml.safe_load(text)
+        data = parse_inventory_text(text)
     except yaml.YAMLError as exc:
         raise InputError(f"not YAML: {str(exc).splitlines()[0]}", source=str(p)) from exc
     return parse_inventory(data, str(p))

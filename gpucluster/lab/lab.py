@@ -23,7 +23,7 @@ from gpucluster.lab.plan import (
     plan_lab,
     route_problems,
 )
-from gpucluster.lab.state import atomic_write, locked, other_labs, read_state, write_state
+from gpucluster.lab.state import atomic_write, check_owned, claim, locked, other_labs, read_state, write_state
 from gpucluster.outputs import build_outputs, parse_outputs
 from gpucluster.spec.cluster import Cluster
 
@@ -176,7 +176,7 @@ def up(inputs: LabInputs, *, rebuild_rootfs: bool = False, progress: Progress = 
     started = time.monotonic()
     _cancel.clear()
     ensure_host(progress)
-    plan.lab_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    claim(plan.lab_dir, plan.name)
     with locked(plan.lab_dir / "lock", f"lab {plan.name!r}"):
         old = _register(plan, progress)
         changed = old != plan
@@ -223,8 +223,9 @@ def _leftover_netns(plan: LabPlan) -> list[str]:
 def down(state_root: Path, name: str, *, progress: Progress = quiet) -> bool:
     """Remove everything the lab made (not the shared cache); return whether anything was there."""
     lab_dir = state_root / name
-    if not lab_dir.exists():
+    if not lab_dir.exists() and not lab_dir.is_symlink():
         return False
+    check_owned(lab_dir, name)
     plan = read_state(lab_dir)
     with locked(lab_dir / "lock", f"lab {name!r}"):
         if plan is not None:

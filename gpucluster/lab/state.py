@@ -3,6 +3,11 @@
 ``<state_root>/<lab>/state.json`` holds the plan the lab was brought up with. It is
 written before anything is created, so a crash or Ctrl-C at any later point leaves a
 record from which ``down`` finds everything (every host object is named by the plan).
+
+``<state_root>/<lab>/.gpucluster-lab`` marks the folder as the lab's own: ``up`` writes it
+when it creates the folder (or finds it empty), and ``down`` removes a folder only when it
+carries the marker of the lab being removed. A folder the lab did not make is never touched,
+whatever the spec's ``state_dir`` and ``name`` point at.
 """
 
 from __future__ import annotations
@@ -15,10 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gpucluster.errors import InputError
 from gpucluster.lab.host import LabError
 from gpucluster.lab.plan import LabPlan
 
 STATE_VERSION = 1
+MARKER = ".gpucluster-lab"
+_MARKER_KIND = "gpucluster-lab"
 
 
 def atomic_write(path: Path, text: str, mode: int = 0o644) -> bool:
@@ -62,12 +70,66 @@ def read_state(lab_dir: Path) -> LabPlan | None:
         raise LabError(f"{path}: malformed lab state ({exc})") from None
 
 
+def _marker_text(name: str) -> str:
+    return json.dumps({"kind": _MARKER_KIND, "name": name}, sort_keys=True) + "\n"
+
+
+def owned(lab_dir: Path, name: str) -> bool:
+    """Whether ``lab_dir`` is lab ``name``'s own folder: its marker, or (labs made before the
+    marker existed) a state file of that lab."""
+    try:
+        if json.loads((lab_dir / MARKER).read_text(encoding="utf-8")) == {"kind": _MARKER_KIND, "name": name}:
+            return True
+    except (OSError, ValueError):
+        pass
+    try:
+        doc = json.loads(state_file(lab_dir).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    plan = doc.get("plan") if isinstance(doc, dict) else None
+    return (
+        isinstance(plan, dict)
+        and doc.get("version") == STATE_VERSION
+        and plan.get("name") == name
+        and Path(str(plan.get("state_root", ""))) / name == lab_dir
+    )
+
+
+def _refuse(lab_dir: Path, name: str, verb: str) -> InputError:
+    return InputError(
+        f"{lab_dir} exists but is not lab {name!r}'s folder (no {MARKER} marker); lab {verb} leaves it "
+        "untouched: choose another target.state_dir or lab name",
+        source="lab",
+    )
+
+
+def claim(lab_dir: Path, name: str) -> None:
+    """Make ``lab_dir`` lab ``name``'s folder, or refuse: never adopt a folder that holds anything else."""
+    if lab_dir.is_symlink() or (lab_dir.exists() and not lab_dir.is_dir()):
+        raise _refuse(lab_dir, name, "up")
+    if lab_dir.is_dir():
+        if owned(lab_dir, name):
+            if not (lab_dir / MARKER).exists():
+                atomic_write(lab_dir / MARKER, _marker_text(name), 0o600)
+            return
+        if any(lab_dir.iterdir()):
+            raise _refuse(lab_dir, name, "up")
+    lab_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    atomic_write(lab_dir / MARKER, _marker_text(name), 0o600)
+
+
+def check_owned(lab_dir: Path, name: str) -> None:
+    """Raise a one-line InputError unless ``lab_dir`` is lab ``name``'s own folder."""
+    if lab_dir.is_symlink() or not owned(lab_dir, name):
+        raise _refuse(lab_dir, name, "down")
+
+
 def other_labs(state_root: Path, name: str) -> list[LabPlan]:
     labs: list[LabPlan] = []
     if not state_root.is_dir():
         return labs
     for child in sorted(state_root.iterdir()):
-        if child.name in ("cache", name) or not child.is_dir():
+        if child.name in ("cache", name) or not child.is_dir() or not owned(child, child.name):
             continue
         plan = read_state(child)
         if plan is not None:

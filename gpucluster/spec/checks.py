@@ -30,6 +30,9 @@ FABRICS_BY_TARGET: dict[str, tuple[str, ...]] = {
 def semantic_problems(spec: ClusterSpec, bom: Bom, profiles: dict[str, HardwareProfile]) -> list[str]:
     problems: list[str] = []
     placed = node_names(spec)
+    if spec.target.kind == "lab" and spec.name == "cache":
+        # <state_dir>/cache is the labs' shared rootfs and apt cache, which `lab down` keeps.
+        problems.append(f"{NS}.name: 'cache' is reserved on the lab target (its shared cache folder)")
     _pools(spec, profiles, problems)
     names = _nodes(spec, placed, problems)
     _networks(spec, len(names), problems)

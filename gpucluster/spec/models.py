@@ -8,6 +8,7 @@ span fields or need the hardware profiles and the bill of materials live in
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
@@ -47,11 +48,72 @@ def _dev_path(value: str) -> str:
     return value
 
 
+# Folders a lab's state may never be, nor sit under: `lab down` removes `<state_dir>/<name>`.
+_SYSTEM_DIRS = frozenset({
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media",
+    "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var",
+    "/var/lib", "/var/tmp", "/var/log", "/var/cache", "/var/spool", "/var/mail", "/usr/local",
+})
+_SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin",
+                 "/sys", "/usr")
+
+
+def _state_dir(value: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} must be an absolute path")
+    if not re.fullmatch(r"/[A-Za-z0-9._/+-]*", value) or len(value) > 200:
+        raise ValueError(f"{value!r}: only letters, digits and . _ / + - are allowed, at most 200 characters")
+    parts = value.split("/")[1:]
+    if any(p in ("", ".", "..") for p in parts if value != "/"):
+        raise ValueError(f"{value!r} must be a normal path: no '..', '.', '//' or trailing '/'")
+    if value in _SYSTEM_DIRS:
+        raise ValueError(f"{value!r} is a system folder; use one of the lab's own, such as /var/lib/gpucluster/lab")
+    for tree in _SYSTEM_TREES:
+        if value.startswith(tree + "/"):
+            raise ValueError(f"{value!r} is under the system folder {tree}; use one such as /var/lib/gpucluster/lab")
+    return value
+
+
+def _abs_path(value: str) -> str:
+    if not re.fullmatch(r"(/[A-Za-z0-9._+-]+)+", value) or len(value) > 255:
+        raise ValueError(f"{value!r} must be an absolute path of letters, digits and . _ + - (at most 255 characters)")
+    if any(part in (".", "..") for part in value.split("/")):
+        raise ValueError(f"{value!r} must not contain '.' or '..' components")
+    return value
+
+
 Cidr = Annotated[str, AfterValidator(_cidr)]
 IPv4 = Annotated[str, AfterValidator(_ipv4)]
 Mac = Annotated[str, Field(pattern=_MAC)]
 DevPath = Annotated[str, AfterValidator(_dev_path)]
 Name = Annotated[str, Field(pattern=_NAME, description="lower-case name: letters, digits, dashes")]
+
+# Strict shapes for every free-text field. Each value reaches the inventory, a shell or a
+# cloud API, and Ansible templates inventory strings on the controller: a value with Jinja
+# (`{{ lookup('pipe', ...) }}`) or shell metacharacters must never get past the spec.
+# A Linux interface name (at most 15 bytes, IFNAMSIZ less its NUL), no '/', ':' or space.
+IfName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$", description="a network interface name")]
+AbsPath = Annotated[str, AfterValidator(_abs_path)]
+# Ceph health check codes are upper-case words joined by underscores (OSD_DOWN, POOL_NO_REDUNDANCY).
+CephHealthCode = Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,63}$", description="a Ceph health code")]
+CrushBucketName = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", description="a CRUSH bucket name")
+]
+# An OpenSSH public key line: type, base64 body, optional comment without shell or Jinja syntax.
+SshPublicKey = Annotated[
+    str,
+    Field(pattern=r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)"
+                  r" [A-Za-z0-9+/]+={0,3}( [A-Za-z0-9@._+-]{1,100})?$",
+          description="an OpenSSH public key"),
+]
+# Cloud tags: the characters AWS and Azure both accept in keys and values.
+TagKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.:/=+@-]{0,127}$")]
+TagValue = Annotated[str, Field(pattern=r"^[A-Za-z0-9 _.:/=+@-]{0,256}$")]
+# A cloud instance type or shape: p5.48xlarge, Standard_ND96isr_H100_v5, BM.GPU.H100.8.
+InstanceType = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")]
+# A version, package suffix or release word in the bill of materials (570.172.08, 12-8, 2.26.5-1+cuda12.8).
+Token = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.+~:_-]{0,63}$")]
+HttpUrl = Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~+/%-]*)?$")]
 
 
 # --- targets -----------------------------------------------------------------
@@ -61,10 +123,10 @@ class LabTarget(_Model):
     """Nodes are systemd-nspawn containers on this host (the embedded default)."""
 
     kind: Literal["lab"]
-    debian_mirror: str = Field("http://deb.debian.org/debian", pattern=r"^https?://")
+    debian_mirror: HttpUrl = "http://deb.debian.org/debian"
     boot_timeout_s: int = Field(120, ge=10, le=3600)
     apt_proxy_port: int = Field(3142, ge=1024, le=65535)
-    state_dir: str = Field("/var/lib/gpucluster/lab", pattern=r"^/")
+    state_dir: Annotated[str, AfterValidator(_state_dir)] = "/var/lib/gpucluster/lab"
 
 
 class AwsTarget(_Model):
@@ -72,34 +134,37 @@ class AwsTarget(_Model):
     region: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
     availability_zone: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")
     vpc_cidr: Cidr | None = None
-    ami_name_filter: str = "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*"
-    ami_owner: str = "amazon"
-    ssh_public_key: str | None = None
+    ami_name_filter: str = Field("Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*",
+                                 pattern=r"^[A-Za-z0-9 ()\[\]._*?,/:+-]{1,128}$")
+    ami_owner: str = Field("amazon", pattern=r"^(amazon|aws-marketplace|self|\d{12})$")
+    ssh_public_key: SshPublicKey | None = None
     capacity_reservation_id: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
     admin_cidrs: list[Cidr] = Field(default_factory=list)
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: dict[TagKey, TagValue] = Field(default_factory=dict)
 
 
 class AzureTarget(_Model):
     kind: Literal["azure"]
     location: str = Field(pattern=r"^[a-z0-9]+$")
-    resource_group: str = Field(min_length=1, max_length=90)
-    image: str = "microsoft-dsvm:ubuntu-hpc:2204:latest"
-    ssh_public_key: str | None = None
+    resource_group: str = Field(pattern=r"^[A-Za-z0-9_().-]{0,89}[A-Za-z0-9_()-]$")
+    # A marketplace image URN, publisher:offer:sku:version.
+    image: str = Field("microsoft-dsvm:ubuntu-hpc:2204:latest",
+                       pattern=r"^[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+$")
+    ssh_public_key: SshPublicKey | None = None
     admin_cidrs: list[Cidr] = Field(default_factory=list)
-    zones: list[str] = Field(default_factory=list)
-    tags: dict[str, str] = Field(default_factory=dict)
+    zones: list[Annotated[str, Field(pattern=r"^[1-9]$")]] = Field(default_factory=list)
+    tags: dict[TagKey, TagValue] = Field(default_factory=dict)
 
 
 class OciTarget(_Model):
     kind: Literal["oci"]
     region: str = Field(pattern=r"^[a-z]{2}-[a-z]+-\d$")
-    compartment_id: str = Field(pattern=r"^ocid1\.compartment\.")
-    availability_domain: str = Field(min_length=1)
-    image_id: str | None = Field(None, pattern=r"^ocid1\.image\.")
-    ssh_public_key: str | None = None
+    compartment_id: str = Field(pattern=r"^ocid1\.compartment\.[a-z0-9][a-z0-9.-]{0,250}$")
+    availability_domain: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9:._-]{0,63}$")
+    image_id: str | None = Field(None, pattern=r"^ocid1\.image\.[a-z0-9][a-z0-9.-]{0,250}$")
+    ssh_public_key: SshPublicKey | None = None
     admin_cidrs: list[Cidr] = Field(default_factory=list)
-    fault_domains: list[str] = Field(default_factory=list)
+    fault_domains: list[Annotated[str, Field(pattern=r"^FAULT-DOMAIN-[1-9]$")]] = Field(default_factory=list)
 
 
 class BareMetalNode(_Model):
@@ -109,7 +174,7 @@ class BareMetalNode(_Model):
     management_mac: str = Field(pattern=_MAC)
     fabric_macs: list[Mac] = Field(default_factory=list)
     disks: list[DevPath] = Field(default_factory=list)
-    rack: str | None = None
+    rack: CrushBucketName | None = None
 
 
 class BaremetalTarget(_Model):
@@ -118,7 +183,7 @@ class BaremetalTarget(_Model):
     gateway: IPv4 | None = None
     dns_servers: list[IPv4] = Field(default_factory=list)
     ssh_user: str = Field("ubuntu", pattern=r"^[a-z_][a-z0-9_-]*$")
-    ssh_public_key: str | None = None
+    ssh_public_key: SshPublicKey | None = None
     nodes: list[BareMetalNode] = Field(min_length=1)
 
 
@@ -143,8 +208,8 @@ class NodePool(_Model):
     name: Name
     count: int = Field(ge=1, le=20000)
     roles: list[Role] = Field(min_length=1)
-    profile: str = Field(min_length=1)
-    instance_type: str | None = None
+    profile: Name
+    instance_type: InstanceType | None = None
     root_volume_gb: int = Field(200, ge=8, le=16384)
     osd_devices: list[DevPath] = Field(default_factory=list)
     data_disks: DataDisks | None = None
@@ -184,7 +249,7 @@ class Fabric(_Model):
     roce_qos: RoceQos | None = None
     gid_index: int | None = Field(None, ge=0, le=255)
     ib_timeout: int = Field(20, ge=1, le=31)
-    socket_ifname: str | None = None
+    socket_ifname: IfName | None = None
 
 
 # --- storage -----------------------------------------------------------------------
@@ -209,7 +274,7 @@ class CephFs(_Model):
     name: Name = "cephfs"
     metadata_pool: Name
     data_pool: Name
-    mount_path: str = Field("/mnt/cephfs", pattern=r"^/[^\s]*$")
+    mount_path: AbsPath = "/mnt/cephfs"
     # Which client mounts it on GPU nodes: the kernel's ceph file system where the node's kernel
     # offers it (auto), or always the kernel client or always ceph-fuse.
     client: Literal["auto", "kernel", "fuse"] = "auto"
@@ -218,9 +283,6 @@ class CephFs(_Model):
 # CRUSH bucket types a replicated pool can spread its copies over (Ceph's default type list,
 # less `osd`: copies on two OSDs of one host are not a failure domain anyone wants).
 CrushFailureDomain = Literal["host", "chassis", "rack", "row", "pdu", "pod", "room", "datacenter", "zone", "region"]
-CrushBucketName = Annotated[
-    str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", description="a CRUSH bucket name")
-]
 
 
 class Storage(_Model):
@@ -231,7 +293,7 @@ class Storage(_Model):
     cephfs: CephFs | None = None
     public_network: Literal["management", "fabric"] = "management"
     cluster_network: Literal["management", "fabric"] = "fabric"
-    allowed_health_warnings: list[str] = Field(default_factory=list)
+    allowed_health_warnings: list[CephHealthCode] = Field(default_factory=list)
     # The CRUSH bucket type the replicated pools place their copies across. `host` (the
     # default) is Ceph's own replicated_rule; any other type needs each storage host's bucket
     # of that type: `locations` (node -> bucket name), else a bare-metal node's `rack`.
@@ -264,14 +326,15 @@ class ClusterSpec(_Model):
     fabric: Fabric
     storage: Storage | None = None
     kubernetes: Kubernetes | None = None
-    bom: str | None = Field(None, description="bill-of-materials file, relative to the stack file")
+    bom: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}$",
+                            description="bill-of-materials file, relative to the stack file")
 
 
 # --- data files -------------------------------------------------------------------------
 
 
 class GpuHardware(_Model):
-    model: str | None
+    model: str | None = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._()/-]{0,63}$")
     count: int = Field(ge=0, le=16)
     memory_mib: int = Field(ge=0)
     nvlink: bool
@@ -295,7 +358,7 @@ class Floors(_Model):
 
 class HardwareProfile(_Model):
     name: Name
-    description: str
+    description: str = Field(pattern=r"^[^{}%$`\\\n\r]{0,200}$")
     gpu: GpuHardware
     hca: HcaHardware
     instance_types: dict[Literal["aws", "azure", "oci"], str | None]
@@ -304,43 +367,43 @@ class HardwareProfile(_Model):
 
 
 class _Pinned(_Model):
-    version: str
+    version: Token
 
 
 class _Sourced(_Model):
-    version: str
-    source_url: str
+    version: Token
+    source_url: HttpUrl
     sha256: str = Field(pattern=r"^([0-9a-f]{64})?$")
 
 
 class _Driver(_Model):
-    branch: str
-    version: str
-    debian_version: str
+    branch: Token
+    version: Token
+    debian_version: Token
 
 
 class _Cuda(_Model):
-    version: str
-    package_suffix: str
+    version: Token
+    package_suffix: Token
 
 
 class _Nccl(_Model):
-    version: str
-    cuda_build: str
+    version: Token
+    cuda_build: Token
 
 
 class _Ceph(_Model):
-    release: str
-    version: str
+    release: Token
+    version: Token
 
 
 class _Kube(_Model):
-    version: str
-    minor: str
+    version: Token
+    minor: Token
 
 
 class _Debian(_Model):
-    suite: str
+    suite: Token
 
 
 class Bom(_Model):
@@ -356,7 +419,7 @@ class Bom(_Model):
     container_toolkit: _Pinned
     ceph: _Ceph
     kubernetes: _Kube
-    cni: dict[Literal["calico", "cilium", "flannel"], str]
+    cni: dict[Literal["calico", "cilium", "flannel"], Token]
     gpu_operator: _Pinned
     device_plugin: _Pinned
     network_operator: _Pinned

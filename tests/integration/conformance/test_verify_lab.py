@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
+
+from gpucluster.inventory import parse_inventory_text
 
 pytestmark = pytest.mark.lab
 
@@ -29,7 +30,7 @@ def verify(lab, tmp_path: Path, name: str) -> tuple[int, dict]:
 
 def node_metrics(lab, node: str) -> str:
     """node_exporter's /metrics as the node itself reads it (it listens on the management address)."""
-    address = yaml.safe_load(lab.inventory.read_text())["all"]["hosts"][node]["ansible_host"]
+    address = parse_inventory_text(lab.inventory.read_text())["all"]["hosts"][node]["ansible_host"]
     res = lab.ssh(node, "python3 -c \"import urllib.request as u; "
                         f"print(u.urlopen('http://{address}:9100/metrics', timeout=5).read().decode())\"")
     assert res.returncode == 0, res.stderr[-1000:]

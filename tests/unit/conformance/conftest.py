@@ -1,4 +1,4 @@
-"""Fixtures for the conformance unit tests: the published tool outputs in ``shared/samples``."""
+"""Fixtures for the conformance unit tests: the published tool outputs in ``tests/data/samples``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
-SAMPLES = REPO / ".." / "shared" / "samples"
+SAMPLES = REPO / "tests" / "data" / "samples"
 
 
 @pytest.fixture(scope="session")
@@ -15,7 +15,7 @@ def sample_text():
     def read(name: str) -> str:
         path = SAMPLES / name
         if not path.exists():
-            pytest.fail(f"sample tool output not found: {path.resolve()} (shared/ beside the repo)")
+            pytest.fail(f"sample tool output not found: {path.resolve()}")
         with open(path, encoding="utf-8", newline="") as f:
             return f.read()
 

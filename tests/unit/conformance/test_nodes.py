@@ -3,7 +3,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gpucluster.conformance.nodes import (
     load_inventory,
@@ -13,6 +12,7 @@ from gpucluster.conformance.nodes import (
     required_services,
 )
 from gpucluster.errors import InputError
+from gpucluster.inventory import parse_inventory_text
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "inventory" / "lab.yml"
 
@@ -37,7 +37,7 @@ def test_expectations_from_profile_and_spec():
     assert nccl_conf_settings(n, inv) == {"NCCL_SOCKET_IFNAME": "fab0", "NCCL_IB_DISABLE": "1"}
     roce = dict(inv.all_vars["gpucluster_fabric"], type="roce", gid_index=3,
                 roce_qos={"traffic_class": 106, "pfc_priority": 3})
-    data = yaml.safe_load(GOLDEN.read_text())
+    data = parse_inventory_text(GOLDEN.read_text())
     data["all"]["vars"]["gpucluster_fabric"] = roce
     inv2 = parse_inventory(data, "x")
     assert nccl_conf_settings(inv2.node("gpu-1"), inv2) == {
@@ -46,7 +46,7 @@ def test_expectations_from_profile_and_spec():
 
 
 def test_bad_inventories_list_every_problem(tmp_path):
-    data = yaml.safe_load(GOLDEN.read_text())
+    data = parse_inventory_text(GOLDEN.read_text())
     data["all"]["hosts"]["gpu-1"]["gpucluster_profile"] = "nope"
     del data["all"]["hosts"]["gpu-2"]["ansible_host"]
     with pytest.raises(InputError) as e:

@@ -24,6 +24,7 @@ from gpucluster.conformance.nodes import load_inventory, parse_inventory
 from gpucluster.conformance.remote import CommandResult
 from gpucluster.conformance.reports import PROM_FILE, Report, write_all
 from gpucluster.conformance.verdict import CheckResult
+from gpucluster.inventory import parse_inventory_text
 
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "golden" / "inventory" / "lab.yml"
@@ -62,7 +63,7 @@ def _report() -> Report:
 
 
 def _inventory_with(tmp_path: Path, host_dir: str | None = None, all_dir: str | None = None):
-    data = yaml.safe_load(GOLDEN.read_text())
+    data = parse_inventory_text(GOLDEN.read_text())
     if host_dir is not None:
         data["all"]["hosts"]["gpu-1"]["monitoring_textfile_dir"] = host_dir
     if all_dir is not None:

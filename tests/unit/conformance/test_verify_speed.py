@@ -16,6 +16,7 @@ from gpucluster.conformance.bandwidth import AllReduceRun
 from gpucluster.conformance.fabric import Fabric
 from gpucluster.conformance.nodes import load_inventory
 from gpucluster.conformance.remote import write_ssh_config
+from gpucluster.inventory import parse_inventory_text
 
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "golden" / "inventory" / "lab.yml"
@@ -74,7 +75,7 @@ def test_the_suite_runs_without_the_hypothesis_plugin(tmp_path):
 
 def test_checks_of_an_empty_group_concern_no_node(tmp_path):
     """A cluster without storage nodes: the storage checks are deselected, never a node of their own."""
-    data = yaml.safe_load(GOLDEN.read_text())
+    data = parse_inventory_text(GOLDEN.read_text())
     data["all"]["hosts"].pop("stor-1")
     for group in data["all"]["children"].values():
         (group.get("hosts") or {}).pop("stor-1", None)

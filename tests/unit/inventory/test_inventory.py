@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpucluster.cli import main
 from gpucluster.errors import InputError
-from gpucluster.inventory import build_inventory, dump_inventory
+from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
 from gpucluster.outputs import build_outputs, load_outputs, parse_outputs
 from gpucluster.spec import load_spec
 
@@ -61,7 +60,7 @@ def test_inventory_matches_golden(name: str, tmp_path: Path, capsys: pytest.Capt
 
 def _load(name: str) -> dict[str, Any]:
     text = (GOLDEN / "inventory" / f"{name}.yml").read_text()
-    data: dict[str, Any] = yaml.safe_load(text)
+    data: dict[str, Any] = parse_inventory_text(text)
     return data
 
 
@@ -104,7 +103,42 @@ def test_ansible_reads_the_inventory(tmp_path: Path) -> None:
     )
     listed = json.loads(proc.stdout)
     assert set(listed["gpu"]["hosts"]) == {"gpu-1", "gpu-2"}
-    assert listed["_meta"]["hostvars"]["stor-1"]["ansible_host"] == "10.77.0.12"
+    # Every string is tagged unsafe: ansible-inventory shows the tag it read.
+    assert listed["_meta"]["hostvars"]["stor-1"]["ansible_host"] == {"__ansible_unsafe": "10.77.0.12"}
+
+
+def test_ansible_never_templates_an_inventory_string(tmp_path: Path) -> None:
+    """The second wall: even a string no model refused is never templated by Ansible.
+
+    The inventory is built from valid outputs, then a Jinja payload is planted in a cluster
+    variable and a host variable (as a future field might carry one); a real ansible-playbook
+    run over it must print the payload literally and never run its command.
+    """
+    inventory = build_inventory(load_spec(REPO / "Pulumi.lab.yaml"), load_outputs(GOLDEN / "outputs" / "lab.json"))
+    witness = tmp_path / "pwned"
+    payload = f"eth1{{{{ lookup('pipe', 'touch {witness}') }}}}"
+    inventory["all"]["vars"]["gpucluster_fabric"]["socket_ifname"] = payload
+    inventory["all"]["hosts"]["gpu-1"]["gpucluster_fabric_interface"] = payload
+    for host in inventory["all"]["hosts"].values():
+        host.update(ansible_connection="local", ansible_python_interpreter=sys.executable)
+    inv = tmp_path / "inventory.yml"
+    inv.write_text(dump_inventory(inventory))
+    play = tmp_path / "play.yml"
+    rendered = tmp_path / "rendered.txt"
+    play.write_text(
+        "- hosts: gpu-1\n  gather_facts: false\n  tasks:\n"
+        "    - ansible.builtin.copy:\n"
+        "        content: '{{ gpucluster_fabric.socket_ifname }}|{{ gpucluster_fabric_interface }}'\n"
+        f"        dest: {rendered}\n"
+    )
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    (tmp_path / "ansible.cfg").write_text("[defaults]\n")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg")}
+    proc = subprocess.run([str(playbook), "-i", str(inv), str(play)], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert rendered.read_text() == f"{payload}|{payload}"
+    assert not witness.exists(), "a Jinja lookup in the inventory ran on the controller"
 
 
 def _raw(name: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-"""Fixtures for the parser tests: the published tool outputs in ``shared/samples``.
+"""Fixtures for the parser tests: the published tool outputs in ``tests/data/samples``.
 
-The samples live beside the repository (``<repo>/../shared/samples``), never inside it.
+The samples live in the repository (sources in its SOURCES.md), so a fresh clone passes alone.
 Their absence is a broken checkout, so the tests fail, saying where they looked.
 """
 
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-SAMPLES = REPO_ROOT / ".." / "shared" / "samples"
+SAMPLES = REPO_ROOT / "tests" / "data" / "samples"
 
 
 @pytest.fixture(scope="session")
 def samples() -> Path:
     if not SAMPLES.is_dir():
-        pytest.fail(f"sample tool outputs not found: looked in {SAMPLES.resolve()} (shared/ beside the repo)")
+        pytest.fail(f"sample tool outputs not found: looked in {SAMPLES.resolve()}")
     return SAMPLES
 
 

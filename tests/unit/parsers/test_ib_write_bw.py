@@ -1,4 +1,4 @@
-"""perftest ib_write_bw parser on published logs (shared/samples/SOURCES.md)."""
+"""perftest ib_write_bw parser on published logs (tests/data/samples/SOURCES.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""nccl-tests parser on published logs (see shared/samples/SOURCES.md) and constructed failures."""
+"""nccl-tests parser on published logs (see tests/data/samples/SOURCES.md) and constructed failures."""
 
 from __future__ import annotations
 
