@@ -21,6 +21,7 @@ import yaml
 
 from gpucluster.lab.host import host_problem, os_release
 from gpucluster.lab.plan import LabPlan, plan_lab
+from gpucluster.lab.state import claim
 from gpucluster.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -225,7 +226,9 @@ def test_a_node_that_fails_to_boot_is_named_and_the_others_work(tmp_path: Path) 
     stack = _stack(tmp_path, "labfail", "10.79.10.0/24", "10.79.11.0/24", FAIL_POOLS, boot_timeout_s=30)
     plan = plan_lab(load_spec(stack))
     lab("down", "--stack", str(stack))
-    # A broken init in bad-1's own layer: its container starts and dies at once.
+    # A broken init in bad-1's own layer: its container starts and dies at once. The folder is
+    # claimed as the lab's first, as `up` would: `up` never adopts a folder it did not make.
+    claim(plan.lab_dir, plan.name)
     init = plan.node_dir("bad-1") / "upper/usr/lib/systemd/systemd"
     init.parent.mkdir(parents=True)
     init.write_text("#!/bin/sh\necho 'init: sabotaged by the test' >&2\nexit 1\n")

@@ -19,6 +19,7 @@ from gpucluster.inventory import build_inventory
 from gpucluster.outputs import StackOutputs, build_outputs
 from gpucluster.spec import load_spec
 from gpucluster.spec.checks import failure_domains
+from tests.unit.roles.no_log import NO_LOG
 from tests.unit.roles.render import (
     GOLDEN,
     REPO,
@@ -134,7 +135,7 @@ def test_kernel_legacy_messenger_uses_port_6789() -> None:
 def test_secret_file_holds_the_bare_key() -> None:
     task = next(t for t in yaml.safe_load((ROLES / "ceph_client/tasks/keys.yml").read_text())
                 if t["name"] == "Install this node's secret for the kernel client")
-    assert task["no_log"] is True
+    assert task["no_log"] == NO_LOG
     from tests.unit.roles.render import TEXT
 
     keyring = "[client.gpu.hgx-01]\n\tkey = AQBhc2RmYXNkZmFzZGZhc2RmYXNkZg==\n"

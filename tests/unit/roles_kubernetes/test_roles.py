@@ -15,6 +15,7 @@ import yaml
 
 from gpucluster.kube import kubeadm_plan, render_init_documents, render_join_document
 from gpucluster.spec import load_spec
+from tests.unit.roles.no_log import NO_LOG
 
 REPO = Path(__file__).resolve().parents[3]
 ROLES = ["kubernetes_node", "kubernetes_control_plane", "kubernetes_worker"]
@@ -73,14 +74,14 @@ def test_tasks_are_named_fully_qualified_and_secret_tasks_are_no_log(role: str) 
             continue
         text = yaml.safe_dump(t)
         if any(s in text for s in ("token create", "upload-certs", "kubeadm-join.yaml.j2", "admin.conf\n    dest")):
-            assert t.get("no_log") is True, t["name"]
+            assert t.get("no_log") == NO_LOG, t["name"]
         if "kubeadm init" in text or "kubeadm join" in text:
-            assert t.get("no_log") is True, t["name"]
+            assert t.get("no_log") == NO_LOG, t["name"]
 
 
-def _filters(role: str) -> dict[str, Any]:
-    path = REPO / "roles" / role / "filter_plugins" / "gpucluster_kube.py"
-    spec = importlib.util.spec_from_file_location(f"{role}_filters", path)
+def _filters() -> dict[str, Any]:
+    path = REPO / "collections" / "ansible_collections" / "gpucluster" / "cluster" / "plugins" / "filter" / "kube.py"
+    spec = importlib.util.spec_from_file_location("gpucluster_cluster_kube_filters", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -90,7 +91,7 @@ def _filters(role: str) -> dict[str, Any]:
 
 def _render(role: str, template: str, variables: dict[str, Any]) -> list[dict[str, Any]]:
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    env.filters.update(_filters(role))
+    env.filters.update({f"gpucluster.cluster.{name}": fn for name, fn in _filters().items()})
     env.filters["comment"] = lambda s: "#\n# " + s + "\n#"
     text = env.from_string((REPO / "roles" / role / "templates" / template).read_text()).render(
         ansible_managed="Managed by gpucluster", **variables
@@ -112,7 +113,7 @@ def _inventory_plan(stack: Path) -> tuple[dict[str, Any], Any]:
         "pod_cidr": kube.pod_cidr,
         "service_cidr": kube.service_cidr,
         "api_vip": kube.api_vip,
-        "nodes": _filters("kubernetes_control_plane")["gpucluster_kube_nodes"](nodes, hostvars),
+        "nodes": _filters()["kube_nodes"](nodes, hostvars),
         "image_repository": "registry.k8s.io",
         "cri_socket": "unix:///run/containerd/containerd.sock",
         "extra_cert_sans": [],
