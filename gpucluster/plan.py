@@ -7,7 +7,19 @@ cloud, computed values (ids, addresses a cloud assigns) are synthesised here, an
 
 The Pulumi runtime keeps its state in module globals (settings, the root stack resource,
 the event loop); :func:`run_mocked` resets all three so several stacks can be planned in one
-process, one after the other.
+process, one after the other, and puts back the event loop it found.
+
+Stack transforms (``pulumi.runtime.register_resource_transform``) reach the mocks through
+Pulumi's public ``Mocks.register_transform`` hook; the stock mock monitor does not run them, so
+:class:`PlanMocks` runs them the way the engine does: in the order registered, before the
+resource is "created", a transform's error refusing it. That is how the tests exercise the
+policy gate the program installs (``stacks/gate.py``).
+
+Private Pulumi internals used here (to record each registration's parent and URN, which the
+public ``Mocks.new_resource`` does not receive): a subclass of ``pulumi.runtime.mocks.MockMonitor``,
+``pulumi.runtime.rpc``/``proto`` to decode and answer the request, ``settings.ROOT`` and
+``stack.run_pulumi_func`` to run several programs in one process. The program itself (``stacks/``)
+uses public APIs only.
 """
 
 from __future__ import annotations
@@ -16,9 +28,11 @@ import asyncio
 import concurrent.futures
 import hashlib
 import importlib
+import inspect
 import ipaddress
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +53,9 @@ Status = Literal["pass", "fail", "n/a"]
 
 @dataclass(frozen=True)
 class Resource:
-    """One resource the program registered, as the mock monitor saw it."""
+    """One resource the program registered, as the mock monitor saw it, or as the engine handed
+    it to the program's policy gate (there ``id`` and ``urn`` are empty and ``parent`` is None:
+    a stack transform sees a resource before it exists)."""
 
     type: str
     name: str
@@ -104,17 +120,17 @@ class Plan:
 _SECRET_SIG = "4dabf18193072939515e22adb298388d"  # pulumi's marker of a secret value on the wire
 
 
-def _plain(value: Any) -> Any:
+def plain_inputs(value: Any) -> Any:
     """Protobuf turns every number into a float; give integers back their type. Secrets are
     unwrapped: under the mocks they hold only what the program put there."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, Mapping):
         if _SECRET_SIG in value and "value" in value:
-            return _plain(value["value"])
-        return {k: _plain(v) for k, v in value.items()}
+            return plain_inputs(value["value"])
+        return {k: plain_inputs(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [plain_inputs(v) for v in value]
     return value
 
 
@@ -140,6 +156,30 @@ class PlanMocks:
     def __init__(self) -> None:
         self.by_id: dict[str, tuple[str, dict[str, Any]]] = {}
         self._next_top: dict[str, int] = {}
+        self.transforms: list[Callable[[Any], Any]] = []
+        # (type, name) of every resource "created", in order: what got past the transforms.
+        self.created: list[tuple[str, str]] = []
+
+    def register_transform(self, transform: Any) -> None:
+        """Pulumi's hook for ``register_resource_transform`` under the mocks."""
+        self.transforms.append(transform)
+
+    def apply_transforms(self, typ: str, name: str, custom: bool, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Run the stack transforms over one registration, as the engine does before it creates
+        the resource; a transform that raises refuses it. Returns the (possibly replaced) inputs."""
+        import pulumi
+
+        for transform in self.transforms:
+            args = pulumi.ResourceTransformArgs(custom=custom, type_=typ, name=name, props=inputs,
+                                                opts=pulumi.ResourceOptions())
+            result = transform(args)
+            if inspect.isawaitable(result):
+                if inspect.iscoroutine(result):
+                    result.close()
+                raise TypeError(f"{typ} {name}: PlanMocks runs synchronous transforms only")
+            if result is not None and result.props is not None:
+                inputs = dict(result.props)
+        return inputs
 
     def _make_id(self, typ: str, name: str) -> str:
         if typ.startswith("oci:"):
@@ -157,7 +197,7 @@ class PlanMocks:
 
     def new_resource(self, args: Any) -> tuple[str, dict[str, Any]]:
         typ: str = args.typ
-        inputs = _plain(args.inputs)
+        inputs = plain_inputs(args.inputs)
         id_ = self._make_id(typ, args.name) if args.custom else ""
         state: dict[str, Any] = dict(inputs)
         if typ == "aws:ec2/instance:Instance":
@@ -172,6 +212,7 @@ class PlanMocks:
             state.setdefault("arn", f"arn:aws:mock:::{id_}")
         if args.custom:
             self.by_id[id_] = (typ, inputs)
+        self.created.append((typ, args.name))
         return id_, state
 
     def _aws_instance_ip(self, inputs: Mapping[str, Any]) -> str | None:
@@ -215,7 +256,9 @@ def _make_monitor(mocks: PlanMocks, records: list[Resource]) -> Any:
             if request.type == "pulumi:pulumi:Stack":
                 return super().RegisterResource(request)
             urn = self.make_urn(request.parent, request.type, request.name)
-            inputs = rpc.deserialize_properties(request.object)
+            inputs = mocks.apply_transforms(
+                request.type, request.name, bool(request.custom), rpc.deserialize_properties(request.object)
+            )
             args = pmocks.MockResourceArgs(
                 typ=request.type,
                 name=request.name,
@@ -237,7 +280,7 @@ def _make_monitor(mocks: PlanMocks, records: list[Resource]) -> Any:
                     urn=urn,
                     parent=request.parent or None,
                     custom=bool(request.custom),
-                    inputs=_plain(inputs),
+                    inputs=plain_inputs(inputs),
                     state=state,
                 )
             )
@@ -259,22 +302,55 @@ class _InlineExecutor(concurrent.futures.ThreadPoolExecutor):  # asyncio accepts
         return future
 
 
+def _quiet_after_failure(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """When a registration fails, every output that depends on it fails too and is garbage
+    collected unread; asyncio would log each one. run_mocked raises the first failure; the rest
+    are its consequences."""
+    if str(context.get("message", "")).endswith("exception was never retrieved"):
+        return
+    loop.default_exception_handler(context)
+
+
+def _current_event_loop() -> asyncio.AbstractEventLoop | None:
+    """The thread's event loop as the caller left it (asyncio makes one in the main thread)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            return asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:
+            return None
+
+
 def run_mocked(
-    program: Callable[[], Mapping[str, Any]], *, stack: str, project: str = PROJECT
+    program: Callable[[], Mapping[str, Any]],
+    *,
+    stack: str,
+    project: str = PROJECT,
+    preview: bool = False,
+    mocks: PlanMocks | None = None,
 ) -> tuple[list[Resource], dict[str, Any]]:
-    """Run ``program`` under fresh mocks; return the resources it registered and its outputs resolved."""
+    """Run ``program`` under fresh mocks; return the resources it registered and its outputs resolved.
+
+    ``preview`` runs it as ``pulumi preview`` would (``pulumi.runtime.is_dry_run()`` true);
+    ``mocks`` lets a caller keep the mocks to look at afterwards (what was created before an error).
+    """
     import pulumi
     from pulumi.runtime import settings
     from pulumi.runtime.mocks import set_mocks
     from pulumi.runtime.stack import run_pulumi_func
 
+    previous = _current_event_loop()
     loop = asyncio.new_event_loop()
     loop.set_default_executor(_InlineExecutor())
+    loop.set_exception_handler(_quiet_after_failure)
     asyncio.set_event_loop(loop)
     records: list[Resource] = []
-    mocks = PlanMocks()
+    mocks = mocks if mocks is not None else PlanMocks()
     settings.ROOT.set(None)
-    set_mocks(mocks, project=project, stack=stack, preview=False, monitor=_make_monitor(mocks, records))  # type: ignore[arg-type]  # duck-typed Mocks
+    # Outputs that failed stay in this process-wide set "to pick up at program exit"; a failed
+    # run's would be awaited by the next run on a closed loop (pulumi.runtime.test clears it too).
+    settings.SETTINGS.outputs.clear()
+    set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=_make_monitor(mocks, records))  # type: ignore[arg-type]  # duck-typed Mocks
     resolved: dict[str, Any] = {}
 
     async def body() -> None:
@@ -286,9 +362,10 @@ def run_mocked(
         loop.run_until_complete(run_pulumi_func(body))
     finally:
         settings.ROOT.set(None)
-        asyncio.set_event_loop(None)
+        settings.SETTINGS.outputs.clear()
+        asyncio.set_event_loop(previous)
         loop.close()
-    return records, _plain(resolved)
+    return records, plain_inputs(resolved)
 
 
 def _import_stacks(module: str) -> Any:

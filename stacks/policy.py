@@ -1,34 +1,62 @@
-"""Policy rules over the resources a program registered (as recorded under Pulumi's mocks).
+"""Policy rules over the resources a program registers.
 
-Each rule is a function ``(resources) -> PolicyResult``: ``pass``, ``fail`` with the
-offending resources named, or ``n/a`` where the stack has nothing the rule is about. The
-unit tests and ``gpucluster plan`` run the same functions; the tests also feed them
-resources built by hand to prove each rule fails when it is broken.
+Each rule is a function ``(resources) -> PolicyResult``: ``pass``, ``fail`` with the offending
+resources named, or ``n/a`` where the stack has nothing the rule is about. Three callers run the
+same functions:
 
-Rules read what the providers would receive (instance inputs, security rules, subnet
-CIDRs) and the facts our components carry as props (``StorageNodes``: Ceph pools and how
-many failure domains the target offers; ``Fabric``: networks that have no cloud resource,
-such as an InfiniBand or RoCE fabric, and the nodes attached to it).
+* the program itself, through :class:`stacks.gate.PolicyGate`, during ``pulumi preview`` and
+  ``pulumi up`` (a rule that fails stops the program; see ``docs/policy.md``);
+* ``gpucluster plan``, over the resources recorded under Pulumi's mocks;
+* the unit tests, which also feed them resources built by hand to prove each rule fails when
+  it is broken.
+
+Rules read what the providers would receive (instance inputs, security rules, subnet CIDRs)
+and the facts our components carry as props (``StorageNodes``: Ceph pools and how many failure
+domains the target offers; ``Fabric``: networks that have no cloud resource, such as an
+InfiniBand or RoCE fabric, and the nodes attached to it).
+
+What a rule may rely on: input properties, in the wire form the engine hands a stack transform
+(camelCase names). Cloud-assigned ids are known only under the mocks: while the program runs, a
+reference to another resource's id is unknown (``pulumi preview``) or an id the gate cannot
+match (``pulumi up``), so a rule that links resources by id also judges the link by structure.
+Parents are likewise unknown to the gate; storage hosts are found by role as well as by parent.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from gpucluster.plan import PolicyResult, Resource
-from stacks.components.common import MANAGEMENT_PORTS, TAG_PURPOSE, TAG_ROLES
+from stacks.components.common import MANAGEMENT_PORTS, TAG_DISK_ENCRYPTION, TAG_PURPOSE, TAG_ROLES
 
 AWS_INSTANCE = "aws:ec2/instance:Instance"
+AWS_LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+AWS_EBS_VOLUME = "aws:ebs/volume:Volume"
+AWS_SUBNET = "aws:ec2/subnet:Subnet"
 AWS_PG = "aws:ec2/placementGroup:PlacementGroup"
 AZURE_VM = "azure:compute/linuxVirtualMachine:LinuxVirtualMachine"
 AZURE_VMSS = "azure:compute/orchestratedVirtualMachineScaleSet:OrchestratedVirtualMachineScaleSet"
+AZURE_NIC = "azure:network/networkInterface:NetworkInterface"
+AZURE_MANAGED_DISK = "azure:compute/managedDisk:ManagedDisk"
 OCI_INSTANCE = "oci:Core/instance:Instance"
+OCI_SUBNET = "oci:Core/subnet:Subnet"
 OCI_CLUSTER = "oci:Core/computeCluster:ComputeCluster"
+OCI_VOLUME_ATTACHMENT = "oci:Core/volumeAttachment:VolumeAttachment"
 BM_MACHINE = "gpucluster:baremetal:Machine"
 NODE_TYPES = (AWS_INSTANCE, AZURE_VM, OCI_INSTANCE, BM_MACHINE)
-OPEN_WORLD = {"0.0.0.0/0", "::/0", "*", "internet", "any"}
+
+# The statement our Azure VMs carry: their managed disks rely on server-side encryption with
+# platform-managed keys, which Azure applies to every managed disk by default ("By default,
+# managed disks use platform-managed encryption keys. All managed disks, snapshots, images, and
+# data written to existing managed disks are automatically encrypted-at-rest":
+# https://docs.microsoft.com/en-us/azure/virtual-machines/linux/disk-encryption). It does not
+# cover the temp disk or host caches; encryption at host does (Microsoft Learn, "Choose the
+# right disk encryption option for Azure VMs": https://learn.microsoft.com/en-us/training/
+# modules/implement-disk-encryption-azure-virtual-machines/2-choose-disk-encryption-option).
+PLATFORM_MANAGED_KEY = "platform-managed-key"
 
 
 def _roles(r: Resource) -> list[str]:
@@ -38,8 +66,29 @@ def _roles(r: Resource) -> list[str]:
     return tag.split(",") if tag else []
 
 
+def _gpu_or_storage(r: Resource) -> bool:
+    return bool({"gpu", "storage"} & set(_roles(r)))
+
+
 def _label(r: Resource) -> str:
     return f"{r.type.split(':')[-1]} {r.name}"
+
+
+def _true(value: Any) -> bool:
+    """A boolean input; some providers type booleans as strings ("true")."""
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+def _false(value: Any) -> bool:
+    return value is False or (isinstance(value, str) and value.strip().lower() == "false")
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
 
 
 def gpu_nodes(resources: Sequence[Resource]) -> list[Resource]:
@@ -47,6 +96,20 @@ def gpu_nodes(resources: Sequence[Resource]) -> list[Resource]:
 
 
 # --- every GPU node in the placement group or cluster network -------------------------------
+
+
+def _linked(value: Any, candidates: Sequence[Resource], qualifies: Callable[[Resource], bool]) -> bool:
+    """Whether ``value`` (a reference to another resource's id) names a qualifying candidate.
+
+    Where the candidates' ids are known (under the mocks) the id must match one that qualifies.
+    Where they are not (the program's own gate), the node must name *something* (a value, or one
+    unknown until the candidate exists) and every candidate in the stack must qualify.
+    """
+    if value is None or value == "":
+        return False
+    if any(c.id for c in candidates):
+        return value in {c.id for c in candidates if qualifies(c)}
+    return bool(candidates) and all(qualifies(c) for c in candidates)
 
 
 def gpu_placement(resources: Sequence[Resource]) -> PolicyResult:
@@ -57,19 +120,26 @@ def gpu_placement(resources: Sequence[Resource]) -> PolicyResult:
     cluster_pgs = {
         str(r.inputs.get("name")) for r in resources if r.type == AWS_PG and r.inputs.get("strategy") == "cluster"
     }
-    one_pg_sets = {r.id for r in resources if r.type == AZURE_VMSS and r.inputs.get("singlePlacementGroup") is True}
-    clusters = {r.id for r in resources if r.type == OCI_CLUSTER}
+    scale_sets = [r for r in resources if r.type == AZURE_VMSS]
+    clusters = [r for r in resources if r.type == OCI_CLUSTER]
     fabrics = {
         str(r.name): set(r.inputs.get("members") or []) for r in resources if r.type == "gpucluster:baremetal:Fabric"
     }
     offenders = []
     for node in nodes:
         if node.type == AWS_INSTANCE:
-            ok = node.inputs.get("placementGroup") in cluster_pgs
+            group = node.inputs.get("placementGroup")
+            # The group's name is an input, normally known in a preview; if it is not, naming one
+            # while the stack has a cluster group is what can be judged.
+            ok = group in cluster_pgs if isinstance(group, str) else group is not None and bool(cluster_pgs)
         elif node.type == AZURE_VM:
-            ok = node.inputs.get("virtualMachineScaleSetId") in one_pg_sets
+            ok = _linked(
+                node.inputs.get("virtualMachineScaleSetId"),
+                scale_sets,
+                lambda s: s.inputs.get("singlePlacementGroup") is True,
+            )
         elif node.type == OCI_INSTANCE:
-            ok = node.inputs.get("computeClusterId") in clusters
+            ok = _linked(node.inputs.get("computeClusterId"), clusters, lambda c: True)
         else:
             fabric = fabrics.get(str(node.inputs.get("fabric")))
             ok = fabric is not None and node.inputs.get("hostname") in fabric
@@ -87,27 +157,68 @@ def gpu_placement(resources: Sequence[Resource]) -> PolicyResult:
 
 
 # --- no management port open to the world -------------------------------------------------
+#
+# "Open to the world" is judged by how much of the internet a port's sources cover, not by how
+# they are spelled: 0.0.0.0/1 plus 128.0.0.0/1 (in one rule or two) is the world, so is any
+# public /8, and so is ::/0. For each management port, the sources of every inbound allow rule
+# that reaches it (over the whole stack: what one rule opens, another cannot close) are united,
+# space that is not routed on the internet is taken out, and the rest is counted.
+
+# IANA IPv4 Special-Purpose Address Registry (RFC 6890 and successors): not reachable from the
+# internet, so a rule admitting them admits nobody from outside.
+_NOT_INTERNET_V4 = tuple(
+    ipaddress.IPv4Network(n)
+    for n in (
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.0.0.0/24",
+        "192.0.2.0/24",
+        "192.168.0.0/16",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+    )
+)
+# IPv6 global unicast space (IANA IPv6 Address Space registry).
+_INTERNET_V6 = ipaddress.IPv6Network("2000::/3")
+# A port is open to the world when its sources cover at least a /8's worth of internet IPv4
+# addresses (1/256 of the space: 16.7 million hosts), or a /32's worth of global IPv6 (a whole
+# provider's allocation).
+WORLD_V4 = 2**24
+WORLD_V6 = 2**96
+_ALL_V4 = ipaddress.IPv4Network("0.0.0.0/0")
+_ALL_V6 = ipaddress.IPv6Network("::/0")
+# Source names that mean "anyone": Azure NSG wildcards and service tags ("*", "Any", "Internet";
+# "AzureCloud" is every Azure datacenter's public range, i.e. anyone with an Azure VM). Other
+# service tags (VirtualNetwork, AzureLoadBalancer) and OCI service CIDR labels are not the world.
+_WORLD_NAMES = {"*", "any", "internet", "azurecloud"}
+
+_AWS_NO_PORTS = {"icmp", "icmpv6", "1", "58"}
+_AZURE_NO_PORTS = {"icmp"}
 
 
-def _covers(low: int, high: int) -> list[int]:
-    return [p for p in MANAGEMENT_PORTS if low <= p <= high]
+@dataclass(frozen=True)
+class _Ingress:
+    """One inbound allow rule: who (sources), to which ports."""
+
+    resource: Resource
+    sources: tuple[str, ...]
+    low: int
+    high: int
 
 
-def _azure_ports(spec: Any) -> tuple[int, int]:
-    text = str(spec).strip()
-    if text in ("*", ""):
-        return 0, 65535
-    low, _, high = text.partition("-")
-    return int(low), int(high or low)
-
-
-def _ingress(resources: Sequence[Resource]) -> Iterable[tuple[Resource, list[str], int, int]]:
-    """Every inbound allow rule as (resource, sources, first port, last port)."""
+def _ingress(resources: Sequence[Resource]) -> Iterable[_Ingress]:
     for r in resources:
         inp = r.inputs
         if r.type == "aws:ec2/securityGroup:SecurityGroup":
-            for rule in inp.get("ingress") or []:
-                yield from _aws_rule(r, rule, rule.get("protocol"))
+            for rule in _list(inp.get("ingress")):
+                yield from _aws_rule(r, _mapping(rule), _mapping(rule).get("protocol"))
         elif r.type == "aws:ec2/securityGroupRule:SecurityGroupRule" and inp.get("type") == "ingress":
             yield from _aws_rule(r, inp, inp.get("protocol"))
         elif r.type == "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule":
@@ -118,85 +229,386 @@ def _ingress(resources: Sequence[Resource]) -> Iterable[tuple[Resource, list[str
             }
             yield from _aws_rule(r, rule, inp.get("ipProtocol"))
         elif r.type == "azure:network/networkSecurityGroup:NetworkSecurityGroup":
-            for rule in inp.get("securityRules") or []:
-                yield from _azure_rule(r, rule)
+            for rule in _list(inp.get("securityRules")):
+                yield from _azure_rule(r, _mapping(rule))
         elif r.type == "azure:network/networkSecurityRule:NetworkSecurityRule":
             yield from _azure_rule(r, inp)
         elif r.type == "oci:Core/networkSecurityGroupSecurityRule:NetworkSecurityGroupSecurityRule":
             if str(inp.get("direction", "")).upper() == "INGRESS":
                 yield from _oci_rule(r, inp)
         elif r.type == "oci:Core/securityList:SecurityList":
-            for rule in inp.get("ingressSecurityRules") or []:
-                yield from _oci_rule(r, rule)
+            for rule in _list(inp.get("ingressSecurityRules")):
+                yield from _oci_rule(r, _mapping(rule))
 
 
-def _aws_rule(r: Resource, rule: Mapping[str, Any], protocol: Any) -> Iterable[tuple[Resource, list[str], int, int]]:
-    sources = [str(c) for c in [*(rule.get("cidrBlocks") or []), *(rule.get("ipv6CidrBlocks") or [])] if c]
-    if str(protocol) in ("-1", "all"):
-        yield r, sources, 0, 65535
-    else:
-        yield r, sources, int(rule.get("fromPort") or 0), int(rule.get("toPort") or 0)
+def _strings(values: Iterable[Any]) -> tuple[str, ...]:
+    return tuple(v for v in values if isinstance(v, str) and v)
 
 
-def _azure_rule(r: Resource, rule: Mapping[str, Any]) -> Iterable[tuple[Resource, list[str], int, int]]:
+def _aws_rule(r: Resource, rule: Mapping[str, Any], protocol: Any) -> Iterable[_Ingress]:
+    sources = _strings([*_list(rule.get("cidrBlocks")), *_list(rule.get("ipv6CidrBlocks"))])
+    proto = str(protocol).lower()
+    if proto in ("-1", "all"):
+        yield _Ingress(r, sources, 0, 65535)
+    elif proto not in _AWS_NO_PORTS:  # for ICMP, from/to_port are a type and a code
+        yield _Ingress(r, sources, int(rule.get("fromPort") or 0), int(rule.get("toPort") or 0))
+
+
+def _azure_ports(spec: Any) -> tuple[int, int]:
+    text = str(spec).strip()
+    if text in ("*", ""):
+        return 0, 65535
+    low, _, high = text.partition("-")
+    return int(low), int(high or low)
+
+
+def _azure_rule(r: Resource, rule: Mapping[str, Any]) -> Iterable[_Ingress]:
     if str(rule.get("direction", "")).lower() != "inbound" or str(rule.get("access", "")).lower() != "allow":
         return
-    sources = [str(s) for s in [rule.get("sourceAddressPrefix"), *(rule.get("sourceAddressPrefixes") or [])] if s]
-    ranges = [rule.get("destinationPortRange"), *(rule.get("destinationPortRanges") or [])]
-    for spec in ranges:
-        if spec is not None:
-            low, high = _azure_ports(spec)
-            yield r, sources, low, high
-
-
-def _oci_rule(r: Resource, rule: Mapping[str, Any]) -> Iterable[tuple[Resource, list[str], int, int]]:
-    sources = [str(rule.get("source") or "")]
-    opts = rule.get("tcpOptions") or rule.get("udpOptions")
-    if str(rule.get("protocol")) == "all" or not opts:
-        yield r, sources, 0, 65535
+    if str(rule.get("protocol", "*")).lower() in _AZURE_NO_PORTS:
         return
-    ports = opts.get("destinationPortRange") or {}
-    yield r, sources, int(ports.get("min", 0)), int(ports.get("max", 65535))
+    sources = _strings([rule.get("sourceAddressPrefix"), *_list(rule.get("sourceAddressPrefixes"))])
+    for spec in [rule.get("destinationPortRange"), *_list(rule.get("destinationPortRanges"))]:
+        if isinstance(spec, str | int):
+            low, high = _azure_ports(spec)
+            yield _Ingress(r, sources, low, high)
+
+
+def _oci_rule(r: Resource, rule: Mapping[str, Any]) -> Iterable[_Ingress]:
+    sources = _strings([rule.get("source")])
+    protocol = str(rule.get("protocol")).lower()
+    if protocol == "all":
+        yield _Ingress(r, sources, 0, 65535)
+        return
+    if protocol not in ("6", "17"):  # ICMP (1) and ICMPv6 (58) reach no port
+        return
+    opts = _mapping(rule.get("tcpOptions") if protocol == "6" else rule.get("udpOptions"))
+    ports = _mapping(opts.get("destinationPortRange"))
+    if not ports:
+        yield _Ingress(r, sources, 0, 65535)
+        return
+    yield _Ingress(r, sources, int(ports.get("min", 0)), int(ports.get("max", 65535)))
+
+
+def _networks_of(sources: Iterable[str]) -> tuple[list[ipaddress.IPv4Network], list[ipaddress.IPv6Network]]:
+    v4: list[ipaddress.IPv4Network] = []
+    v6: list[ipaddress.IPv6Network] = []
+    for source in sources:
+        text = source.strip()
+        if text.lower() in _WORLD_NAMES or text.lower().startswith("azurecloud."):
+            v4.append(_ALL_V4)
+            v6.append(_ALL_V6)
+            continue
+        try:
+            net = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            continue  # a service tag, an NSG or prefix-list id: a named set, not the internet
+        if isinstance(net, ipaddress.IPv4Network):
+            v4.append(net)
+        else:
+            v6.append(net)
+    return v4, v6
+
+
+def _overlap(a: ipaddress.IPv4Network | ipaddress.IPv6Network, b: ipaddress.IPv4Network | ipaddress.IPv6Network) -> int:
+    # Two CIDR blocks either nest or are disjoint.
+    if a.version != b.version:
+        return 0
+    if a.subnet_of(b):  # type: ignore[arg-type]
+        return a.num_addresses
+    if b.subnet_of(a):  # type: ignore[arg-type]
+        return b.num_addresses
+    return 0
+
+
+def internet_coverage(sources: Iterable[str]) -> tuple[int, int]:
+    """How many internet-routed IPv4 and IPv6 addresses ``sources`` admit, overlaps counted once."""
+    v4, v6 = _networks_of(sources)
+    count4 = 0
+    for net4 in ipaddress.collapse_addresses(v4):
+        count4 += net4.num_addresses - sum(_overlap(net4, special) for special in _NOT_INTERNET_V4)
+    count6 = sum(_overlap(net6, _INTERNET_V6) for net6 in ipaddress.collapse_addresses(v6))
+    return count4, count6
+
+
+def is_world(sources: Iterable[str]) -> bool:
+    count4, count6 = internet_coverage(sources)
+    return count4 >= WORLD_V4 or count6 >= WORLD_V6
 
 
 def no_public_management_ports(resources: Sequence[Resource]) -> PolicyResult:
     rule = "no-public-management-port"
-    seen = 0
-    offenders = []
-    for r, sources, low, high in _ingress(resources):
-        seen += 1
-        ports = _covers(low, high)
-        if ports and any(s.lower() in OPEN_WORLD for s in sources):
-            offenders.append(f"{_label(r)}: port(s) {', '.join(map(str, ports))} open to {', '.join(sources)}")
-    if offenders:
-        return PolicyResult(rule, "fail", "management port(s) open to the whole internet", tuple(offenders))
-    if not seen:
+    rules = list(_ingress(resources))
+    if not rules:
         return PolicyResult(rule, "n/a", "no inbound security rules")
-    return PolicyResult(rule, "pass", f"{seen} inbound rule(s); none opens {MANAGEMENT_PORTS} to 0.0.0.0/0")
+    offenders = []
+    for port, service in sorted(MANAGEMENT_PORTS.items()):
+        reaching = [i for i in rules if i.low <= port <= i.high]
+        sources = sorted({s for i in reaching for s in i.sources})
+        count4, count6 = internet_coverage(sources)
+        if count4 >= WORLD_V4 or count6 >= WORLD_V6:
+            via = sorted({_label(i.resource) for i in reaching if any(internet_coverage(i.sources))})
+            public = [s for s in sources if any(internet_coverage([s]))]
+            if count4 >= WORLD_V4:
+                share = f"{count4:,} internet IPv4 addresses ({count4 / 2**32:.1%} of IPv4)"
+            else:
+                share = f"over 2^{count6.bit_length() - 1} global IPv6 addresses"
+            offenders.append(
+                f"port {port} ({service}) reachable from {share} via {', '.join(via)}: {', '.join(public)}"
+            )
+    if offenders:
+        return PolicyResult(
+            rule,
+            "fail",
+            "management port(s) open to the internet (a /8's worth of addresses or more)",
+            tuple(offenders),
+        )
+    return PolicyResult(
+        rule, "pass", f"{len(rules)} inbound rule(s); no management port reachable from a /8's worth of the internet"
+    )
+
+
+# --- the instance metadata service answers only session-token (v2) requests -------------------
+
+
+def imds_v2_only(resources: Sequence[Resource]) -> PolicyResult:
+    """AWS: ``metadata_options.http_tokens = "required"`` on every instance and launch template.
+    With "optional" IMDSv1 answers and hands out role credentials ("optional - IMDSv2 is optional
+    ... If you retrieve IAM role credentials without a session token, you receive the IMDSv1 role
+    credentials": AWS EC2 API, InstanceMetadataOptionsRequest / LaunchTemplateInstanceMetadata
+    OptionsRequest, https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_LaunchTemplate
+    InstanceMetadataOptionsRequest.html). Left unset, the default depends on the AMI's
+    ImdsSupport and the account default, so the rule wants it stated. An instance launched from a
+    template states it too: the gate sees each resource's inputs alone and cannot follow the
+    template's id.
+
+    OCI: ``instance_options.are_legacy_imds_endpoints_disabled = true`` on every instance ("Whether
+    to disable the legacy (/v1) instance metadata service endpoints ... Default is false": OCI API,
+    InstanceOptions, https://docs.oracle.com/en-us/iaas/tools/python/latest/api/core/models/
+    oci.core.models.InstanceOptions.html).
+    """
+    rule = "imds-v2-only"
+    judged = 0
+    offenders = []
+    for r in resources:
+        if r.type in (AWS_INSTANCE, AWS_LAUNCH_TEMPLATE):
+            judged += 1
+            tokens = _mapping(r.inputs.get("metadataOptions")).get("httpTokens")
+            if tokens != "required":
+                offenders.append(f"{_label(r)}: metadata_options.http_tokens is {tokens!r}, not 'required'")
+        elif r.type == OCI_INSTANCE:
+            judged += 1
+            disabled = _mapping(r.inputs.get("instanceOptions")).get("areLegacyImdsEndpointsDisabled")
+            if not _true(disabled):
+                offenders.append(f"{_label(r)}: instance_options.are_legacy_imds_endpoints_disabled is {disabled!r}")
+    if not judged:
+        return PolicyResult(rule, "n/a", "no AWS or OCI instances")
+    if offenders:
+        return PolicyResult(rule, "fail", "instance metadata reachable without a session token", tuple(offenders))
+    return PolicyResult(rule, "pass", f"{judged} instance(s)/template(s) answer only IMDSv2 / OCI /v2")
+
+
+# --- disks encrypted ---------------------------------------------------------------------------
+
+
+def _aws_disk_offenders(r: Resource) -> list[str]:
+    """AWS: ``encrypted`` on the root volume, every EBS data volume and every template mapping. The
+    provider's default is false ("encrypted - Whether to enable volume encryption. Defaults to
+    false": pulumi_aws InstanceRootBlockDevice / InstanceEbsBlockDevice, https://pub.dev/
+    documentation/pulumi_aws/latest/ec2/InstanceEbsBlockDevice/encrypted.html), so an instance
+    that says nothing relies on the account's encryption-by-default setting, which the stack
+    cannot see."""
+    inp = r.inputs
+    out = []
+    if r.type == AWS_INSTANCE:
+        root = _mapping(inp.get("rootBlockDevice"))
+        if not _true(root.get("encrypted")):
+            out.append(
+                f"{_label(r)}: root volume not encrypted (root_block_device.encrypted is {root.get('encrypted')!r})"
+            )
+        for dev in _list(inp.get("ebsBlockDevices")):
+            dev = _mapping(dev)
+            if not _true(dev.get("encrypted")):
+                out.append(f"{_label(r)}: EBS volume {dev.get('deviceName')} not encrypted")
+    elif r.type == AWS_LAUNCH_TEMPLATE:
+        for mapping in _list(inp.get("blockDeviceMappings")):
+            ebs = _mapping(_mapping(mapping).get("ebs"))
+            if ebs and not _true(ebs.get("encrypted")):
+                out.append(f"{_label(r)}: EBS mapping {_mapping(mapping).get('deviceName')} not encrypted")
+    elif r.type == AWS_EBS_VOLUME and not _true(inp.get("encrypted")):
+        out.append(f"{_label(r)}: volume not encrypted")
+    return out
+
+
+def _azure_disk_offenders(r: Resource) -> list[str]:
+    """Azure: every managed disk is encrypted at rest with platform-managed keys whatever the VM
+    says (see PLATFORM_MANAGED_KEY); the rule wants that reliance stated (the VM's
+    TAG_DISK_ENCRYPTION tag), or encryption at host ("encryption_at_host_enabled - Should all of
+    the disks (including the temp disk) attached to this Virtual Machine be encrypted by enabling
+    Encryption at Host?": pulumi_azure LinuxVirtualMachine), or a customer-managed key (a disk
+    encryption set on the OS disk)."""
+    inp = r.inputs
+    if r.type not in (AZURE_VM, AZURE_MANAGED_DISK):
+        return []
+    os_disk = _mapping(inp.get("osDisk"))
+    if _false(inp.get("encryptionAtHostEnabled")):
+        return [f"{_label(r)}: encryption at host explicitly off"]
+    stated = (
+        _true(inp.get("encryptionAtHostEnabled"))
+        or bool(os_disk.get("diskEncryptionSetId") or os_disk.get("secureVmDiskEncryptionSetId"))
+        or bool(inp.get("diskEncryptionSetId"))
+        or r.tag(TAG_DISK_ENCRYPTION) == PLATFORM_MANAGED_KEY
+    )
+    if stated:
+        return []
+    return [
+        f"{_label(r)}: disk encryption not stated (encryption_at_host_enabled, a disk encryption set, "
+        f"or tag {TAG_DISK_ENCRYPTION}={PLATFORM_MANAGED_KEY})"
+    ]
+
+
+def _oci_disk_offenders(r: Resource) -> list[str]:
+    """OCI: volumes are always encrypted at rest ("No option exists for unencrypted volumes
+    at-rest": OCI Block Volume Encryption, https://docs.oracle.com/en-us/iaas/Content/Block/
+    Concepts/blockvolumeencryption.htm). What the API leaves optional is in-transit encryption of
+    paravirtualized attachments, which VM shapes use ("is_pv_encryption_in_transit_enabled -
+    Whether to enable in-transit encryption for the data volume's paravirtualized attachment. The
+    default value is false": pulumi_oci Instance; launch_options are "Options for tuning the
+    compatibility and performance of VM shapes"). The rule wants it on VM shapes (top level at
+    create, or under launch_options) and on paravirtualized volume attachments; for bare-metal
+    shapes the instance API offers no such option, and at-rest encryption is what applies."""
+    inp = r.inputs
+    if r.type == OCI_INSTANCE and str(inp.get("shape", "")).startswith("VM."):
+        launch = _mapping(inp.get("launchOptions"))
+        if not (
+            _true(inp.get("isPvEncryptionInTransitEnabled")) or _true(launch.get("isPvEncryptionInTransitEnabled"))
+        ):
+            return [f"{_label(r)}: VM shape without in-transit encryption of its paravirtualized volumes"]
+    if r.type == OCI_VOLUME_ATTACHMENT and str(inp.get("attachmentType", "")).lower() == "paravirtualized":
+        if not _true(inp.get("isPvEncryptionInTransitEnabled")):
+            return [f"{_label(r)}: paravirtualized attachment without in-transit encryption"]
+    return []
+
+
+_DISK_TYPES = (
+    AWS_INSTANCE,
+    AWS_LAUNCH_TEMPLATE,
+    AWS_EBS_VOLUME,
+    AZURE_VM,
+    AZURE_MANAGED_DISK,
+    OCI_INSTANCE,
+    OCI_VOLUME_ATTACHMENT,
+)
+
+
+def disks_encrypted(resources: Sequence[Resource]) -> PolicyResult:
+    rule = "disks-encrypted"
+    judged = [r for r in resources if r.type in _DISK_TYPES]
+    if not judged:
+        return PolicyResult(rule, "n/a", "no cloud disks (bare metal: the site encrypts, or not)")
+    offenders = [
+        o for r in judged for o in (*_aws_disk_offenders(r), *_azure_disk_offenders(r), *_oci_disk_offenders(r))
+    ]
+    if offenders:
+        return PolicyResult(rule, "fail", "disk(s) whose encryption is off or not stated", tuple(offenders))
+    return PolicyResult(rule, "pass", f"{len(judged)} instance(s)/template(s)/volume(s): disks encrypted")
+
+
+# --- no public IP on GPU or storage nodes --------------------------------------------------------
+
+
+def _public_ip_offenders(r: Resource) -> list[str]:
+    """Where a GPU or storage node could get a public address, and why it must not:
+
+    * AWS instance ``associate_public_ip_address``; launch template interfaces'
+      ``associate_public_ip_address`` (AWS Config rule ec2-launch-template-public-ip-disabled
+      judges the same field: https://docs.aws.amazon.com/config/latest/developerguide/
+      ec2-launch-template-public-ip-disabled.html); a GPU or storage subnet's
+      ``map_public_ip_on_launch`` ("Specify true to indicate that instances launched into the
+      subnet should be assigned a public IP address. Default is false": pulumi_aws Subnet).
+    * Azure: a public IP is attached through the NIC's ``ip_configuration.public_ip_address_id``
+      ("Reference to a Public IP Address to associate with this NIC": pulumi_azure
+      NetworkInterface).
+    * OCI: ``create_vnic_details.assign_public_ip`` "Defaults to whether the subnet is public or
+      private" (OCI API, CreateVnicDetails: https://docs.oracle.com/en-us/iaas/tools/dotnet/latest/
+      api/Oci.CloudmigrationsService.Models.CreateVnicDetails.html), and a subnet's
+      ``prohibit_public_ip_on_vnic`` "Defaults to false, which means VNICs created in this subnet
+      will automatically be assigned public IP addresses" (pulumi_oci Subnet): the instance says
+      false, and a GPU or storage subnet is private.
+    """
+    inp = r.inputs
+    if r.type in (AWS_SUBNET, OCI_SUBNET):
+        purpose = set((r.tag(TAG_PURPOSE) or "").split(","))
+        if not {"gpu", "storage"} & purpose:
+            return []
+        if r.type == AWS_SUBNET and _true(inp.get("mapPublicIpOnLaunch")):
+            return [f"{_label(r)}: a {'/'.join(sorted(purpose))} subnet maps public IPs on launch"]
+        if r.type == OCI_SUBNET and not _true(inp.get("prohibitPublicIpOnVnic")):
+            return [f"{_label(r)}: a {'/'.join(sorted(purpose))} subnet allows public IPs on VNICs"]
+        return []
+    if not _gpu_or_storage(r):
+        return []
+    if r.type == AWS_INSTANCE and _true(inp.get("associatePublicIpAddress")):
+        return [f"{_label(r)}: associate_public_ip_address is true"]
+    if r.type == AWS_LAUNCH_TEMPLATE:
+        return [
+            f"{_label(r)}: interface {_mapping(nic).get('deviceIndex')}/{_mapping(nic).get('networkCardIndex')} "
+            "associates a public IP"
+            for nic in _list(inp.get("networkInterfaces"))
+            if _true(_mapping(nic).get("associatePublicIpAddress"))
+        ]
+    if r.type == AZURE_NIC:
+        configs = [_mapping(cfg) for cfg in _list(inp.get("ipConfigurations"))]
+        return [
+            f"{_label(r)}: ip configuration {cfg.get('name')} has public IP {cfg.get('publicIpAddressId')}"
+            for cfg in configs
+            if cfg.get("publicIpAddressId") not in (None, "")
+        ]
+    if r.type == OCI_INSTANCE:
+        assign = _mapping(inp.get("createVnicDetails")).get("assignPublicIp")
+        if not _false(assign):
+            return [f"{_label(r)}: create_vnic_details.assign_public_ip is {assign!r}, not false"]
+    return []
+
+
+_PUBLIC_IP_TYPES = (AWS_INSTANCE, AWS_LAUNCH_TEMPLATE, AWS_SUBNET, AZURE_NIC, OCI_INSTANCE, OCI_SUBNET)
+
+
+def no_public_ips(resources: Sequence[Resource]) -> PolicyResult:
+    rule = "no-public-ip-on-gpu-storage"
+    judged = [r for r in resources if r.type in _PUBLIC_IP_TYPES]
+    if not judged:
+        return PolicyResult(rule, "n/a", "no cloud instances, interfaces or subnets")
+    offenders = [o for r in judged for o in _public_ip_offenders(r)]
+    if offenders:
+        return PolicyResult(rule, "fail", "GPU or storage node(s) that could get a public IP", tuple(offenders))
+    return PolicyResult(
+        rule, "pass", f"{len(judged)} instance(s)/interface(s)/subnet(s): no public IP on GPU or storage"
+    )
 
 
 # --- Ceph replication and failure domains ------------------------------------------------------
 
 
-def _storage_groups(resources: Sequence[Resource]) -> list[tuple[Resource, list[Resource]]]:
-    comps = [r for r in resources if r.type.startswith("gpucluster:") and r.type.endswith(":StorageNodes")]
-    out = []
-    for comp in comps:
-        hosts = [r for r in resources if r.parent == comp.urn and r.type in NODE_TYPES]
-        out.append((comp, hosts))
-    return out
+def _storage_components(resources: Sequence[Resource]) -> list[Resource]:
+    return [r for r in resources if r.type.startswith("gpucluster:") and r.type.endswith(":StorageNodes")]
+
+
+def _storage_hosts(resources: Sequence[Resource]) -> list[Resource]:
+    """Nodes in a StorageNodes component, or (where parents are unknown) carrying the storage role."""
+    components = {c.urn for c in _storage_components(resources) if c.urn}
+    return [r for r in resources if r.type in NODE_TYPES and (r.parent in components or "storage" in _roles(r))]
 
 
 def ceph_replication(resources: Sequence[Resource]) -> PolicyResult:
     rule = "ceph-replication"
-    groups = _storage_groups(resources)
     pools: dict[str, int] = {}
-    for comp, _ in groups:
-        for pool in comp.inputs.get("cephPools") or []:
+    for comp in _storage_components(resources):
+        for pool in _list(comp.inputs.get("cephPools")):
             pools[str(pool["name"])] = max(pools.get(str(pool["name"]), 0), int(pool["size"]))
     if not pools:
         return PolicyResult(rule, "n/a", "no Ceph pools")
-    hosts = sum(len(h) for _, h in groups)
+    hosts = len(_storage_hosts(resources))
     offenders = [f"pool {name}: size {size} > {hosts} storage host(s)" for name, size in pools.items() if size > hosts]
     if offenders:
         return PolicyResult(rule, "fail", "Ceph replication larger than the number of storage hosts", tuple(offenders))
@@ -221,9 +633,8 @@ def failure_domain(r: Resource) -> str | None:
 
 def storage_spread(resources: Sequence[Resource]) -> PolicyResult:
     rule = "storage-failure-domains"
-    groups = _storage_groups(resources)
-    hosts = [h for _, hs in groups for h in hs]
-    offered = max((int(c.inputs.get("failureDomainCount") or 0) for c, _ in groups), default=0)
+    hosts = _storage_hosts(resources)
+    offered = max((int(c.inputs.get("failureDomainCount") or 0) for c in _storage_components(resources)), default=0)
     if len(hosts) < 2 or offered < 2:
         return PolicyResult(rule, "n/a", f"{len(hosts)} storage host(s), {offered} failure domain(s) offered")
     domains = {h.name: failure_domain(h) for h in hosts}
@@ -243,12 +654,12 @@ def _networks(resources: Sequence[Resource]) -> list[tuple[str, str, set[str]]]:
     """(where, cidr, purposes) for every subnet resource and every network a Fabric component declares."""
     out: list[tuple[str, str, set[str]]] = []
     for r in resources:
-        if r.type in ("aws:ec2/subnet:Subnet", "oci:Core/subnet:Subnet") and r.inputs.get("cidrBlock"):
+        if r.type in (AWS_SUBNET, OCI_SUBNET) and isinstance(r.inputs.get("cidrBlock"), str):
             purpose = r.tag(TAG_PURPOSE)
             if purpose:
                 out.append((_label(r), str(r.inputs["cidrBlock"]), set(purpose.split(","))))
         elif r.type.startswith("gpucluster:") and r.type.endswith(":Fabric"):
-            for net in r.inputs.get("networks") or []:
+            for net in _list(r.inputs.get("networks")):
                 out.append((f"{_label(r)} {net['name']}", str(net["cidr"]), set(str(net["purpose"]).split(","))))
     return out
 
@@ -266,16 +677,89 @@ def subnets_disjoint(resources: Sequence[Resource]) -> PolicyResult:
     return PolicyResult(rule, "pass", f"{len(gpu)} GPU and {len(storage)} storage subnet(s), none overlapping")
 
 
-RULES: tuple[Callable[[Sequence[Resource]], PolicyResult], ...] = (
-    gpu_placement,
-    no_public_management_ports,
-    ceph_replication,
-    storage_spread,
-    subnets_disjoint,
+# --- the rule set ---------------------------------------------------------------------------------
+
+# When the program's gate can judge a rule:
+#   "resource": from each resource's own inputs, as the engine registers it (before it is created);
+#   "stack":    over every resource registered so far; a violation can only grow as resources are
+#               added, so the resource that completes one is refused before it is created;
+#   "complete": only over the whole program (something may be missing until the end).
+Scope = Literal["resource", "stack", "complete"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    must: str
+    check: Callable[[Sequence[Resource]], PolicyResult]
+    scope: Scope
+    reads: tuple[str, ...] = ()  # types (or ":Suffix" of component types) a "stack" rule reads
+
+    def reads_type(self, type_: str) -> bool:
+        return any(type_ == t or (t.startswith(":") and type_.endswith(t)) for t in self.reads)
+
+
+_INGRESS_TYPES = (
+    "aws:ec2/securityGroup:SecurityGroup",
+    "aws:ec2/securityGroupRule:SecurityGroupRule",
+    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+    "azure:network/networkSecurityGroup:NetworkSecurityGroup",
+    "azure:network/networkSecurityRule:NetworkSecurityRule",
+    "oci:Core/networkSecurityGroupSecurityRule:NetworkSecurityGroupSecurityRule",
+    "oci:Core/securityList:SecurityList",
+)
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "gpu-placement",
+        "Every GPU node MUST be in one cluster placement group, single-placement-group scale set, "
+        "compute cluster or fabric.",
+        gpu_placement,
+        "complete",
+    ),
+    Rule(
+        "no-public-management-port",
+        "No management port MAY be reachable from a /8's worth of the internet "
+        "(or a /32's worth of IPv6), whatever rules and CIDRs combine to open it.",
+        no_public_management_ports,
+        "stack",
+        _INGRESS_TYPES,
+    ),
+    Rule(
+        "ceph-replication", "No Ceph pool's size MAY exceed the number of storage hosts.", ceph_replication, "complete"
+    ),
+    Rule(
+        "storage-failure-domains",
+        "Storage hosts MUST use as many failure domains as the target offers, up to their number.",
+        storage_spread,
+        "complete",
+    ),
+    Rule(
+        "gpu-storage-subnets-disjoint",
+        "GPU and storage networks MUST NOT overlap.",
+        subnets_disjoint,
+        "stack",
+        (AWS_SUBNET, OCI_SUBNET, ":Fabric"),
+    ),
+    Rule(
+        "imds-v2-only",
+        "Instances MUST answer metadata requests only with a session token (AWS IMDSv2 "
+        "required; OCI legacy /v1 endpoints disabled).",
+        imds_v2_only,
+        "resource",
+    ),
+    Rule(
+        "disks-encrypted",
+        "Every cloud disk MUST be encrypted, and where the cloud encrypts by default the "
+        "stack MUST say it relies on that.",
+        disks_encrypted,
+        "resource",
+    ),
+    Rule("no-public-ip-on-gpu-storage", "GPU and storage nodes MUST NOT get a public IP.", no_public_ips, "resource"),
 )
 
 
 def evaluate(resources: Sequence[Resource], target: str = "") -> list[PolicyResult]:
     """Every rule over ``resources``; ``target`` is accepted for rules that may need it."""
     del target
-    return [rule(resources) for rule in RULES]
+    return [rule.check(resources) for rule in RULES]

@@ -54,7 +54,7 @@ def _print_text(plan: Plan) -> None:
     print("by type: " + ", ".join(f"{t.split(':')[-1]}={n}" for t, n in sorted(counts.items())))
     nodes = plan.outputs.get("nodes") or []
     print(f"outputs: {len(nodes)} node(s): " + ", ".join(sorted(plan.outputs)))
-    print("policy:")
+    print("policy (the same rules stop `pulumi preview` and `pulumi up`: stacks/gate.py):")
     for p in plan.policy:
         print(f"  {p.status.upper():4} {p.rule}: {p.message}")
         for o in p.offenders:

@@ -11,7 +11,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpucluster.spec import Cluster, Node
-from stacks.components.common import TAG_PURPOSE, storage_facts
+from stacks.components.common import TAG_POOL, TAG_PURPOSE, TAG_ROLES, storage_facts
 
 # EFA interfaces each instance type supports (AWS "Elastic Fabric Adapter" supported instance
 # types table, MaximumEfaInterfaces of DescribeInstanceTypes). The profile's figure is the
@@ -145,9 +145,13 @@ class PoolArgs:
 
 
 def _root(size_gb: int) -> dict[str, Any]:
+    # encrypted: the provider's default is false (pulumi_aws InstanceRootBlockDevice.encrypted).
     return {"volume_size": size_gb, "volume_type": "gp3", "delete_on_termination": True, "encrypted": True}
 
 
+# IMDSv2 only: with http_tokens "optional" IMDSv1 answers and hands out role credentials (AWS EC2
+# API, InstanceMetadataOptionsRequest.HttpTokens). Stated on every instance, those launched from
+# the GPU template included, so each resource carries it (policy rule imds-v2-only).
 _IMDS = {"http_tokens": "required", "http_endpoint": "enabled"}
 
 
@@ -175,6 +179,9 @@ class GpuNodePool(pulumi.ComponentResource):
         )
         # The primary interface (card 0, device 0) is a plain ENA in the management subnet; every
         # network card then carries one EFA-only interface (device 1) in the GPU fabric subnet.
+        # GPU nodes take no public address: the template's interfaces say so (the launch template
+        # interface field is a string, "Boolean value, can be left unset": pulumi_aws
+        # LaunchTemplateNetworkInterface.associate_public_ip_address).
         interfaces: list[dict[str, Any]] = [
             {
                 "device_index": 0,
@@ -182,6 +189,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 "interface_type": "interface",
                 "subnet_id": args.management_subnet_id,
                 "security_groups": [args.security_group_id],
+                "associate_public_ip_address": "false",
                 "delete_on_termination": "true",
             }
         ]
@@ -196,11 +204,14 @@ class GpuNodePool(pulumi.ComponentResource):
             }
             for card in range(args.efa_interfaces)
         ]
+        roles = sorted({role for node in args.nodes for role in node.roles})
         self.launch_template = aws.ec2.LaunchTemplate(
             f"{name}-lt",
             name_prefix=f"{args.cluster.name}-{name}-",
             network_interfaces=interfaces,
             metadata_options=_IMDS,
+            # The template's own tags: what its instances are for, for the policy rules.
+            tags={TAG_POOL: name, TAG_ROLES: ",".join(roles)},
             opts=child,
         )
         capacity = (
@@ -219,6 +230,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 availability_zone=args.availability_zone,
                 key_name=args.key_name,
                 root_block_device=_root(args.root_volume_gb),
+                metadata_options=_IMDS,
                 capacity_reservation_specification=capacity,
                 user_data=args.user_data[node.name],
                 tags=dict(args.tags[node.name]),
@@ -270,6 +282,7 @@ class StorageNodes(pulumi.ComponentResource):
                 key_name=args.key_name,
                 root_block_device=_root(args.root_volume_gb),
                 metadata_options=_IMDS,
+                associate_public_ip_address=False,  # storage nodes: no public address
                 user_data=args.user_data[node.name],
                 tags=dict(args.tags[node.name]),
                 opts=child,

@@ -11,7 +11,7 @@ import pulumi
 import pulumi_azure as azure
 
 from gpucluster.spec import Cluster, Node
-from stacks.components.common import storage_facts
+from stacks.components.common import TAG_DISK_ENCRYPTION, storage_facts
 
 # A scale set with single_placement_group holds at most 100 VMs; InfiniBand connects only
 # the VMs of one placement group.
@@ -126,6 +126,15 @@ class PoolArgs:
     zones: tuple[str, ...] = ()
 
 
+# Disk encryption: every managed disk is encrypted at rest with platform-managed keys by default
+# ("By default, managed disks use platform-managed encryption keys. All managed disks ... are
+# automatically encrypted-at-rest": https://docs.microsoft.com/en-us/azure/virtual-machines/linux/
+# disk-encryption). The VMs say they rely on that (policy rule disks-encrypted). Encryption at
+# host would cover the temp disk and caches too, but needs the subscription's EncryptionAtHost
+# feature and a VM size that supports it, which the spec cannot promise for every pool.
+_DISK_ENCRYPTION_TAG = {TAG_DISK_ENCRYPTION: "platform-managed-key"}
+
+
 def _image(image: str) -> dict[str, str]:
     publisher, offer, sku, version = image.split(":")
     return {"publisher": publisher, "offer": offer, "sku": sku, "version": version}
@@ -178,7 +187,7 @@ def _vms(
             virtual_machine_scale_set_id=scale_set_id,
             platform_fault_domain=0 if scale_set_id else None,
             zone=zone_of.get(node.name),
-            tags=dict(args.tags[node.name]),
+            tags={**args.tags[node.name], **_DISK_ENCRYPTION_TAG},
             opts=child,
         )
         out[node.name] = (vm, nic)

@@ -20,9 +20,30 @@ TAG_CLUSTER = "gpucluster-cluster"
 TAG_POOL = "gpucluster-pool"
 TAG_ROLES = "gpucluster-roles"
 TAG_PURPOSE = "gpucluster-purpose"
+# Says how a VM's disks are encrypted where the cloud encrypts them without being asked
+# (Azure managed disks: server-side encryption with platform-managed keys), so the
+# disks-encrypted rule sees a decision rather than an omission.
+TAG_DISK_ENCRYPTION = "gpucluster-disk-encryption"
 
-# Ports that reach a node's management plane: SSH, the Kubernetes API, IPMI, RDP.
-MANAGEMENT_PORTS = (22, 6443, 623, 3389)
+# Ports that reach a node's management plane or a service that must never face the internet:
+# what the stacks open (SSH, the Kubernetes API) and what the roles run on every node. Kubernetes
+# ports from kubeadm's "Ports and Protocols" table; Ceph's from the roles (ceph_common vars) and
+# the manager modules' defaults (dashboard 8443, prometheus 9283).
+MANAGEMENT_PORTS: dict[int, str] = {
+    22: "SSH",
+    623: "IPMI/RMCP (BMC)",
+    2379: "etcd client",
+    2380: "etcd peer",
+    3300: "Ceph monitor (msgr2)",
+    3389: "RDP",
+    6443: "Kubernetes API",
+    6789: "Ceph monitor (msgr1)",
+    8443: "Ceph dashboard",
+    9100: "node_exporter",
+    9283: "Ceph manager metrics",
+    9400: "DCGM exporter",
+    10250: "kubelet",
+}
 
 
 def pool_kind(pool: NodePool) -> PoolKind:

@@ -111,6 +111,13 @@ class PoolArgs:
     tags: Mapping[str, Mapping[str, str]]
 
 
+def _paravirtualized(shape: str) -> bool:
+    """Whether the instance API's paravirtualized-attachment options apply: launch_options are
+    "Options for tuning the compatibility and performance of VM shapes" (pulumi_oci Instance), so
+    the stacks ask for PV in-transit encryption on VM shapes only."""
+    return shape.startswith("VM.")
+
+
 def _instances(
     owner: pulumi.ComponentResource,
     name: str,
@@ -137,9 +144,21 @@ def _instances(
                 "subnet_id": args.subnet_id,
                 "private_ip": node.management_ip,
                 "hostname_label": node.name,
+                # Unset, OCI assigns a public IP whenever the subnet allows one (CreateVnicDetails:
+                # "Defaults to whether the subnet is public or private"); say no.
                 "assign_public_ip": "false",
                 "nsg_ids": [args.nsg_id],
             },
+            # The legacy /v1 metadata endpoints answer without the v2 header; "Default is false"
+            # (OCI API, InstanceOptions.are_legacy_imds_endpoints_disabled). cloud-init speaks v2
+            # since 20.3 ("Support Oracle IMDSv2 API", release notes: github.com/canonical/
+            # cloud-init/issues/3774); Ubuntu 22.04 ships a later one.
+            instance_options={"are_legacy_imds_endpoints_disabled": True},
+            # Volumes are always encrypted at rest ("No option exists for unencrypted volumes
+            # at-rest": OCI Block Volume Encryption); in transit, OCI encrypts a paravirtualized
+            # attachment only when asked ("The default value is false"). Set at create;
+            # launch_options carries it for later updates.
+            is_pv_encryption_in_transit_enabled=True if _paravirtualized(args.shape) else None,
             source_details={
                 "source_type": "image",
                 "source_id": args.image_id,

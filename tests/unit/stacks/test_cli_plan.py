@@ -33,6 +33,16 @@ def test_plan_exits_1_when_a_policy_fails(tmp_path: Path, capsys: pytest.Capture
     assert "FAIL no-public-management-port" in capsys.readouterr().out
 
 
+def test_plan_fails_admin_cidrs_that_cover_the_internet_in_two_halves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_stack(tmp_path, "aws-h100", {"target.admin_cidrs": ["0.0.0.0/1", "128.0.0.0/1"]})
+    assert main(["plan", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL no-public-management-port" in out
+    assert "port 22 (SSH) reachable from" in out
+
+
 def test_plan_exits_2_on_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(tmp_path / "Pulumi.missing.yaml")]) == 2
     assert capsys.readouterr().err.startswith("error: ")
