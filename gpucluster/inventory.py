@@ -18,6 +18,7 @@ import yaml
 from gpucluster.errors import InputError
 from gpucluster.outputs import StackOutputs
 from gpucluster.spec.cluster import Cluster
+from gpucluster.spec.loader import capped
 
 ROLE_GROUPS = ("gpu", "storage", "control_plane")
 UNSAFE_TAG = "!unsafe"
@@ -67,7 +68,7 @@ def _consistency(cluster: Cluster, outputs: StackOutputs, source: str) -> None:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         problems.append(f"outputs.nodes: missing node(s) the stack file declares: {shown}")
     if problems:
-        raise InputError(problems, source=source)
+        raise InputError(capped(problems), source=source)
 
 
 def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "outputs") -> dict[str, Any]:

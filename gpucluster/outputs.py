@@ -8,17 +8,23 @@
 from __future__ import annotations
 
 import json
+import math
+import re
+from collections import Counter
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpucluster.errors import InputError
-from gpucluster.spec.cluster import Cluster
-from gpucluster.spec.loader import validation_problems
+from gpucluster.spec.cluster import MAX_NODES, Cluster
+from gpucluster.spec.loader import MAX_DEPTH, MAX_INT_DIGITS, capped, read_bounded, validation_problems
 from gpucluster.spec.models import AbsPath, Cidr, CrushBucketName, FabricType, IfName, IPv4, Name, Role
 
 SCHEMA_VERSION = 1
+# 50,000 nodes (MAX_NODES) as `pulumi stack output --json` prints them come to about 20 MB.
+MAX_OUTPUTS_BYTES = 32 << 20
 
 
 class _Out(BaseModel):
@@ -127,26 +133,137 @@ def build_outputs(
 
 
 def parse_outputs(raw: Any, source: str) -> StackOutputs:
+    nodes = raw.get("nodes") if isinstance(raw, dict) else None
+    if isinstance(nodes, list) and len(nodes) > MAX_NODES:
+        raise InputError(f"outputs.nodes: {len(nodes):,} nodes; a cluster has at most {MAX_NODES:,}", source=source)
     try:
-        return StackOutputs.model_validate(raw)
+        # strict: outputs come from our own targets; a "22" or 9000.0 there is a bug to surface, not coerce.
+        return StackOutputs.model_validate(raw, strict=True)
     except ValidationError as exc:
-        raise InputError(validation_problems(exc, StackOutputs, "outputs"), source=source) from None
+        raise InputError(capped(validation_problems(exc, StackOutputs, "outputs")), source=source) from None
 
 
-def load_outputs(path: str | Path) -> StackOutputs:
-    file = Path(path)
+# --- reading JSON strictly ------------------------------------------------------------------------
+
+# A JSON string, escapes included; the closing quote is optional so that an unterminated
+# string still matches once (to the end) and the scan stays linear.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth(text: str) -> int:
+    """How deep a JSON text nests, read without parsing it (json.loads recurses per level)."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+class _Bad:
+    """What json.loads could not take as a value; reported with its path after the parse."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _parse_constant(name: str) -> _Bad:
+    return _Bad(f"{name} is not a JSON number")
+
+
+def _parse_float(text: str) -> float | _Bad:
+    value = float(text)
+    if math.isfinite(value):
+        return value
+    shown = text if len(text) <= 32 else text[:24] + "..."
+    return _Bad(f"the number {shown} is out of range")
+
+
+def _parse_int(text: str) -> int | _Bad:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        return _Bad(f"an integer of {digits:,} digits; at most {MAX_INT_DIGITS} digits are read")
+    return int(text)
+
+
+def _json_path(path: tuple[str | int, ...]) -> str:
+    out = "outputs"
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z0-9_-]{1,64}", part):
+            out += f".{part}"
+        else:
+            out += f"[{json.dumps(part[:48] + ('...' if len(part) > 48 else ''))}]"
+    return out
+
+
+def parse_json(text: str, source: str) -> Any:
+    """JSON data, refusing what json.loads lets through: repeated keys, NaN, Infinity,
+    numbers out of range, integers too long to convert, and nesting past MAX_DEPTH.
+    Each problem is one line naming its path in the document.
+    """
+    depth = json_depth(text)
+    if depth > MAX_DEPTH:
+        raise InputError(f"nested {depth:,} levels deep; at most {MAX_DEPTH} levels are read", source=source)
+    repeated: dict[int, tuple[dict[str, Any], list[str]]] = {}
+    odd = False
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal odd
+        obj = dict(pairs)
+        if len(obj) != len(pairs):
+            # Kept with the object: its id is only unique while the object lives.
+            counts = Counter(key for key, _ in pairs)
+            repeated[id(obj)] = (obj, [key for key, n in counts.items() if n > 1])
+            odd = True
+        return obj
+
+    def flagged(value: _Bad) -> _Bad:
+        nonlocal odd
+        odd = True
+        return value
+
     try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("stack outputs file not found", source=str(file)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read stack outputs: {exc}", source=str(file)) from None
-    try:
-        raw = json.loads(text)
+        raw = json.loads(
+            text,
+            object_pairs_hook=pairs_hook,
+            parse_constant=lambda name: flagged(_parse_constant(name)),
+            parse_float=lambda s: v if not isinstance(v := _parse_float(s), _Bad) else flagged(v),
+            parse_int=lambda s: v if not isinstance(v := _parse_int(s), _Bad) else flagged(v),
+        )
     except json.JSONDecodeError as exc:
         raise InputError(
             f"line {exc.lineno}, column {exc.colno}: not JSON ({exc.msg}); "
             "expected what `pulumi stack output --json` prints",
-            source=str(file),
+            source=source,
         ) from None
-    return parse_outputs(raw, str(file))
+    except RecursionError:  # bounded by json_depth above; kept so no traceback can escape
+        raise InputError(f"nested too deep; at most {MAX_DEPTH} levels are read", source=source) from None
+    if odd:
+        raise InputError(capped(_json_problems(raw, repeated)), source=source)
+    return raw
+
+
+def _json_problems(raw: Any, repeated: dict[int, tuple[dict[str, Any], list[str]]]) -> list[str]:
+    problems: list[str] = []
+    todo: list[tuple[tuple[str | int, ...], Any]] = [((), raw)]
+    while todo:
+        path, value = todo.pop()
+        if isinstance(value, _Bad):
+            problems.append(f"{_json_path(path)}: {value.reason}")
+        elif isinstance(value, dict):
+            if id(value) in repeated:
+                for key in repeated[id(value)][1]:
+                    shown = repr(key if len(key) <= 48 else key[:48] + "...")
+                    problems.append(f"{_json_path(path)}: duplicate key {shown}; a key may appear once in an object")
+            todo += [((*path, k), v) for k, v in reversed(value.items())]
+        elif isinstance(value, list):
+            todo += [((*path, i), v) for i, v in reversed(list(enumerate(value)))]
+    return problems
+
+
+def load_outputs(path: str | Path) -> StackOutputs:
+    file = Path(path)
+    text = read_bounded(file, "stack outputs file", MAX_OUTPUTS_BYTES)
+    return parse_outputs(parse_json(text, str(file)), str(file))

@@ -16,7 +16,7 @@ from gpucluster import __version__
 from gpucluster.errors import EXIT_BAD_INPUT, InputError
 
 # Sub-command modules, in the order `--help` lists them. A module that is
-# missing (a later issue's command) is simply not offered.
+# missing (an optional command not installed) is simply not offered.
 _COMMANDS = ("spec", "inventory", "lab", "converge", "verify", "parse", "plan", "preflight")
 
 

@@ -10,7 +10,7 @@ import ipaddress
 import math
 from collections import Counter
 
-from gpucluster.spec.cluster import FIRST_HOST_OFFSET, node_names
+from gpucluster.spec.cluster import FIRST_HOST_OFFSET, MAX_NODES, node_names
 from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool
 
 NS = "gpucluster"
@@ -28,7 +28,10 @@ FABRICS_BY_TARGET: dict[str, tuple[str, ...]] = {
 
 
 def semantic_problems(spec: ClusterSpec, bom: Bom, profiles: dict[str, HardwareProfile]) -> list[str]:
-    problems: list[str] = []
+    problems = _size(spec)
+    if problems:
+        # Every other check walks the nodes: a spec past the limit is not expanded at all.
+        return problems
     placed = node_names(spec)
     if spec.target.kind == "lab" and spec.name == "cache":
         # <state_dir>/cache is the labs' shared rootfs and apt cache, which `lab down` keeps.
@@ -39,6 +42,21 @@ def semantic_problems(spec: ClusterSpec, bom: Bom, profiles: dict[str, HardwareP
     _fabric(spec, set(names), problems)
     _storage(spec, placed, problems)
     _kubernetes(spec, bom, placed, problems)
+    return problems
+
+
+def _size(spec: ClusterSpec) -> list[str]:
+    """The node count against MAX_NODES, from the pool counts (and bare-metal declarations) alone."""
+    problems = []
+    total = sum(pool.count for pool in spec.node_pools)
+    if total > MAX_NODES:
+        problems.append(
+            f"{NS}.node_pools: the pools' counts add up to {total:,} nodes; a cluster has at most {MAX_NODES:,}"
+        )
+    if spec.target.kind == "baremetal" and len(spec.target.nodes) > MAX_NODES:
+        problems.append(
+            f"{NS}.target.nodes: {len(spec.target.nodes):,} nodes declared; a cluster has at most {MAX_NODES:,}"
+        )
     return problems
 
 
@@ -176,7 +194,7 @@ def _storage(spec: ClusterSpec, placed: list[tuple[NodePool, str]], problems: li
         for k, name in enumerate(listed):
             if name not in known:
                 problems.append(f"{where}.{field_name}[{k}]: no node named {name!r}")
-        dup = sorted({n for n in listed if listed.count(n) > 1})
+        dup = sorted(n for n, times in Counter(listed).items() if times > 1)
         if dup:
             problems.append(f"{where}.{field_name}: node {dup[0]!r} is listed twice")
     domains = _failure_domains(spec, placed, problems)
@@ -261,11 +279,12 @@ def _failure_domains(spec: ClusterSpec, placed: list[tuple[NodePool, str]], prob
         )
     domains = failure_domains(spec)
     hosts = [name for pool, name in placed if "storage" in pool.roles]
+    host_set = set(hosts)
     hint = "name it in storage.locations" + (" or set its rack in target.nodes" if (
         spec.target.kind == "baremetal" and fd == "rack") else "")
     for name in dict.fromkeys([*hosts, *storage.monitors]):
         if name in known and name not in domains:
-            what = "storage host" if name in hosts else "monitor"
+            what = "storage host" if name in host_set else "monitor"
             problems.append(f"{where}.locations: {what} {name!r} has no {fd} ({hint}); "
                             f"storage.failure_domain is {fd}")
     monitors = [m for m in dict.fromkeys(storage.monitors) if m in known]
@@ -278,8 +297,9 @@ def _failure_domains(spec: ClusterSpec, placed: list[tuple[NodePool, str]], prob
             per_domain.setdefault(domains[m], []).append(m)
         for domain, members in sorted(per_domain.items()):
             if len(members) > most:
+                named = ", ".join(members[:10]) + (f" and {len(members) - 10:,} more" if len(members) > 10 else "")
                 problems.append(
-                    f"{where}.monitors: {len(members)} of the {len(monitors)} monitors ({', '.join(members)}) "
+                    f"{where}.monitors: {len(members)} of the {len(monitors)} monitors ({named}) "
                     f"are in {fd} {domain!r}; with {count} {fd} failure domain(s) at most {most} may share one: "
                     "spread the monitors across failure domains"
                 )

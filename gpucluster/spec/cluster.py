@@ -16,6 +16,10 @@ from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool
 # The first addresses of each subnet are left to gateways, bridges and services
 # (the lab's bridge and apt proxy sit on .1); nodes start here.
 FIRST_HOST_OFFSET = 10
+# The most nodes a cluster may have. Four times the largest GPU clusters built so far, and
+# a bound on everything that grows with the node count: the inventory, the stack outputs,
+# the plan. Checked on the pool counts before any node is expanded.
+MAX_NODES = 50_000
 
 
 @dataclass(frozen=True)
@@ -84,9 +88,15 @@ class Cluster:
     nodes: tuple[Node, ...]
     source: Path
     _by_name: dict[str, Node] = field(init=False, repr=False, compare=False)
+    _pools: dict[str, NodePool] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {n.name: n for n in self.nodes})
+        # First pool of a name wins, as a linear search did (checks refuse repeated names).
+        pools: dict[str, NodePool] = {}
+        for pool in self.spec.node_pools:
+            pools.setdefault(pool.name, pool)
+        object.__setattr__(self, "_pools", pools)
 
     @property
     def name(self) -> str:
@@ -105,7 +115,7 @@ class Cluster:
         return [n for n in self.nodes if role in n.roles]
 
     def pool(self, name: str) -> NodePool:
-        return next(p for p in self.spec.node_pools if p.name == name)
+        return self._pools[name]
 
     def instance_type(self, pool_name: str) -> str | None:
         """A cloud pool's instance type: the pool's own, else its profile's for the target."""

@@ -4,43 +4,263 @@ Pulumi stack files keep their values under ``config:`` with namespaced keys; our
 ``gpucluster:<field>``. Keys of other namespaces (``aws:region``...) belong to Pulumi
 providers and are left alone. Every problem is collected and raised together as one
 :class:`InputError`, one line per problem, each naming its field path.
+
+Files are read within stated bounds, before any parser sees them: at most
+:data:`MAX_STACK_BYTES` for a stack file and :data:`MAX_DATA_BYTES` for a bill of materials
+or a hardware profile, regular files only, nesting at most :data:`MAX_DEPTH` levels,
+integers at most :data:`MAX_INT_DIGITS` digits. YAML anchors and aliases are refused
+outright (no stack file Pulumi writes has one, and they are how an alias bomb expands), and
+so are repeated keys, which YAML would otherwise let the last one win silently.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Iterable, Mapping
+import os
+import re
+import stat
+import types
+import typing
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 from gpucluster.errors import InputError
 from gpucluster.spec.cluster import Cluster, expand_nodes
-from gpucluster.spec.models import TARGET_KINDS, Bom, ClusterSpec, HardwareProfile
+from gpucluster.spec.models import TARGET_KINDS, Bom, ClusterSpec, HardwareProfile, Secret
 
 NAMESPACE = "gpucluster"
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_BOM = DATA_DIR / "bom.yaml"
 PROFILE_DIR = DATA_DIR / "profiles"
 
+# A bare-metal stack file that declares every node of the largest cluster we accept
+# (MAX_NODES, with MACs, disks and racks) is about 12 MB; a cloud one is a few KB.
+MAX_STACK_BYTES = 16 << 20
+# The bill of materials and the hardware profiles are a few KB each.
+MAX_DATA_BYTES = 1 << 20
+# Our deepest real path is 6 levels (config > target > nodes > [i] > fabric_macs > [j]).
+MAX_DEPTH = 64
+# Large enough for any count, size or port; far below Python's 4300-digit conversion limit.
+MAX_INT_DIGITS = 32
+# Beyond this many problems a report stops helping: the rest are counted on one line.
+MAX_PROBLEMS = 100
 
-def _read_yaml(path: Path, what: str) -> Any:
+
+class FileProblem(InputError):
+    """The file itself is unusable (missing, not a regular file, too large, not UTF-8)."""
+
+
+def _mib(limit: int) -> str:
+    return f"{limit >> 20} MiB" if limit % (1 << 20) == 0 else f"{limit:,} bytes"
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _regular(mode: int, what: str, source: str) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a file")
+        raise FileProblem(f"cannot read {what}: not a regular file ({kind})", source=source)
+
+
+def _too_large(size: int | None, what: str, limit: int, source: str) -> FileProblem:
+    shown = f"{size:,} bytes" if size is not None else f"more than {_mib(limit)}"
+    return FileProblem(f"{what} is {shown}; at most {_mib(limit)} is read", source=source)
+
+
+def read_bounded(path: Path, what: str, limit: int) -> str:
+    """The UTF-8 text of a regular file of at most ``limit`` bytes; FileProblem otherwise.
+
+    Checked before anything parses it, and never by opening what is not a regular file
+    (a FIFO would block, /dev/zero never ends); the open file is checked again, so a
+    file swapped in between is caught too.
+    """
+    source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        _regular(os.stat(path).st_mode, what, source)
+        # O_NONBLOCK: had a FIFO been swapped in since the stat, opening it does not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise InputError(f"{what} not found", source=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {what}: {exc}", source=str(path)) from None
+        raise FileProblem(f"{what} not found", source=source) from None
+    except OSError as exc:
+        raise FileProblem(f"cannot read {what}: {exc.strerror or exc}", source=source) from None
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        info = os.fstat(fd)
+        _regular(info.st_mode, what, source)
+        if info.st_size > limit:
+            raise _too_large(info.st_size, what, limit, source)
+        chunks: list[bytes] = []
+        left = limit + 1  # one byte more than allowed tells a file that grew since the fstat
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as exc:
+        raise FileProblem(f"cannot read {what}: {exc.strerror or exc}", source=source) from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit:  # it grew since the fstat
+        raise _too_large(None, what, limit, source)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FileProblem(f"cannot read {what}: not UTF-8 text (byte {exc.start:,})", source=source) from None
+
+
+# --- YAML, strictly -----------------------------------------------------------------------------
+
+
+class _Refused(yaml.YAMLError):
+    """Something we do not accept in a YAML file, at a line and column."""
+
+    def __init__(self, mark: Any, message: str) -> None:
+        super().__init__(message)
+        self.mark = mark
+        self.message = message
+
+
+class _GuardedComposer(Composer):
+    """Builds nodes from the parser's events, refusing anchors, aliases and deep nesting.
+
+    libyaml's own composer (CSafeLoader's) recurses in C and segfaults on a file nested
+    30,000 deep; its parser does not recurse, and hands out events one at a time. So events
+    come from libyaml and nodes are built here, counting depth: a file is refused at the
+    first event past MAX_DEPTH, before anything deeper is even scanned.
+    """
+
+    _depth = 0
+
+    if typing.TYPE_CHECKING:  # the parser half of the loader provides it
+
+        def peek_event(self) -> yaml.Event: ...
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        event = self.peek_event()
+        if getattr(event, "anchor", None) is not None:  # an anchor (&a) or an alias (*a)
+            raise _Refused(event.start_mark, "YAML anchors and aliases (&name, *name) are not accepted; "
+                                             "write the value out where it is used")
+        if self._depth >= MAX_DEPTH:
+            raise _Refused(event.start_mark, f"nested deeper than {MAX_DEPTH} levels; at most {MAX_DEPTH} are read")
+        self._depth += 1
+        try:
+            node: Node | None = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        return node
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _StrictConstructor(SafeConstructor):
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, MappingNode):
+            first: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, ScalarNode) or key_node.tag == _MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node)
+                if key in first:
+                    raise _Refused(key_node.start_mark,
+                                   f"duplicate key {_show(key)} (first at line {first[key] + 1}); "
+                                   "a key may appear once in a mapping")
+                first[key] = key_node.start_mark.line
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
+
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        text = str(self.construct_scalar(node))
+        digits = len(text.replace("_", "").lstrip("+-"))
+        if digits > MAX_INT_DIGITS:
+            raise _Refused(node.start_mark,
+                           f"an integer of {digits:,} digits; at most {MAX_INT_DIGITS} digits are read")
+        value: int = super().construct_yaml_int(node)
+        return value
+
+
+# Mappings need no registration: SafeConstructor's construct_yaml_map calls self.construct_mapping.
+_StrictConstructor.add_constructor("tag:yaml.org,2002:int", _StrictConstructor.construct_yaml_int)  # type: ignore[type-var]
+
+_ParserLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StrictLoader(_GuardedComposer, _StrictConstructor, _ParserLoader):  # type: ignore[misc]
+    """libyaml's parser (PyYAML's own where libyaml is missing), our composer and constructor."""
+
+    def __init__(self, stream: str) -> None:
+        # Composer.__init__ does not chain to the next class: initialise the parser side directly.
+        _ParserLoader.__init__(self, stream)
+        self.anchors: dict[Any, Node] = {}
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """The data of a YAML document, strictly (see the module docstring); InputError otherwise."""
+    loader = _StrictLoader(text)
+    try:
+        return loader.get_single_data()
+    except _Refused as exc:
+        raise InputError(f"{_where(exc.mark)}{exc.message}", source=source) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(f"{where}YAML does not parse: {problem}", source=str(path)) from None
+        raise InputError(f"{_where(mark)}YAML does not parse: {problem}", source=source) from None
+    finally:
+        loader.dispose()
+
+
+def _where(mark: Any) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+
+
+def _read_yaml(path: Path, what: str) -> Any:
+    limit = MAX_STACK_BYTES if what == "stack file" else MAX_DATA_BYTES
+    return parse_yaml(read_bounded(path, what, limit), str(path))
+
+
+def read_stack_file(path: Path) -> Any:
+    """A stack file's raw data, read within the bounds above (the Pulumi program uses it too)."""
+    return _read_yaml(path, "stack file")
+
+
+# --- error lines ---------------------------------------------------------------------------------
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_:/-]{1,64}")
+
+
+def _show(value: Any) -> str:
+    """A value for an error line: short, on one line, and never the inside of a mapping or list.
+
+    Containers are named by type only: one may hold a Pulumi secret's ciphertext.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length():,} bits"
+    if isinstance(value, bool) or value is None:
+        return {True: "true", False: "false", None: "null"}[value]
+    if isinstance(value, str | int | float):
+        text = repr(value)
+        return text if len(text) <= 64 else f"{text[:48]}... ({len(text):,} characters)"
+    if isinstance(value, Secret):
+        return Secret.SHOWN
+    return f"a {type(value).__name__}"
+
+
+def capped(problems: list[str], limit: int = MAX_PROBLEMS) -> list[str]:
+    """At most ``limit`` problem lines, then one line counting the rest."""
+    if len(problems) <= limit:
+        return problems
+    return [*problems[:limit], f"and {len(problems) - limit:,} more problem(s)"]
 
 
 def _path(loc: Iterable[int | str], root: str) -> str:
@@ -52,10 +272,13 @@ def _path(loc: Iterable[int | str], root: str) -> str:
     for part in items:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif str(part).startswith(("function-after[", "function-plain[")):
+        elif str(part).startswith(("function-after[", "function-plain[", "function-wrap[")):
             continue
-        else:
+        elif _PLAIN_KEY.fullmatch(str(part)) or part == "[key]":
             out += f".{part}"
+        else:
+            # A key from the file itself: quoted and shortened, so the line stays one short line.
+            out += f"[{_show(str(part))}]"
     return out
 
 
@@ -81,11 +304,17 @@ def _reason(err: Mapping[str, Any], model: type[BaseModel], loc: tuple[Any, ...]
             return f"needs a {key!r} key, one of {', '.join(TARGET_KINDS)}"
         return f"unknown {key} {ctx.get('tag')!r}; must be one of {', '.join(TARGET_KINDS)}"
     if kind == "string_pattern_mismatch":
-        return f"{err.get('input')!r} does not match the pattern {ctx.get('pattern')}"
+        return f"{_show(err.get('input'))} does not match the pattern {ctx.get('pattern')}"
     if kind == "value_error":
         return str(ctx.get("error", err["msg"]))
+    if kind == "secret_shape":
+        return str(err["msg"])
     if kind in {"int_parsing", "int_type", "int_from_float"}:
-        return f"must be an integer (got {err.get('input')!r})"
+        return f"must be an integer (got {_show(err.get('input'))})"
+    if kind in {"bool_parsing", "bool_type"}:
+        return f"must be true or false (got {_show(err.get('input'))})"
+    if kind in {"float_parsing", "float_type", "finite_number"}:
+        return f"must be a finite number (got {_show(err.get('input'))})"
     if kind in {"string_type"}:
         return f"must be a string (got {type(err.get('input')).__name__})"
     if kind in {"list_type", "model_type", "dict_type", "model_attributes_type"}:
@@ -146,6 +375,81 @@ def validation_problems(exc: ValidationError, model: type[BaseModel], root: str)
     return lines
 
 
+# --- Pulumi secrets ------------------------------------------------------------------------------
+
+
+def _leaves(annotation: Any, suffix: tuple[str, ...] = ()) -> Iterator[tuple[Any, tuple[str, ...]]]:
+    """The types a field holds, with the path suffix to reach each: [] for a list item, * for a dict value."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        yield from _leaves(typing.get_args(annotation)[0], suffix)
+    elif origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            yield from _leaves(arg, suffix)
+    elif origin is list:
+        yield from _leaves(typing.get_args(annotation)[0], (*suffix, "[]"))
+    elif origin is dict:
+        yield from _leaves(typing.get_args(annotation)[1], (*suffix, "*"))
+    else:
+        yield annotation, suffix
+
+
+def _secret_paths(model: type[BaseModel], prefix: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    for name, info in model.model_fields.items():
+        here = (*prefix, info.alias or name)
+        for leaf, suffix in _leaves(info.annotation):
+            if leaf is Secret:
+                yield (*here, *suffix)
+            elif isinstance(leaf, type) and issubclass(leaf, BaseModel):
+                yield from _secret_paths(leaf, (*here, *suffix))
+
+
+@functools.cache
+def secret_fields() -> frozenset[tuple[str, ...]]:
+    """Where a stack file may hold a Pulumi secret: the fields whose type admits a Secret."""
+    return frozenset(_secret_paths(ClusterSpec, ()))
+
+
+def _secret_problems(mapping: dict[str, Any]) -> tuple[list[str], set[tuple[str | int, ...]]]:
+    """A line for each ``{secure: ...}`` where no secret may be, and those fields' locations.
+
+    The line names the field and never the value. Pydantic's own errors at or under these
+    locations are dropped (see :func:`_spec_problems`): they would say the same, less clearly.
+    """
+    allowed = secret_fields()
+    may = ", ".join(sorted(f"{NAMESPACE}." + ".".join(p).replace(".[]", "[]") for p in allowed))
+    problems: list[str] = []
+    refused: set[tuple[str | int, ...]] = set()
+    todo: list[tuple[tuple[str | int, ...], Any]] = [((key,), value) for key, value in reversed(mapping.items())]
+    while todo:  # depth-first, in document order
+        loc, value = todo.pop()
+        if Secret.is_secure_value(value):
+            generic = tuple("[]" if isinstance(part, int) else part for part in loc)
+            if generic not in allowed:
+                refused.add(loc)
+                problems.append(f"{_path(loc, NAMESPACE)}: a Pulumi secret is not accepted here; "
+                                f"only these fields may be secret: {may}")
+        elif isinstance(value, dict):
+            todo += [((*loc, str(k)), v) for k, v in reversed(value.items())]
+        elif isinstance(value, list):
+            todo += [((*loc, i), v) for i, v in reversed(list(enumerate(value)))]
+    return problems, refused
+
+
+def _spec_problems(exc: ValidationError, refused: set[tuple[str | int, ...]]) -> list[str]:
+    """The spec's validation problems, less those at or under a refused secret."""
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        # The location as the file has it: without the union's tag or validator names.
+        raw = tuple(p for i, p in enumerate(loc) if not (
+            (i == 1 and loc[0] == "target" and p in TARGET_KINDS) or str(p).startswith("function-")))
+        if refused and any(raw[:n] in refused for n in range(1, len(raw) + 1)):
+            continue
+        lines.append(f"{_path(loc, NAMESPACE)}: {_reason(err, ClusterSpec, loc)}")
+    return lines
+
+
 @functools.cache
 def load_profiles(directory: Path = PROFILE_DIR) -> dict[str, HardwareProfile]:
     profiles: dict[str, HardwareProfile] = {}
@@ -161,7 +465,7 @@ def load_profiles(directory: Path = PROFILE_DIR) -> dict[str, HardwareProfile]:
             problems.append(f"{path.name}: profile.name {profile.name!r} must equal the file name")
         profiles[profile.name] = profile
     if problems:
-        raise InputError(problems, source=str(directory))
+        raise InputError(capped(problems), source=str(directory))
     return profiles
 
 
@@ -170,7 +474,7 @@ def load_bom(path: Path = DEFAULT_BOM) -> Bom:
     try:
         return Bom.model_validate(raw)
     except ValidationError as exc:
-        raise InputError(validation_problems(exc, Bom, "bom"), source=str(path)) from None
+        raise InputError(capped(validation_problems(exc, Bom, "bom")), source=str(path)) from None
 
 
 def spec_mapping(raw: Any, source: str) -> dict[str, Any]:
@@ -190,29 +494,51 @@ def spec_mapping(raw: Any, source: str) -> dict[str, Any]:
     return spec
 
 
+def _bom_file(spec: ClusterSpec, stack: Path, source: str) -> Path:
+    """The bill of materials a spec names: a file beside the stack file or below its folder.
+
+    Resolved first (``..`` and symlinks), so neither can lead to /etc/passwd or /dev/zero;
+    the package's data folder is allowed too, as the home of the default.
+    """
+    if not spec.bom:
+        return DEFAULT_BOM
+    folder = stack.parent.resolve()
+    path = (folder / spec.bom).resolve()
+    if not any(path.is_relative_to(root) for root in (folder, DATA_DIR.resolve())):
+        raise InputError(
+            f"{NAMESPACE}.bom: {_show(spec.bom)} resolves to {path}, outside the stack file's folder; "
+            "keep the bill of materials beside the stack file or below it",
+            source=source,
+        )
+    return path
+
+
 def load_spec(path: str | Path) -> Cluster:
     """Read, validate and resolve a stack file; raise InputError listing every problem."""
     stack = Path(path)
     source = str(stack)
-    mapping = spec_mapping(_read_yaml(stack, "stack file"), source)
+    mapping = spec_mapping(read_stack_file(stack), source)
+    secret_problems, refused = _secret_problems(mapping)
     try:
         spec = ClusterSpec.model_validate(mapping)
     except ValidationError as exc:
-        raise InputError(validation_problems(exc, ClusterSpec, NAMESPACE), source=source) from None
-    bom_path = (stack.parent / spec.bom) if spec.bom else DEFAULT_BOM
+        raise InputError(capped(secret_problems + _spec_problems(exc, refused)), source=source) from None
+    if secret_problems:
+        raise InputError(capped(secret_problems), source=source)
+    bom_path = _bom_file(spec, stack, source)
     try:
         bom = load_bom(bom_path)
-    except InputError as exc:
-        if spec.bom and "not found" in exc.problems[0]:
-            raise InputError(f"{NAMESPACE}.bom: file {bom_path} not found", source=source) from None
-        raise
+    except FileProblem as exc:
+        if not spec.bom:
+            raise
+        raise InputError(f"{NAMESPACE}.bom: {bom_path}: {exc.problems[0]}", source=source) from None
     profiles = load_profiles()
 
     from gpucluster.spec.checks import semantic_problems
 
     problems = semantic_problems(spec, bom, profiles)
     if problems:
-        raise InputError(problems, source=source)
+        raise InputError(capped(problems), source=source)
     used = {pool.profile for pool in spec.node_pools}
     return Cluster(
         spec=spec,

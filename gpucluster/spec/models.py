@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Literal
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, field_validator
+from pydantic_core import PydanticCustomError, core_schema
 
 Role = Literal["gpu", "storage", "control_plane"]
 FabricType = Literal["infiniband", "roce", "efa", "ethernet"]
@@ -22,7 +26,86 @@ _MAC = r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$"
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a stack file says what it means. "2", true and 2.0 are not the count 2, and
+    # "9000" is not an MTU: nothing is coerced, so a quoting slip is an error, not a guess.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Secret:
+    """A Pulumi secret as a stack file holds it: ``{secure: <ciphertext>}``, opaque.
+
+    ``pulumi config set --secret`` writes this shape; only Pulumi can decrypt it, in the
+    program it runs. Here it is carried, never shown: ``str``, ``repr`` and the JSON dump of
+    a model (``spec show``) print ``[secret]``, and the ciphertext is only reachable through
+    :attr:`ciphertext`. Only fields annotated as may-be-secret accept one (see
+    :class:`MayBeSecret`); anywhere else the loader refuses it without printing it.
+    """
+
+    __slots__ = ("_ciphertext",)
+    SHOWN = "[secret]"
+
+    def __init__(self, ciphertext: str) -> None:
+        self._ciphertext = ciphertext
+
+    @property
+    def ciphertext(self) -> str:
+        return self._ciphertext
+
+    def __repr__(self) -> str:
+        return f"Secret({self.SHOWN})"
+
+    def __str__(self) -> str:
+        return self.SHOWN
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._ciphertext == self._ciphertext
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._ciphertext))
+
+    @staticmethod
+    def is_secure_value(value: object) -> bool:
+        """Whether ``value`` has the shape Pulumi gives a secret (a mapping with a ``secure`` key)."""
+        return isinstance(value, dict) and "secure" in value
+
+
+@dataclass(frozen=True)
+class MayBeSecret:
+    """``Annotated[str | Secret, MayBeSecret(Plain)]``: a ``Plain`` value, or a Pulumi secret.
+
+    Plain values are validated by ``Plain`` alone (its pattern, its errors, its field path);
+    a ``{secure: ...}`` mapping becomes a :class:`Secret`. One schema, not a union, so a bad
+    plain value gives one error line, not one per union member.
+    """
+
+    plain: Any
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_wrap_validator_function(
+            _secret_or_plain,
+            handler.generate_schema(self.plain),
+            serialization=core_schema.plain_serializer_function_ser_schema(_shown, info_arg=True),
+        )
+
+
+def _secret_or_plain(value: Any, plain: Callable[[Any], Any]) -> Any:
+    if isinstance(value, Secret):
+        return value
+    if Secret.is_secure_value(value):
+        ciphertext = value["secure"]
+        if len(value) != 1 or not isinstance(ciphertext, str) or not ciphertext:
+            # The message never includes the value: it is, or holds, ciphertext.
+            raise PydanticCustomError(
+                "secret_shape", "a Pulumi secret is a mapping with the one key 'secure' holding the ciphertext"
+            )
+        return Secret(ciphertext)
+    return plain(value)
+
+
+def _shown(value: Any, info: core_schema.SerializationInfo) -> Any:
+    if isinstance(value, Secret):
+        return Secret.SHOWN if info.mode_is_json() else value
+    return value
 
 
 def _cidr(value: str) -> str:
@@ -100,12 +183,14 @@ CrushBucketName = Annotated[
     str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", description="a CRUSH bucket name")
 ]
 # An OpenSSH public key line: type, base64 body, optional comment without shell or Jinja syntax.
-SshPublicKey = Annotated[
+SshPublicKeyText = Annotated[
     str,
     Field(pattern=r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)"
                   r" [A-Za-z0-9+/]+={0,3}( [A-Za-z0-9@._+-]{1,100})?$",
           description="an OpenSSH public key"),
 ]
+# A public key is not secret, but users keep key material in `pulumi config set --secret`.
+SshPublicKey = Annotated[str | Secret, MayBeSecret(SshPublicKeyText)]
 # Cloud tags: the characters AWS and Azure both accept in keys and values.
 TagKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.:/=+@-]{0,127}$")]
 TagValue = Annotated[str, Field(pattern=r"^[A-Za-z0-9 _.:/=+@-]{0,256}$")]
@@ -217,7 +302,7 @@ class NodePool(_Model):
     @field_validator("roles")
     @classmethod
     def _unique_roles(cls, v: list[str]) -> list[str]:
-        dup = sorted({r for r in v if v.count(r) > 1})
+        dup = sorted(r for r, n in Counter(v).items() if n > 1)
         if dup:
             raise ValueError(f"role {dup[0]!r} listed twice")
         return v

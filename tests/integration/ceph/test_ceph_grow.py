@@ -1,4 +1,4 @@
-"""Issue 7: "adding a storage node to the spec and converging adds its OSDs without restarting or
+"""The Ceph growth acceptance: "adding a storage node to the spec and converging adds its OSDs without restarting or
 touching existing ones", on the shared lab (`itest_lab`).
 
 Marked `lab_last`: it grows the shared lab by one node for good, so it runs after every other

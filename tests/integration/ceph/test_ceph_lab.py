@@ -1,4 +1,4 @@
-"""Issue 7's lab acceptance on the shared lab (`itest_lab`: lab `itest`, 10.89.x, converged once
+"""The Ceph lab acceptance on the shared lab (`itest_lab`: lab `itest`, 10.89.x, converged once
 by the session fixture through site.yml, which imports deploy-ceph.yml): a second converge with
 zero changes, GC-CEPH-* passing, then an OSD stopped and a monitor killed, which the suite must
 name, and the cluster back to HEALTH_OK after each (faults undone in `finally`)."""

@@ -1,4 +1,4 @@
-"""The security rules (issue 17): open management ports judged by address coverage, IMDSv2 only,
+"""The security rules: open management ports judged by address coverage, IMDSv2 only,
 encrypted disks, no public IPs on GPU and storage nodes. Each rule passes on the example stacks
 and FAILS on a resource that breaks it, built by hand or taken from a plan with one input changed."""
 
