@@ -1,13 +1,16 @@
 """`gpucluster parse TOOL FILE`: read a tool's captured output and give its verdict.
 
 Exit 0 when the run is ok, 1 when it failed or is incomplete, 2 when the file cannot be
-read or is not that tool's output.
+read or is not that tool's output. Whatever the file holds, the answer is a verdict or one
+line on stderr, never a traceback. A reader that goes away early (``| head``) does not
+change the exit code: it is still the verdict's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -36,6 +39,8 @@ def _read(path: str) -> str:
             return f.read()
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except MemoryError as exc:
+        raise InputError(f"{path}: cannot read: too large for memory") from exc
 
 
 def _summary(tool: str, path: str, result: dict[str, Any]) -> list[str]:
@@ -73,14 +78,31 @@ def _summary(tool: str, path: str, result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _emit(text: str) -> None:
+    """Write ``text`` to stdout; a reader that has gone away (EPIPE) is not an error of ours."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
 def run(args: argparse.Namespace) -> int:
     text = _read(args.file)
     try:
         result = parse(args.tool, text)
     except NotToolOutput as exc:
         raise InputError(f"{args.file}: {exc}") from exc
+    except (ValueError, ArithmeticError, RecursionError, MemoryError, IndexError, KeyError, TypeError) as exc:
+        # A parser bug must still end in one line, not a traceback; the tests hold the parsers
+        # to never reaching this on hostile input.
+        raise InputError(f"{args.file}: cannot parse as {args.tool} output ({type(exc).__name__}: {exc})") from exc
     if args.json:
-        print(json.dumps(result, indent=2))
+        out = json.dumps(result, indent=2, allow_nan=False)
     else:
-        print("\n".join(_summary(args.tool, args.file, result)))
+        out = "\n".join(_summary(args.tool, args.file, result))
+    _emit(out + "\n")
     return EXIT_OK if result["status"] == "ok" else EXIT_CHECK_FAILED

@@ -1,4 +1,4 @@
-"""Parser for the table ``dcgmi diag -r N`` prints (DCGM 2.x and 3.x).
+"""Parser for the table ``dcgmi diag -r N`` prints (DCGM 2.x, 3.x and 4.x).
 
 Layout (both versions): a ``| Diagnostic | Result |`` header, then sections opened by
 ``|-----  Deployment  ----+----|`` or ``+-----  Hardware  ----+----+`` rows, then
@@ -7,8 +7,16 @@ Layout (both versions): a ``| Diagnostic | Result |`` header, then sections open
 GPUs disagree continues on a row with an empty name (``|   | Fail - GPU: 0 |``), and
 ``Warning``/``Info``/``Error`` rows, wrapped over rows with an empty name, explain the test
 above them. DCGM 3.x opens with a ``Metadata`` section (DCGM version, driver, PCI device ids);
-DCGM 2.x names the first check ``Blacklist``, 3.x ``Denylist``. An ``Error`` row before any
-test is a diagnostic that could not run, and counts as a failure.
+DCGM 2.x names the first check ``Blacklist``, 3.x ``Denylist``. DCGM 4.x names tests in lower
+case (``software``, ``memory``, ``pcie``) and follows each with one row per GPU
+(``|   | GPU0: Pass |``). An ``Error`` row before any test is a diagnostic that could not run,
+and counts as a failure.
+
+The table closes with a border row without a title (``+-----+-----+``); a table whose body
+started but that has no closing border was cut short and is ``incomplete`` unless something
+already failed. A log holding several runs is judged as one: the worst result stays.
+Rows are split at their ``|`` characters, never with a lazy regex: a lazy group followed by a
+run of blanks backtracks quadratically over a long line of spaces.
 """
 
 from __future__ import annotations
@@ -18,14 +26,14 @@ from dataclasses import dataclass, field
 
 from gpucluster.parsers.common import NotToolOutput, ParseResult, clean_lines
 
-_HEADER = re.compile(r"^\|\s*Diagnostic\s*\|\s*Result\s*\|$")
-_SECTION = re.compile(r"^[|+]-{3,}\s+(\S.*?)\s+-{2,}\+-*[|+]$")
-_ROW = re.compile(r"^\|\s?(.*?)\s*\|\s?(.*?)\s*\|?$")
-_RESULT = re.compile(r"^(pass|fail|warn(?:ing)?|skip|not run)\b\s*(?:-\s*(.*))?$", re.IGNORECASE)
+_RESULT = re.compile(r"(pass|fail|warn(?:ing)?|skip|not run)\b[ \t]*(?:-[ \t]*(.*))?", re.IGNORECASE)
+_GPU_RESULT = re.compile(r"GPU[ \t]?(\d{1,9})[ \t]*:[ \t]*(pass|fail|warn(?:ing)?|skip|not run)", re.IGNORECASE)
 _DETAIL_KINDS = {"warning": "warning", "info": "info", "error": "error"}
 _RANK = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
 _WRAP = 44  # the result column holds 46 characters; a full piece is 45 before its pad
-_VERSION = re.compile(r"(\d+\.\d+(?:\.\d+)?)")
+_MAX_TEXT = 4000  # a wrapped message or merged result longer than this is hostile: stop growing it
+_MAX_GPUS = 4096
+_VERSION = re.compile(r"(?<![\d.])(\d{1,6}\.\d{1,6}(?:\.\d{1,6})?)")
 
 
 @dataclass
@@ -54,19 +62,57 @@ class DcgmiResult(ParseResult):
 
 
 def _result_of(text: str) -> tuple[str | None, list[int]]:
-    m = _RESULT.match(text)
+    m = _RESULT.fullmatch(text)
     if not m:
         return None, []
     word = m.group(1).lower()
     result = "warn" if word.startswith("warn") else ("skip" if word == "not run" else word)
-    gpus = [int(g) for g in re.findall(r"\d+", m.group(2) or "")] if result == "fail" else []
+    gpus = [int(g) for g in re.findall(r"\d{1,9}", m.group(2) or "")] if result == "fail" else []
     return result, gpus
+
+
+def _is_header(line: str) -> bool:
+    if "Diagnostic" not in line:
+        return False
+    cells = line.split("|")
+    return len(cells) == 4 and [c.strip() for c in cells] == ["", "Diagnostic", "Result", ""]
+
+
+def _section(line: str) -> str | None:
+    """The title of ``|-----  Deployment  ----+----|`` (or ``+---- .. +``); None for other lines."""
+    if len(line) < 8 or line[0] not in "|+" or line[-1] not in "|+" or line[1:4] != "---":
+        return None
+    left, plus, right = line[1:-1].partition("+")
+    if not plus or right.strip("-"):
+        return None
+    title = left.strip("-")
+    if not title.strip() or title[:1] not in " \t" or title[-1:] not in " \t" or not left.endswith("--"):
+        return None
+    return title.strip()
+
+
+def _is_border(line: str) -> bool:
+    """``+------+------+``: the closing border (and the top one), a row without a title."""
+    return len(line) > 2 and line[0] == "+" and line[-1] == "+" and not line.strip("+-") and "-" in line
+
+
+def _cells(line: str) -> tuple[str, str, str] | None:
+    """(name, value, raw value) of ``| name | value |``; the raw value keeps one leading blank less."""
+    body = line[1:]
+    name, bar, rest = body.partition("|")
+    if not bar:
+        return None
+    raw = rest[:-1] if rest.endswith("|") else rest
+    if raw[:1].isspace():
+        raw = raw[1:]
+    return name.strip(), raw.strip(), raw
 
 
 def parse(text: str) -> DcgmiResult:
     result = DcgmiResult()
     in_body = False
     header_seen = False
+    open_tables = 0  # tables whose body started and that have not closed
     section: str | None = None
     current: DcgmTest | None = None
     detail: DcgmDetail | None = None
@@ -74,28 +120,33 @@ def parse(text: str) -> DcgmiResult:
     last_piece = 0
     metadata: dict[str, str] = {}
     for line in clean_lines(text):
-        if _HEADER.match(line):
-            header_seen = True
+        if not line or line[0] not in "|+":
+            continue
+        if _is_header(line):
+            if in_body:
+                open_tables += 1  # a second table started before the first one closed
+            header_seen, in_body, section, current, detail = True, False, None, None, None
             continue
         if not header_seen:
             continue
-        if line.startswith("+===") or line.startswith("|==="):
+        if line.startswith(("+===", "|===")):
             in_body = True
             continue
-        if m := _SECTION.match(line):
-            section, current, detail = m.group(1).strip(), None, None
+        if line[1:4] == "---" and (title := _section(line)) is not None:
+            section, current, detail = title, None, None
             continue
-        if not in_body or not line.startswith("|"):
+        if line[0] == "+" and _is_border(line):
+            if in_body:
+                in_body, section, current, detail = False, None, None, None
             continue
-        m = _ROW.match(line)
-        if not m:
+        if not in_body or line[0] != "|" or (cells := _cells(line)) is None:
             continue
-        name, value = m.group(1).strip(), m.group(2).strip()
+        name, value, raw = cells
         if section == "Metadata":
             if name:
                 meta_key = name
                 metadata[name] = value
-            elif meta_key is not None:
+            elif meta_key is not None and len(metadata[meta_key]) < _MAX_TEXT:
                 metadata[meta_key] += value
             continue
         kind = _DETAIL_KINDS.get(name.lower())
@@ -104,23 +155,28 @@ def parse(text: str) -> DcgmiResult:
             last_piece = len(value)
             if current is not None:
                 current.details.append(detail)
-            elif kind == "error":
+            elif kind == "error" and len(result.errors) < _MAX_GPUS:
                 result.errors.append(value)
             continue
         if not name:
             if not value:
                 continue
+            if (gm := _GPU_RESULT.fullmatch(value)) is not None and current is not None:
+                # DCGM 4.x: one row per GPU under the test's own result.
+                extra, _ = _result_of(gm.group(2))
+                assert extra is not None
+                _merge(current, value, extra, [int(gm.group(1))] if extra == "fail" else [])
+                detail = None
+                continue
             extra, gpus = _result_of(value)
             if current is not None and extra is not None and detail is None:
-                current.raw += "; " + value
-                current.failed_gpus += gpus
-                if current.result is None or _RANK[extra] > _RANK[current.result]:
-                    current.result = extra
+                _merge(current, value, extra, gpus)
             elif detail is not None:
                 # DCGM wraps at the column edge, mid-word: a piece that filled the column
                 # continues without a space.
-                glued = last_piece >= _WRAP and not m.group(2).startswith(" ")
-                detail.text += ("" if glued else " ") + value
+                glued = last_piece >= _WRAP and not raw.startswith(" ")
+                if len(detail.text) < _MAX_TEXT:
+                    detail.text += ("" if glued else " ") + value
                 last_piece = len(value)
                 if detail.kind == "error" and current is None and result.errors:
                     result.errors[-1] = detail.text
@@ -131,6 +187,8 @@ def parse(text: str) -> DcgmiResult:
         result.tests.append(current)
     if not header_seen:
         raise NotToolOutput("not dcgmi diag output (no '| Diagnostic | Result |' table header)")
+    if in_body:
+        open_tables += 1
     if v := metadata.get("DCGM Version"):
         result.dcgm_version = v
     for key, value in metadata.items():
@@ -138,24 +196,41 @@ def parse(text: str) -> DcgmiResult:
             result.driver_version = vm.group(1)
         elif key.startswith("GPU Device IDs"):
             result.gpu_device_ids = [x.strip() for x in value.split(",") if x.strip()]
-    return _verdict(result)
+    return _verdict(result, open_tables)
 
 
-def _verdict(result: DcgmiResult) -> DcgmiResult:
+def _merge(test: DcgmTest, value: str, extra: str, gpus: list[int]) -> None:
+    if len(test.raw) < _MAX_TEXT:
+        test.raw += "; " + value
+    if len(test.failed_gpus) < _MAX_GPUS:
+        test.failed_gpus += [g for g in gpus if g not in test.failed_gpus]
+    if test.result is None or _RANK[extra] > _RANK[test.result]:
+        test.result = extra
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(n[:60] for n in names[:20])
+    return shown + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+
+
+def _verdict(result: DcgmiResult, open_tables: int) -> DcgmiResult:
     failed = [t.name for t in result.tests if t.result == "fail"]
     unknown = [t.name for t in result.tests if t.result is None]
     if failed:
-        result.notes.append(f"failed: {', '.join(failed)}")
+        result.note(f"failed: {_names(failed)}")
     if result.errors:
-        result.notes.append(f"diagnostic errors: {len(result.errors)}")
+        result.note(f"diagnostic errors: {len(result.errors)}")
     if unknown:
-        result.notes.append(f"unrecognised result text for: {', '.join(unknown)}")
+        result.note(f"unrecognised result text for: {_names(unknown)}")
     if failed or result.errors:
         result.status = "failed"
     elif not result.tests:
-        result.notes.append("no test rows")
+        result.note("no test rows")
         result.status = "incomplete"
     elif unknown:
+        result.status = "incomplete"
+    elif open_tables:
+        result.note("the results table has no closing border: output cut short?")
         result.status = "incomplete"
     else:
         result.status = "ok"

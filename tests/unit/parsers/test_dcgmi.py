@@ -163,3 +163,65 @@ def test_header_without_tests_is_incomplete() -> None:
 def test_not_dcgmi(sample: Sample) -> None:
     with pytest.raises(NotToolOutput):
         parse(sample("nvidia_smi_10.txt"))
+
+
+@pytest.mark.parametrize("fixture", ["sample", "DCGM2_PASS"])
+def test_table_cut_before_its_closing_border_is_incomplete(sample: Sample, fixture: str) -> None:
+    text = sample("dcgmi_diag_01.txt") if fixture == "sample" else DCGM2_PASS
+    cut = text.rstrip("\n").rsplit("\n", 1)[0]  # the closing +----+----+ border is gone
+    r = parse(cut)
+    assert r.status == "incomplete"
+    assert any("closing border" in n for n in r.notes)
+
+
+# DCGM 4.x (published `dcgmi diag -r 3` output, DCGM 4.0.0): lower-case test names, a row per GPU.
+DCGM4_PASS = """\
+Successfully ran diagnostic for group.
++---------------------------+------------------------------------------------+
+| Diagnostic                | Result                                         |
++===========================+================================================+
+|-----  Metadata  ----------+------------------------------------------------|
+| DCGM Version              | 4.0.0                                          |
+| Driver Version Detected   | 550.90.07                                      |
+| GPU Device IDs Detected   | 25b6, 25b6                                     |
+|-----  Deployment  --------+------------------------------------------------|
+| software                  | Pass                                           |
+|                           | GPU0: Pass                                     |
+|                           | GPU1: Pass                                     |
++-----  Hardware  ----------+------------------------------------------------+
+| memory                    | Pass                                           |
+|                           | GPU0: Pass                                     |
+|                           | GPU1: Pass                                     |
++---------------------------+------------------------------------------------+
+"""
+
+
+def test_dcgm4_pass() -> None:
+    r = parse(DCGM4_PASS)
+    assert r.status == "ok" and r.dcgm_version == "4.0.0"
+    assert [(t.name, t.result) for t in r.tests] == [("software", "pass"), ("memory", "pass")]
+
+
+def test_dcgm4_gpu_row_that_fails_fails() -> None:
+    tail = "                                     |\n+---------------------------"
+    r = parse(DCGM4_PASS.replace(f"| GPU1: Pass{tail}", f"| GPU1: Fail{tail}"))
+    assert r.status == "failed"
+    memory = r.tests[1]
+    assert memory.result == "fail" and memory.failed_gpus == [1]
+
+
+def test_dcgm4_gpu_row_after_a_warning_is_a_result_not_text() -> None:
+    text = DCGM4_PASS.replace(
+        "|                           | GPU0: Pass                                     |\n"
+        "|                           | GPU1: Pass                                     |\n+----",
+        "| Warning                   | GPU0 memory clock throttled                    |\n"
+        "|                           | GPU1: Fail                                     |\n+----",
+    )
+    r = parse(text)
+    assert r.status == "failed" and r.tests[1].details[0].text == "GPU0 memory clock throttled"
+
+
+@pytest.mark.parametrize("failing_first", [True, False])
+def test_a_passing_run_does_not_hide_a_failed_one(failing_first: bool) -> None:
+    r = parse(DCGM3_FAIL + DCGM2_PASS if failing_first else DCGM2_PASS + DCGM3_FAIL)
+    assert r.status == "failed"

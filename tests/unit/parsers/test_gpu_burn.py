@@ -142,3 +142,70 @@ def test_nvlink_status_is_not_gpu_burn(sample: Sample) -> None:
     # `nvidia-smi nvlink -s` starts with the same "GPU 0: NAME (UUID: ...)" line gpu-burn prints.
     with pytest.raises(NotToolOutput):
         parse(sample("nvidia_smi_05.txt"))
+
+
+# gpu_burn-drv.cpp prints each error count with "%d": plain digits. An int that overflowed
+# reads negative; "1e3" or "1.5" is no count at all.
+@pytest.mark.parametrize("count", ["nan", "-3", "1e3", "1.5", "x", "9" * 50])
+def test_error_count_that_is_not_a_count_is_never_ok(count: str) -> None:
+    r = parse(NEW_OK.replace("errors: 0   temps: 56 C", f"errors: {count}   temps: 56 C"))
+    assert r.status in ("failed", "incomplete")
+    assert any("not a count" in n or "calculation errors" in n for n in r.notes)
+
+
+@pytest.mark.parametrize("count", ["-3", "1e3"])
+def test_negative_or_exponent_error_count_fails(count: str) -> None:
+    assert parse(NEW_OK.replace("errors: 0   temps: 56 C", f"errors: {count}   temps: 56 C")).status == "failed"
+
+
+def _two_gpu_ok() -> str:
+    return FAULTY.replace("0 - 30511521  (WARNING!)", "0 - 0").replace("GPU 1: FAULTY", "GPU 1: OK")
+
+
+def test_two_gpu_ok_fixture_is_ok() -> None:
+    assert parse(_two_gpu_ok()).status == "ok"
+
+
+@pytest.mark.parametrize("faulty_first", [True, False])
+def test_a_later_ok_does_not_clear_faulty(faulty_first: bool) -> None:
+    # The FAULTY verdict alone (its errors shown only in a rewritten-away progress line).
+    faulty = FAULTY.replace("0 - 30511521  (WARNING!)", "0 - 0")
+    r = parse(faulty + _two_gpu_ok() if faulty_first else _two_gpu_ok() + faulty)
+    assert r.status == "failed"
+    assert r.gpus[1].verdict == "faulty"
+
+
+def test_a_worker_that_died_in_an_earlier_run_fails() -> None:
+    died = _two_gpu_ok().replace("1400 (18850 Gflop/s)   errors: 0 - 0", "-1 (0 Gflop/s)   errors: 0 - 0  (DIED!)")
+    r = parse(died + _two_gpu_ok())
+    assert r.status == "failed" and r.gpus[1].died is True
+
+
+def test_run_after_the_last_summary_without_its_own_is_incomplete() -> None:
+    r = parse(NEW_OK + NEW_OK.split("Killing")[0])
+    assert r.status == "incomplete"
+    assert any("later run has no summary" in n for n in r.notes)
+
+
+def test_summary_cut_short_is_incomplete() -> None:
+    text = FAULTY.replace("GPU 1: FAULTY", "GPU 1: OK").replace("0 - 30511521  (WARNING!)", "0 - 0")
+    r = parse(text.rsplit("\tGPU 1: OK", 1)[0])
+    assert r.status == "incomplete"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "Couldn't init a GPU test: Error in load module (gpu_burn-drv.cpp:239): file not found",
+        "Failure during compute: Error in Read faultyelemdata (gpu_burn-drv.cpp:265): an illegal memory access",
+        "No clients are alive!  Aborting",
+        "cuInit returned 100 (no CUDA-capable device is detected)",
+    ],
+)
+def test_gpu_burn_error_lines_fail(error: str) -> None:
+    at = NEW_OK.index("Killing")
+    assert parse(NEW_OK[:at] + error + "\n" + NEW_OK[at:]).status == "failed"
+
+
+def test_cuinit_success_line_is_benign() -> None:
+    assert parse("cuInit returned 0 (no error)\n" + NEW_OK).status == "ok"

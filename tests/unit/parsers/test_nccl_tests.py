@@ -235,3 +235,112 @@ def test_busbw_factor_rejects_unknown() -> None:
         busbw_factor("gather_all", 4)
     with pytest.raises(ValueError):
         busbw_factor("all_reduce", 0)
+
+
+# A passing v2.18 run: FAILED_V218 with its wrong count and out-of-bounds line made good.
+PASSED_V218 = FAILED_V218.replace("1.04858e+06", "      0").replace("1 FAILED", "0 OK")
+
+
+def test_passed_v218_is_ok() -> None:
+    assert parse(PASSED_V218).status == "ok"
+
+
+# nccl-tests' CUDACHECK/NCCLCHECK/TESTCHECK macros (src/common.h) and its timeout (src/common.cu).
+@pytest.mark.parametrize(
+    "failure",
+    [
+        "node-a: Test NCCL failure common.cu:1012 'unhandled system error (run with NCCL_DEBUG=INFO for details) / '",
+        "node-a: Test CUDA failure common.cu:892 'an illegal memory access was encountered'",
+        " .. node-a pid 1001: Test failure common.cu:401",
+        "node-a: Test timeout (1800s) common.cu:523",
+    ],
+)
+def test_failure_line_with_a_footer_fails(failure: str) -> None:
+    at = PASSED_V218.index("     2097152")
+    r = parse(PASSED_V218[:at] + failure + "\n" + PASSED_V218[at:])
+    assert r.status == "failed"
+    assert any("reported a failure" in n for n in r.notes)
+
+
+@pytest.mark.parametrize("cell", ["nan", "-nan", "inf", "-3", "x", "1e999", "-1.5e+02"])
+def test_wrong_count_that_is_not_a_count_fails(cell: str) -> None:
+    r = parse(PASSED_V218.replace("30.04       0", f"30.04  {cell}"))
+    assert len(r.rows) == 2
+    assert r.status == "failed"
+
+
+@pytest.mark.parametrize("cell", ["nan", "inf", "-1e-07", "?"])
+def test_legacy_max_delta_that_is_not_a_delta_fails(sample: Sample, cell: str) -> None:
+    text = sample("nccl_allreduce_02.txt").replace("9.42  2e-07   2671.4", f"9.42  {cell}   2671.4")
+    assert parse(text).status == "failed"
+
+
+def test_avg_bus_bandwidth_failed_fails() -> None:
+    # NCCL_TESTS_MIN_BW set: writeResultFooter prints "FAILED" after the average.
+    r = parse(PASSED_V218.replace("# Avg bus bandwidth    : 28.0725", "# Avg bus bandwidth    : 28.0725 FAILED"))
+    assert r.status == "failed"
+
+
+@pytest.mark.parametrize("cut", ["# Avg bus bandwidth", "#\n# Collective test concluded"])
+def test_cut_before_the_closing_lines_is_incomplete(cut: str) -> None:
+    r = parse(PASSED_V218[: PASSED_V218.index(cut)])
+    assert r.status == "incomplete"
+    assert any("footer" in n or "concluded" in n for n in r.notes)
+
+
+def test_older_format_without_concluded_line_is_ok(sample: Sample) -> None:
+    # Before 2.17 there is no "Collective test starting/concluded": the Avg line closes the run.
+    assert parse(sample("nccl_allreduce_08.txt")).status == "ok"
+
+
+def test_unreadable_row_is_incomplete() -> None:
+    r = parse(PASSED_V218.replace("35.02   59.88   29.94", "35.02     nan   29.94"))
+    assert r.status == "incomplete"
+    assert any("unreadable result row" in n for n in r.notes)
+
+
+def test_out_of_bounds_of_an_earlier_run_is_kept() -> None:
+    first = PASSED_V218.replace("0 OK", "1 FAILED")
+    for text in (first + PASSED_V218, PASSED_V218 + first):
+        r = parse(text)
+        assert r.out_of_bounds == 1 and r.status == "failed"
+        assert len(r.rows) == 4
+
+
+def test_earlier_run_without_footer_is_incomplete(sample: Sample) -> None:
+    cut = sample("nccl_allreduce_08.txt").split("# Out of bounds")[0]
+    r = parse(cut + sample("nccl_allreduce_08.txt"))
+    assert r.status == "incomplete"
+    assert r.ranks == 16  # the device list of each run is counted once
+
+
+def test_corrupt_run_then_clean_run_still_fails(sample: Sample) -> None:
+    for text in (
+        sample("nccl_allreduce_06.txt") + sample("nccl_allreduce_08.txt"),
+        sample("nccl_allreduce_08.txt") + sample("nccl_allreduce_06.txt"),
+    ):
+        assert parse(text).status == "failed"
+
+
+def test_huge_numbers_are_not_infinite() -> None:
+    r = parse(PASSED_V218.replace("26.24", "1e999"))
+    assert r.status != "ok"
+    assert all(bw is None or bw < 1e300 for row in r.rows for bw in (row.busbw_oop_gbps, row.busbw_ip_gbps))
+
+
+def test_json_without_footer_is_incomplete() -> None:
+    doc = json.loads(json.dumps(JSON_RUN))
+    del doc["out_of_bounds"], doc["average_bus_bandwidth"]
+    assert parse(json.dumps(doc)).status == "incomplete"
+
+
+@pytest.mark.parametrize("nwrong", ["nan", -1.0, "x"])
+def test_json_wrong_count_that_is_not_a_count_fails(nwrong: object) -> None:
+    doc = json.loads(json.dumps(JSON_RUN))
+    doc["results"][0]["in_place"]["nwrong"] = nwrong
+    assert parse(json.dumps(doc)).status == "failed"
+
+
+def test_json_nan_literal_does_not_crash() -> None:
+    text = json.dumps(JSON_RUN).replace('"nwrong": 0.0', '"nwrong": NaN', 1)
+    assert parse(text).status == "failed"

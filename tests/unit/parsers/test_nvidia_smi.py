@@ -198,3 +198,181 @@ def test_query_with_no_gpu_is_incomplete() -> None:
 def test_not_nvidia_smi() -> None:
     with pytest.raises(NotToolOutput):
         parse("| Diagnostic | Result |\n")
+
+
+# ---- hostile and broken output -----------------------------------------------------------
+
+# QUERY_BAD made healthy: the same layout with every counter zero and nothing pending.
+QUERY_GOOD = (
+    QUERY_BAD.replace("DRAM Uncorrectable            : 2", "DRAM Uncorrectable            : 0")
+    .replace("Uncorrectable Error               : 2", "Uncorrectable Error               : 0")
+    .replace("Pending                           : Yes", "Pending                           : No")
+    + "    Processes                             : None\n"
+)
+
+
+def test_query_good_fixture_is_ok() -> None:
+    assert parse(QUERY_GOOD).status == "ok"
+
+
+def test_table_err_readings_fail(sample: Sample) -> None:
+    # How the default table shows a GPU whose sensors NVML cannot read.
+    text = sample("nvidia_smi_10.txt").replace("| N/A   28C    P0             77W /  700W |",
+                                                "| ERR!  ERR!   ERR!         ERR! / ERR!  |")  # fmt: skip
+    r = parse(text)
+    assert r.status == "failed" and r.gpus
+    assert any("ERR!" in n for n in r.notes)
+
+
+def test_table_ecc_cell_err_fails(sample: Sample) -> None:
+    text = sample("nvidia_smi_10.txt").replace("Off |                    0 |", "Off |                 ERR! |")
+    assert parse(text).status == "failed"
+
+
+HANDLE_ERROR = "Unable to determine the device handle for GPU0000:1B:00.0: Unknown Error\n"
+
+
+@pytest.mark.parametrize("name", ["nvidia_smi_10.txt", "nvidia_smi_01.txt", "nvidia_smi_02.txt"])
+def test_device_handle_error_fails(sample: Sample, name: str) -> None:
+    r = parse(HANDLE_ERROR + sample(name))
+    assert r.status == "failed"
+    assert any("could not reach a GPU" in n for n in r.notes)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        HANDLE_ERROR,
+        "Unable to determine the device handle for gpu 0000:3B:00.0: GPU is lost.  "
+        "Reboot the system to recover this GPU\n",
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+        "NVIDIA driver is installed and running.\n",
+        "No devices were found\n",
+    ],
+)
+def test_only_an_error_is_failed_not_bad_input(text: str) -> None:
+    r = parse(text)
+    assert (r.kind, r.status) == ("error", "failed")
+
+
+@pytest.mark.parametrize(("value", "status"), [("ERR!", "failed"), ("nan", "incomplete"), ("-1", "incomplete"),
+                                               ("1e3", "incomplete"), ("Unknown Error", "incomplete")])  # fmt: skip
+def test_query_ecc_counter_that_is_not_a_count(value: str, status: str) -> None:
+    text = QUERY_GOOD.replace("DRAM Uncorrectable            : 0", f"DRAM Uncorrectable            : {value}", 1)
+    r = parse(text)
+    assert r.status == status
+    assert r.gpus[0]["ecc_volatile_uncorrectable"] is None  # unknown, not zero
+
+
+def test_query_correctable_counter_unreadable_is_incomplete() -> None:
+    r = parse(QUERY_GOOD.replace("DRAM Correctable              : 12", "DRAM Correctable              : nan", 1))
+    assert r.status == "incomplete"
+
+
+@pytest.mark.parametrize(("value", "status"), [("ERR!", "failed"), ("nan", "incomplete"), ("-1", "incomplete")])
+def test_csv_ecc_counter_that_is_not_a_count(value: str, status: str) -> None:
+    text = (
+        "index, name, ecc.errors.uncorrected.volatile.total, remapped_rows.failure\n"
+        f"0, NVIDIA A100-SXM4-80GB, {value}, No\n"
+    )
+    assert parse(text).status == status
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("Unrepairable Memory", "Yes"),
+        ("Channel Repair Pending", "Yes"),
+        ("SRAM Threshold Exceeded", "Yes"),
+    ],
+)
+def test_query_590_repair_flags_fail(sample: Sample, key: str, value: str) -> None:
+    text = sample("nvidia_smi_01.txt")
+    line = next(line for line in text.splitlines() if line.strip().startswith(key))
+    r = parse(text.replace(line, line.replace(": No", f": {value}")))
+    assert r.status == "failed"
+
+
+def test_query_recovery_action_fails(sample: Sample) -> None:
+    key = "GPU Recovery Action                                : "
+    text = sample("nvidia_smi_01.txt").replace(key + "None", key + "Reset")
+    assert parse(text).status == "failed"
+
+
+def test_query_fewer_blocks_than_attached_is_incomplete() -> None:
+    key = "Attached GPUs                             : "
+    r = parse(QUERY_GOOD.replace(key + "1", key + "2"))
+    assert r.status == "incomplete"
+
+
+def test_query_block_cut_before_processes_is_incomplete(sample: Sample) -> None:
+    text = sample("nvidia_smi_01.txt")
+    r = parse(text[: text.index("    Fabric")])
+    assert r.status == "incomplete"
+    assert any("Processes" in n for n in r.notes)
+
+
+def test_query_page_retirement_only_is_not_held_to_processes(sample: Sample) -> None:
+    assert parse(sample("nvidia_smi_04.txt")).status == "ok"  # -d PAGE_RETIREMENT prints no Processes
+
+
+def test_csv_row_cut_short_is_incomplete(sample: Sample) -> None:
+    text = sample("nvidia_smi_02.txt")
+    row = text.splitlines()[1]
+    r = parse(text.rstrip("\n") + "\n" + row[:200])  # a second GPU's row cut after 200 characters
+    assert r.status == "incomplete" and len(r.gpus) == 1
+
+
+def test_table_without_processes_box_is_incomplete(sample: Sample) -> None:
+    text = sample("nvidia_smi_10.txt")
+    assert parse(text[: text.index("| Processes:")]).status == "incomplete"
+
+
+def test_topo_without_legend_is_incomplete(sample: Sample) -> None:
+    text = sample("nvidia_smi_08.txt")
+    assert parse(text[: text.index("Legend")]).status == "incomplete"
+
+
+@pytest.mark.parametrize("bad_first", [True, False])
+def test_query_snapshots_merge_worst_first(bad_first: bool) -> None:
+    bad = QUERY_BAD + "    Processes                             : None\n"
+    r = parse(bad + QUERY_GOOD if bad_first else QUERY_GOOD + bad)
+    assert r.status == "failed"
+    [g] = r.gpus  # one GPU, seen twice
+    assert g["ecc_volatile_uncorrectable"] == 2 and g["remapped_rows_pending"] is True
+
+
+@pytest.mark.parametrize("bad_first", [True, False])
+def test_csv_snapshots_merge_worst_first(bad_first: bool) -> None:
+    header = "index, pci.bus_id, ecc.errors.uncorrected.volatile.total, remapped_rows.pending\n"
+    good, bad = "0, 00000000:07:00.0, 0, No\n", "0, 00000000:07:00.0, 3, Yes\n"
+    r = parse(header + (bad + header + good if bad_first else good + header + bad))
+    assert r.status == "failed"
+    [g] = r.gpus
+    assert g["ecc.errors.uncorrected.volatile.total"] == 3 and g["remapped_rows.pending"] == "Yes"
+
+
+@pytest.mark.parametrize("bad_first", [True, False])
+def test_table_snapshots_keep_the_ecc_errors(sample: Sample, bad_first: bool) -> None:
+    # `nvidia-smi -l 5` prints one table after the other.
+    good = sample("nvidia_smi_10.txt")
+    bad = good.replace("Off |                    0 |", "Off |                    4 |")
+    r = parse(bad + good if bad_first else good + bad)
+    assert r.status == "failed"
+    [g] = r.gpus
+    assert g["ecc_volatile_uncorrectable"] == 4
+
+
+def test_csv_field_over_the_csv_module_limit_is_not_an_exception(sample: Sample) -> None:
+    text = sample("nvidia_smi_02.txt").replace("NVIDIA H100 80GB HBM3", "x" * 200_000, 1)
+    assert parse(text).status == "incomplete"
+
+
+@pytest.mark.parametrize("block", ["Volatile", "Aggregate"])
+def test_query_uncorrectable_count_alone_fails(block: str) -> None:
+    lines = QUERY_GOOD.split("\n")
+    at = lines.index(f"        {block}") + 4  # its DRAM Uncorrectable line
+    lines[at] = lines[at].replace(": 0", ": 5")
+    r = parse("\n".join(lines))
+    assert r.status == "failed"
+    assert any(f"5 {block.lower()} uncorrectable ECC errors" in n for n in r.notes)
