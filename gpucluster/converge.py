@@ -1,6 +1,7 @@
 """Converge the cluster: run playbooks/site.yml through ansible-runner.
 
-One run folder per converge, ``runs/<UTC timestamp>-converge/``, holding:
+One run folder per converge, ``runs/<UTC timestamp>-<random>-converge/`` (mode 0700, its files
+0600: the run works under umask 077), holding:
 
 - ``events.jsonl``: every event ansible-runner reported, one JSON object a line;
 - ``converge.log``: the text Ansible printed (the events' stdout, in order);
@@ -14,13 +15,27 @@ ends with failed=0 and unreachable=0, 1 naming each host that failed, 2 for bad 
 Which inventory: ``--inventory`` when given; otherwise the lab's inventory for
 ``--stack`` (default ``Pulumi.lab.yaml``), which ``gpucluster lab up`` writes to
 ``<state_dir>/<name>/inventory.yml``. A stack that is not a lab needs ``--inventory``.
+
+Under way, a converge holds the cluster's lock (a second converge or verify of the same
+inventory stops at once, exit 2, naming the holder). On a real target the nodes' host keys are
+checked against the cluster's known_hosts (:mod:`gpucluster.hostkeys`): a first contact records
+them, a changed key stops the run before Ansible connects (exit 2). Ctrl-C (or SIGTERM) ends
+ansible-playbook's whole process group, and the summary of what finished is still written
+(exit 130). A full disk costs the run folder, never the run's outcome: one error line, the
+recap, exit 2 unless a host failed. ``debug_no_log`` (``--debug-no-log`` or
+``GPUCLUSTER_DEBUG_NO_LOG=1``) passes ``gpucluster_debug_no_log=true``, which the roles' secret
+tasks read to lift ``no_log`` so a failure among them shows its cause (secrets then reach the
+run folder and the terminal).
 """
 
 from __future__ import annotations
 
+import configparser
+import contextlib
 import json
 import os
 import re
+import shlex
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +46,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from gpucluster import hostkeys, runs
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
 from gpucluster.inventory import parse_inventory_text
 
@@ -39,6 +55,15 @@ DEFAULT_PLAYBOOK = REPO_ROOT / "playbooks" / "site.yml"
 DEFAULT_RUNS_DIR = REPO_ROOT / "runs"
 ANSIBLE_CFG = REPO_ROOT / "ansible.cfg"
 VALIDATE_HOST = "localhost"
+DEBUG_NO_LOG_ENV = "GPUCLUSTER_DEBUG_NO_LOG"
+# In the environment of everything the run starts on the controller, to find what outlives
+# ansible-playbook's process group after Ctrl-C.
+RUN_TAG = "GPUCLUSTER_CONVERGE_RUN"
+DEBUG_NO_LOG_VAR = "gpucluster_debug_no_log"
+# What a failed task under no_log reports instead of its cause.
+NO_LOG_HINT = f"output hidden by no_log; rerun with --debug-no-log ({DEBUG_NO_LOG_ENV}=1) to see the cause"
+# How often ansible-runner asks whether to cancel (its default is 5 s).
+CANCEL_POLL_S = 0.5
 
 REQUIRED_VARS = (
     "gpucluster_cluster_name",
@@ -108,6 +133,8 @@ class ConvergeOptions:
     label: str = "converge"
     # Passed to the playbook as extra vars (ansible-playbook -e), highest precedence.
     extra_vars: dict[str, Any] = field(default_factory=dict)
+    # Lift no_log on the roles' secret tasks (they read gpucluster_debug_no_log).
+    debug_no_log: bool = False
 
 
 @dataclass
@@ -118,6 +145,9 @@ class ConvergeResult:
     seconds: float
     hosts: list[HostRecap]
     failures: dict[str, str]
+    interrupted: bool = False
+    # One line when the run folder could not be written (a full disk): the run went on without it.
+    run_folder_error: str | None = None
 
     @property
     def failed_hosts(self) -> list[str]:
@@ -128,11 +158,15 @@ class ConvergeResult:
         return sum(h.changed for h in self.hosts)
 
     def exit_code(self) -> int:
+        if self.interrupted:
+            return runs.EXIT_INTERRUPTED
         failed = self.failed_hosts
         if failed == [VALIDATE_HOST]:
             return EXIT_BAD_INPUT
         if failed or self.rc != 0 or self.status != "successful":
             return EXIT_CHECK_FAILED
+        if self.run_folder_error:
+            return EXIT_BAD_INPUT
         return EXIT_OK
 
     def as_dict(self) -> dict[str, Any]:
@@ -145,6 +179,7 @@ class ConvergeResult:
             "failed_hosts": self.failed_hosts,
             "failures": self.failures,
             "changed_total": self.changed_total,
+            "interrupted": self.interrupted,
             "exit_code": self.exit_code(),
         }
 
@@ -226,14 +261,7 @@ def load_inventory(path: Path) -> dict[str, Any]:
 
 
 def new_run_dir(runs_dir: Path, label: str) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    run_dir = runs_dir / f"{stamp}-{label}"
-    n = 1
-    while run_dir.exists():
-        n += 1
-        run_dir = runs_dir / f"{stamp}-{label}-{n}"
-    run_dir.mkdir(parents=True)
-    return run_dir
+    return runs.new_run_dir(runs_dir, label)
 
 
 class Progress:
@@ -247,7 +275,12 @@ class Progress:
         "runner_on_async_failed": "FAILED",
     }
 
-    def __init__(self, out: TextIO, events: TextIO, log: TextIO, *, show_skipped: bool = True) -> None:
+    # runner event -> the recap counter it adds to (what a run cut short still tells).
+    _COUNTS = {"runner_on_ok": "ok", "runner_on_failed": "failures", "runner_on_unreachable": "dark",
+               "runner_on_skipped": "skipped", "runner_on_async_failed": "failures"}
+
+    def __init__(self, out: TextIO, events: TextIO | runs.RunFile, log: TextIO | runs.RunFile, *,
+                 show_skipped: bool = True) -> None:
         self.out = out
         self.events = events
         self.log = log
@@ -255,6 +288,8 @@ class Progress:
         self.started = time.monotonic()
         self.failures: dict[str, str] = {}
         self.stats: dict[str, Any] | None = None
+        # Counted from the events as they come: the recap of a run that ends before its own.
+        self.counted: dict[str, dict[str, int]] = {}
 
     def __call__(self, event: dict[str, Any]) -> bool:
         self.events.write(json.dumps(event, default=str, sort_keys=True) + "\n")
@@ -268,6 +303,7 @@ class Progress:
         elif kind == "playbook_on_stats":
             self.stats = data
         elif kind in self._STATES:
+            self._count(kind, data)
             self._host_line(kind, data)
         elif kind == "runner_item_on_ok" and str(data.get("task_action", "")).endswith("debug"):
             # Per-item messages (e.g. each sysctl key a container skips) name what was skipped.
@@ -275,6 +311,17 @@ class Progress:
             if msg:
                 self._line(f"{data.get('host', '?')!s:<16} {'ok':<11} {str(data.get('task', '')).strip()}: {msg[:300]}")
         return True
+
+    def _count(self, kind: str, data: dict[str, Any]) -> None:
+        host = str(data.get("host", "?"))
+        key = self._COUNTS[kind]
+        if key == "failures" and data.get("ignore_errors"):
+            key = "ignored"
+        per = self.counted.setdefault(key, {})
+        per[host] = per.get(host, 0) + 1
+        if kind == "runner_on_ok" and (data.get("res") or {}).get("changed"):
+            changed = self.counted.setdefault("changed", {})
+            changed[host] = changed.get(host, 0) + 1
 
     def _line(self, text: str) -> None:
         elapsed = time.monotonic() - self.started
@@ -295,8 +342,8 @@ class Progress:
             if data.get("ignore_errors"):
                 state = "failed (ignored)"
             else:
-                msg = str(res.get("msg") or res.get("stderr") or res.get("reason") or "").strip()
-                detail = f": {msg.splitlines()[0][:300]}" if msg else ""
+                msg = _failure_cause(res)
+                detail = f": {msg[:300]}" if msg else ""
                 self.failures.setdefault(host, f"{task}{detail}")
         elif state == "ok" and data.get("task_action", "").endswith("debug"):
             msg = str(res.get("msg", "")).strip()
@@ -305,17 +352,137 @@ class Progress:
         self._line(f"{host:<16} {state:<11} {task}{detail}")
 
 
+def _failure_cause(res: Mapping[str, Any]) -> str:
+    """One line saying why a task failed, also when no_log hid its result."""
+    if "censored" in res:
+        return NO_LOG_HINT
+    msg = str(res.get("msg") or "").strip()
+    stderr = str(res.get("stderr") or "").strip()
+    if stderr and (not msg or msg == "non-zero return code"):
+        # A command's own words say more than Ansible's summary of its exit status.
+        first = stderr.splitlines()[-1].strip()
+        return f"rc {res.get('rc')}: {first}" if "rc" in res else first
+    text = msg or str(res.get("reason") or "").strip()
+    return text.splitlines()[0] if text else ""
+
+
+# Connection types that reach a node over SSH (the others need no host key).
+_SSH_CONNECTIONS = {"ssh", "paramiko", "paramiko_ssh", "mitogen_ssh", "smart"}
+
+
+def ssh_targets(inventory: Mapping[str, Any]) -> list[tuple[str, str, int, str | None, str | None]]:
+    """(name, address, port, user, key) of every host Ansible reaches over SSH."""
+    root = inventory.get("all") or {}
+    all_vars = root.get("vars") or {}
+    out = []
+    for name, hv in (root.get("hosts") or {}).items():
+        hv = hv or {}
+        if str(hv.get("ansible_connection", all_vars.get("ansible_connection", "ssh"))) not in _SSH_CONNECTIONS:
+            continue
+        out.append((str(name), str(hv.get("ansible_host", name)), int(hv.get("ansible_port", 22)),
+                    hv.get("ansible_user"), hv.get("ansible_ssh_private_key_file")))
+    return out
+
+
+def limited_hosts(inventory: Mapping[str, Any], limit: str | None) -> set[str] | None:
+    """The hosts a ``--limit`` of host and group names selects; None for every host (no limit, or
+    a pattern with wildcards or exclusions, which Ansible alone resolves)."""
+    if not limit:
+        return None
+    root = inventory.get("all") or {}
+    groups = {name: set((body or {}).get("hosts") or {}) for name, body in (root.get("children") or {}).items()}
+    hosts = set(root.get("hosts") or {})
+    chosen: set[str] = set()
+    for term in (t.strip() for t in re.split(r"[,:]", limit) if t.strip()):
+        if any(c in term for c in "*?[!&~@"):
+            return None
+        if term in hosts:
+            chosen.add(term)
+        elif term in groups:
+            chosen |= groups[term]
+        else:  # `all`, a nested group, a name Ansible resolves some other way
+            return None
+    return chosen
+
+
+def probe_host_keys(inventory: Mapping[str, Any], policy: hostkeys.HostKeyPolicy, limit: str | None = None) -> None:
+    """First contact records each node's key; a node whose key changed stops the run (InputError).
+
+    Unreachable nodes are left to Ansible, which reports them in its recap. With a ``--limit``
+    of names, only the hosts it selects are probed: a node outside it never stops the run.
+    """
+    only = limited_hosts(inventory, limit)
+    targets = {t[0]: t for t in ssh_targets(inventory) if only is None or t[0] in only}
+    found = hostkeys.probe(
+        [(name, t[1]) for name, t in targets.items()],
+        lambda name: hostkeys.direct_argv(targets[name][1], targets[name][2], targets[name][3], targets[name][4],
+                                          policy),
+        policy)
+    changed = [f"{name}: {r.message}" for name, r in sorted(found.items()) if r.status == "host_key_changed"]
+    if changed:
+        raise InputError(changed, source="host keys")
+
+
+def ansible_ssh_args(policy: hostkeys.HostKeyPolicy, cfg: Path = ANSIBLE_CFG) -> str:
+    """ansible.cfg's ssh_args with the cluster's host key settings in place of its own."""
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(cfg, encoding="utf-8")
+    words = shlex.split(parser.get("ssh_connection", "ssh_args", fallback=""))
+    kept: list[str] = []
+    drop = {"userknownhostsfile", "stricthostkeychecking", "globalknownhostsfile", "hashknownhosts"}
+    i = 0
+    while i < len(words):
+        if words[i] == "-o" and i + 1 < len(words):
+            if words[i + 1].split("=", 1)[0].split()[0].lower() not in drop:
+                kept += words[i:i + 2]
+            i += 2
+            continue
+        kept.append(words[i])
+        i += 1
+    # Keys were recorded by the probe: from here on a different one is refused.
+    options = [(k, "yes" if k == "StrictHostKeyChecking" else v) for k, v in policy.ssh_options()]
+    kept += [arg for k, v in options for arg in ("-o", f"{k}={v}")]
+    return " ".join(shlex.quote(w) for w in kept)
+
+
+def tighten_fetched_secrets(options: ConvergeOptions, inventory: Mapping[str, Any]) -> list[Path]:
+    """The kubeconfig the control-plane role fetches (admin.conf, cluster-admin's key) is 0600 in
+    a 0700 folder, whatever mode it had on the node. Returns the files found."""
+    all_vars = (inventory.get("all") or {}).get("vars") or {}
+    dest = options.extra_vars.get("kubernetes_control_plane_kubeconfig_fetch_dest") \
+        or all_vars.get("kubernetes_control_plane_kubeconfig_fetch_dest")
+    candidates = []
+    if isinstance(dest, str) and "{{" not in dest:
+        candidates.append(Path(dest))
+    name = str(all_vars.get("gpucluster_cluster_name", ""))
+    if name:
+        # The role's default: {{ playbook_dir }}/../runs/<cluster name>/admin.conf
+        candidates.append(options.playbook.resolve().parent.parent / "runs" / name / "admin.conf")
+    return [p for p in candidates if runs.chmod_private(p)]
+
+
 def converge(options: ConvergeOptions, *, progress_out: TextIO,
              runner: Callable[..., Any] | None = None) -> ConvergeResult:
     """Run the playbook; every event, the log and a summary land in one run folder."""
-    load_inventory(options.inventory)
+    inventory = load_inventory(options.inventory)
     if not options.playbook.is_file():
         raise InputError(f"{options.playbook}: no such playbook")
     if runner is None:
         import ansible_runner  # type: ignore[import-untyped]
 
         runner = ansible_runner.run
-    run_dir = new_run_dir(options.runs_dir, options.label)
+    with runs.cluster_lock(options.inventory, "gpucluster converge"), runs.private_umask():
+        policy = hostkeys.policy_for_inventory(inventory)
+        if policy.checked:
+            probe_host_keys(inventory, policy, options.limit)
+        run_dir = new_run_dir(options.runs_dir, options.label)
+        result = _converge(options, progress_out, runner, run_dir, policy)
+        tighten_fetched_secrets(options, inventory)
+        return result
+
+
+def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[..., Any], run_dir: Path,
+              policy: hostkeys.HostKeyPolicy) -> ConvergeResult:
     cmdline: list[str] = []
     if options.check:
         cmdline.append("--check")
@@ -326,22 +493,41 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
     extravars: dict[str, Any] = dict(options.extra_vars)
     if options.heavy:
         extravars["gpucluster_heavy_packages"] = True
+    run_tag = f"{RUN_TAG}={runs.new_run_id()}"
+    envvars = {"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_DEPRECATION_WARNINGS": "0",
+               RUN_TAG: run_tag.split("=", 1)[1]}
+    if policy.checked:
+        envvars["ANSIBLE_HOST_KEY_CHECKING"] = "True"
+        envvars["ANSIBLE_SSH_ARGS"] = ansible_ssh_args(policy)
+    if options.debug_no_log:
+        extravars[DEBUG_NO_LOG_VAR] = True
+        envvars[DEBUG_NO_LOG_ENV] = "1"
     started_at = datetime.now(UTC)
     started = time.monotonic()
-    with (run_dir / "events.jsonl").open("w", encoding="utf-8") as events, \
-            (run_dir / "converge.log").open("w", encoding="utf-8") as log:
+    with runs.RunFile(run_dir / "events.jsonl") as events, runs.RunFile(run_dir / "converge.log") as log, \
+            runs.Interrupts() as stops:
         progress = Progress(progress_out, events, log)
         progress._line(f"converge {options.playbook.name} on {options.inventory}"
                        f"{' --check' if options.check else ''}{' --limit ' + options.limit if options.limit else ''}"
                        f" (run folder {run_dir})")
+        if options.debug_no_log:
+            progress._line(f"no_log lifted ({DEBUG_NO_LOG_VAR}=true): secrets may reach this terminal and "
+                           "the run folder")
+
+        def on_signal(count: int) -> None:
+            if count == 1:
+                progress._line("interrupted: stopping ansible-playbook (its whole process group)")
+
+        stops.on_signal(on_signal)
         kwargs: dict[str, Any] = {
             "private_data_dir": str(run_dir),
             "project_dir": str(REPO_ROOT),
             "playbook": str(options.playbook.resolve()),
             "inventory": str(options.inventory.resolve()),
-            "envvars": {"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_FORCE_COLOR": "0",
-                        "ANSIBLE_DEPRECATION_WARNINGS": "0"},
+            "envvars": envvars,
             "event_handler": progress,
+            # ansible-runner kills ansible-playbook's process group (SIGKILL) when this says so.
+            "cancel_callback": stops.event.is_set,
             "quiet": True,
             "suppress_env_files": True,
         }
@@ -359,17 +545,38 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
             kwargs["extravars"] = extravars
         if options.forks:
             kwargs["forks"] = options.forks
-        result = runner(**kwargs)
+        # Runner asks cancel_callback each time it wakes (its pexpect timeout, 5 s by default); it
+        # reads its settings from this file only (a `settings` argument is dropped). Without it
+        # (a full disk) Ctrl-C just takes a few seconds longer.
+        with contextlib.suppress(OSError):
+            (run_dir / "env").mkdir(mode=runs.RUN_DIR_MODE, exist_ok=True)
+            runs.write_private(run_dir / "env" / "settings", json.dumps({"pexpect_timeout": CANCEL_POLL_S}) + "\n")
+        runner_error: OSError | None = None
+        try:
+            result = runner(**kwargs)
+        except OSError as exc:
+            # ansible-runner writes its own artifacts into the run folder: a full disk stops it there.
+            runner_error, result = exc, None
+        interrupted = stops.interrupted
+        if interrupted:
+            # Runner SIGKILLed ansible-playbook's process group; Mitogen's multiplexer has a
+            # session of its own and would linger.
+            left = runs.kill_tagged_local(run_tag)
+            if left:
+                progress._line(f"stopped {left} process(es) of the run outside ansible-playbook's process group")
     seconds = time.monotonic() - started
-    stats = progress.stats if progress.stats is not None else (getattr(result, "stats", None) or {})
+    stats = progress.stats if progress.stats is not None else (getattr(result, "stats", None) or progress.counted)
     hosts = parse_recap(stats)
+    write_error = events.error or log.error or runner_error
     converge_result = ConvergeResult(
         run_dir=run_dir,
-        status=str(getattr(result, "status", "unknown")),
-        rc=int(getattr(result, "rc", 1) or 0),
+        status="canceled" if interrupted else str(getattr(result, "status", "failed")),
+        rc=int(getattr(result, "rc", 1) or 0) if result is not None else 1,
         seconds=seconds,
         hosts=hosts,
         failures=progress.failures,
+        interrupted=interrupted,
+        run_folder_error=runs.write_error_line(run_dir, write_error) if write_error else None,
     )
     summary = {
         "started": started_at.isoformat(),
@@ -379,11 +586,17 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
         "limit": options.limit,
         "tags": options.tags,
         "heavy": options.heavy,
+        "debug_no_log": options.debug_no_log,
+        "host_keys": str(policy.known_hosts) if policy.known_hosts else "not checked (lab)",
         # Names only: a value passed with -e may be a secret.
         "extra_vars": sorted(options.extra_vars),
         **converge_result.as_dict(),
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    try:
+        runs.write_private(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    except OSError as exc:
+        converge_result.run_folder_error = converge_result.run_folder_error or runs.write_error_line(
+            run_dir, exc, "summary.json")
     return converge_result
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from gpucluster.converge import (
+    DEBUG_NO_LOG_ENV,
     DEFAULT_PLAYBOOK,
     DEFAULT_RUNS_DIR,
     ConvergeOptions,
@@ -45,6 +47,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "-e upgrade_rolling_components=[driver]")
     p.add_argument("--forks", type=int, metavar="N", help="parallel hosts (default from ansible.cfg)")
     p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), metavar="DIR", help="where run folders go")
+    p.add_argument("--debug-no-log", action="store_true", default=os.environ.get(DEBUG_NO_LOG_ENV, "") == "1",
+                   help="show what the roles' secret tasks (no_log) report, so a failure among them names its "
+                        f"cause; secrets then reach the terminal and the run folder (also {DEBUG_NO_LOG_ENV}=1)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.set_defaults(func=_converge)
 
@@ -62,6 +67,7 @@ def _converge(args: argparse.Namespace) -> int:
         forks=args.forks,
         runs_dir=Path(args.runs_dir),
         extra_vars=parse_extra_vars(args.extra_vars),
+        debug_no_log=args.debug_no_log,
     )
     result = converge(options, progress_out=sys.stderr)
     if args.json:
@@ -70,10 +76,15 @@ def _converge(args: argparse.Namespace) -> int:
         print(format_recap(result))
         print(f"run folder: {result.run_dir} [{result.seconds:.1f} s]")
     code = result.exit_code()
+    if result.interrupted:
+        print("error: converge: interrupted; ansible-playbook was stopped, the recap above covers the tasks "
+              "that finished", file=sys.stderr)
     for host in result.failed_hosts:
         why = result.failures.get(host, "see the run folder's converge.log")
         print(f"error: converge: host {host} failed: {why}", file=sys.stderr)
-    if code == EXIT_CHECK_FAILED and not result.failed_hosts:
+    if result.run_folder_error:
+        print(f"error: converge: {result.run_folder_error}", file=sys.stderr)
+    if code == EXIT_CHECK_FAILED and not result.failed_hosts and not result.interrupted:
         print(f"error: converge: ansible-playbook ended {result.status} (rc {result.rc}); "
               f"see {result.run_dir}/converge.log", file=sys.stderr)
     return code

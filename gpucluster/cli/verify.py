@@ -1,12 +1,16 @@
 """`gpucluster verify`: run the conformance suite and print each node's verdict.
 
-Exit 0 when every node passes, 1 when any fails, 2 on bad input (inventory, stack, hosts).
+Exit 0 when every node passes, 1 when any fails (an unreachable node included), 2 on bad input
+(inventory, stack, hosts), on another run holding the cluster, or when the run folder could not
+be written (a full disk); 130 when interrupted (the report holds what finished).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +40,11 @@ def run(args: argparse.Namespace) -> int:
     if args.burn_seconds < 1 or args.workers < 1:
         raise InputError("--burn-seconds and --workers must be at least 1")
     inventory = Path(args.inventory) if args.inventory else verify.inventory_for_stack(args.stack)
+    run_dir = Path(args.run_dir) if args.run_dir else verify.default_run_dir()
+    made = None if args.run_dir else run_dir
     opts = verify.VerifyOptions(
         inventory=inventory,
-        run_dir=Path(args.run_dir) if args.run_dir else verify.default_run_dir(),
+        run_dir=run_dir,
         burn=not args.no_burn,
         burn_seconds=args.burn_seconds,
         limit=tuple(x for x in (args.limit or "").split(",") if x),
@@ -46,14 +52,26 @@ def run(args: argparse.Namespace) -> int:
         quiet=args.json,
         publish=not args.no_publish,
     )
-    report = verify.run(opts)
+    try:
+        report = verify.run(opts)
+    except InputError:
+        if made is not None:
+            with contextlib.suppress(OSError):
+                made.rmdir()  # the folder of a run that never started (rmdir leaves a non-empty one be)
+        raise
+    interrupted = bool(report.meta.get("interrupted"))
     if args.json:
         out = report.to_json()
         out["run_dir"] = str(opts.run_dir)
         print(json.dumps({k: out[k] for k in ("exit_code", "verdicts", "meta", "run_dir")}, indent=2))
-    else:
+    elif report.results or not interrupted:
         print(verify.table(report))
         for err in report.suite_errors:
             print(f"SUITE ERROR (these checks ran on no node): {err}")
         print(f"run folder: {opts.run_dir}  ({report.meta.get('verify_wall_s')} s)")
+    if interrupted:
+        print("error: verify: interrupted; the report covers the checks that finished", file=sys.stderr)
+    problem = report.meta.get("run_folder_error")
+    if problem:
+        print(f"error: verify: {problem}", file=sys.stderr)
     return report.exit_code

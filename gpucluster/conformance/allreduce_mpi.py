@@ -5,9 +5,14 @@ GPUs (the lab in CI): the same bus-bandwidth arithmetic as nccl-tests, over the 
 network. :data:`NODE_SCRIPT` is shipped to every participant and started by ``mpirun`` on
 the first one, which starts the others over SSH to their management addresses (as the
 firewall wants); ranks then reach each other by their fabric addresses only (Open MPI's TCP
-BTL and out-of-band channel are both pinned to the fabric CIDR). mpirun's ssh to the other
-nodes uses the inventory's key, placed on the launcher for the run only (the common role
-forbids agent forwarding) and removed after it.
+BTL and out-of-band channel are both pinned to the fabric CIDR).
+
+mpirun's ssh to the other nodes uses a key made for the run (``ssh_key``: the path on the
+launcher), never the inventory's key and never a forwarded agent (the common role forbids
+agent forwarding). Beside it lies ``<ssh_key>.known_hosts``, the host keys the controller has
+recorded for the nodes: a node presenting another key is refused, one not yet recorded (the
+lab's) is accepted for this run only. Only the launcher logs in to the others (no tree spawn),
+so the key is needed on the launcher alone.
 """
 
 from __future__ import annotations
@@ -86,7 +91,7 @@ class MpiSettings:
     timeout_s: float = 240.0
     python: str = "python3"
     mpirun: str = "mpirun"
-    ssh_key: str | None = None  # on the launcher: the key mpirun's ssh uses to reach the others
+    ssh_key: str | None = None  # on the launcher: the run's key mpirun's ssh uses to reach the others
 
 
 def sizes_up_to(large_bytes: int, start: int = 1024, factor: int = 4) -> tuple[int, ...]:
@@ -101,11 +106,12 @@ def sizes_up_to(large_bytes: int, start: int = 1024, factor: int = 4) -> tuple[i
 
 def mpirun_argv(launch_ips: list[str], fabric_cidr: str, settings: MpiSettings) -> list[str]:
     hosts = ",".join(f"{ip}:1" for ip in launch_ips)
-    rsh = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR"
-    if settings.ssh_key:
-        rsh += f" -i {settings.ssh_key} -o IdentitiesOnly=yes"
+    rsh = rsh_args(settings.ssh_key)
     return [
         settings.mpirun, "--allow-run-as-root", "-np", str(len(launch_ips)), "--host", hosts,
+        # The launcher starts every daemon itself: past 64 nodes Open MPI would otherwise have
+        # daemons start daemons, and they hold no key for that.
+        "--mca", "plm_rsh_no_tree_spawn", "1",
         "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
         "--mca", "btl_tcp_if_include", fabric_cidr, "--mca", "oob_tcp_if_include", fabric_cidr,
         # A rank waiting for data yields its CPU instead of spinning: one rank per node never
@@ -117,6 +123,21 @@ def mpirun_argv(launch_ips: list[str], fabric_cidr: str, settings: MpiSettings) 
         settings.python, SCRIPT_PATH,
         ",".join(str(s) for s in settings.sizes), str(settings.iters), str(settings.warmup), str(settings.budget_s),
     ]
+
+
+def rsh_args(ssh_key: str | None) -> str:
+    """``plm_rsh_args`` for mpirun's ssh from the launcher to the other nodes (nccl-tests' too):
+    the run's key and the host keys beside it; no agent. Without a key, nothing is checked."""
+    rsh = "-o BatchMode=yes -o LogLevel=ERROR -o ForwardAgent=no"
+    if ssh_key:
+        return (f"{rsh} -i {ssh_key} -o IdentitiesOnly=yes -o StrictHostKeyChecking=accept-new"
+                f" -o UserKnownHostsFile={launcher_known_hosts(ssh_key)} -o GlobalKnownHostsFile=/dev/null")
+    return f"{rsh} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
+
+
+def launcher_known_hosts(ssh_key: str) -> str:
+    """Where the run keeps, beside its key on the launcher, the host keys mpirun's ssh trusts."""
+    return f"{ssh_key}.known_hosts"
 
 
 def parse_output(text: str, label: str, nodes: tuple[str, ...], expected_sizes: tuple[int, ...]) -> AllReduceRun:

@@ -1,8 +1,18 @@
 """Running commands on nodes over SSH for the engines (the checks use testinfra's host).
 
-One OpenSSH client configuration per run folder: host keys of lab nodes change with every
-boot, so the run does not trust or record them, and a control master per node keeps the
-many short commands of a run from paying a handshake each.
+One OpenSSH client configuration per run folder, with a control master per node so the many
+short commands of a run do not pay a handshake each. Host keys follow the cluster's
+:class:`~gpucluster.hostkeys.HostKeyPolicy`: recorded on first contact and then checked on real
+targets; the lab, whose nodes get new keys with every build, is exempt.
+
+Every command a run starts on a node carries the run's tag in its environment
+(``GPUCLUSTER_RUN=<run id>``, plus ``GPUCLUSTER_CMD=<command id>``), so what a run left behind
+(mpirun and its ranks, all_reduce_perf, ib_write_bw, gpu-burn and its sampler) can be found and
+killed on every node when the run is interrupted, or when one command outlives its timeout.
+
+Nodes reach each other (mpirun's launcher starting the other ranks) with a key made for the run
+(:class:`RunKey`), authorised on the nodes for the run only and removed at its end; the
+inventory's private key never leaves the controller and no SSH agent is forwarded.
 """
 
 from __future__ import annotations
@@ -12,11 +22,21 @@ import os
 import shlex
 import subprocess
 import tempfile
-from dataclasses import dataclass
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from gpucluster.conformance.nodes import NodeInfo
+from gpucluster.hostkeys import HostKeyPolicy
+
+RUN_ID_ENV = "GPUCLUSTER_RUN_ID"  # on the controller: the run's id, handed to the suite's processes
+RUN_TAG = "GPUCLUSTER_RUN"  # on the nodes: in the environment of everything the run started
+CMD_TAG = "GPUCLUSTER_CMD"
+RUN_KEY_MARKER = "gpucluster-verify-run"
+KILL_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -45,20 +65,23 @@ def _control_dir(config_dir: Path) -> Path:
     return folder
 
 
-def write_ssh_config(path: Path, nodes: list[NodeInfo], shared: Path | None = None) -> Path:
+def write_ssh_config(path: Path, nodes: list[NodeInfo], shared: Path | None = None,
+                     host_keys: HostKeyPolicy | None = None) -> Path:
     """An ssh_config naming every node by its inventory name.
 
     Configurations written with the same ``shared`` folder (a run's ``ssh/``: every xdist
     worker's, the fabric's, the textfile publisher's) share their control masters, so a
     node's connection opened by one is reused by the others instead of a handshake each.
+    ``host_keys``: the cluster's policy; None leaves keys unchecked (the lab).
     """
-    lines = [
-        "# Written by gpucluster verify for this run.",
-        "Host *",
-        "  StrictHostKeyChecking no",
-        "  UserKnownHostsFile /dev/null",
+    policy = host_keys or HostKeyPolicy(None)
+    lines = ["# Written by gpucluster verify for this run.", "Host *"]
+    lines += [f"  {key} {value}" for key, value in policy.ssh_options()]
+    lines += [
         "  LogLevel ERROR",
         "  BatchMode yes",
+        # The nodes' sshd refuses agent forwarding (the common role); the client never asks.
+        "  ForwardAgent no",
         "  ConnectTimeout 10",
         "  ServerAliveInterval 15",
         "  ControlMaster auto",
@@ -74,36 +97,77 @@ def write_ssh_config(path: Path, nodes: list[NodeInfo], shared: Path | None = No
     return path
 
 
+def tag_command(command: str, run_id: str, cmd_id: str) -> str:
+    """``command`` in a shell whose initial environment (``/proc/PID/environ``) carries the tags,
+    as does every process it starts: what the run started can be found by tag, and only that."""
+    return (f"exec env {RUN_TAG}={run_id} {CMD_TAG}={cmd_id} \"${{SHELL:-/bin/sh}}\" -c "
+            f"{shlex.quote(command)}")
+
+
+def kill_script(tag: str, grace_s: int = 5) -> str:
+    """POSIX sh: TERM, then KILL after ``grace_s``, every process whose environment holds ``tag``
+    (``NAME=VALUE``); prints ``killed N``. Processes started meanwhile by a tagged one are tagged too."""
+    t = shlex.quote(tag)
+    return (
+        f"tag={t}; "
+        'found() { for d in /proc/[0-9]*; do p=${d#/proc/}; [ "$p" = "$$" ] && continue; '
+        'grep -qzxF -- "$tag" "$d/environ" 2>/dev/null && echo "$p"; done; }; '
+        "n=0; i=0; "
+        f"while [ $i -le {grace_s * 2} ]; do pids=$(found); [ -z \"$pids\" ] && break; "
+        '[ $i -eq 0 ] && n=$(echo $pids | wc -w); '
+        f'if [ $i -lt {grace_s * 2} ]; then kill -TERM $pids 2>/dev/null; else kill -KILL $pids 2>/dev/null; fi; '
+        "sleep 0.5; i=$((i+1)); done; "
+        'echo "killed $n"'
+    )
+
+
+def _untagged(remote: Remote) -> Remote:
+    if isinstance(remote, SshRemote):
+        return SshRemote(remote.name, remote.ssh_config, run_id="")
+    return remote
+
+
 @dataclass
 class SshRemote:
+    """One node over the run's ssh_config. Commands carry the run's tag (``run_id``, by default
+    ``$GPUCLUSTER_RUN_ID``; "" for none); a command past its timeout is killed on the node too.
+
+    ``forward_agent`` and ``agent_socket`` are accepted for old callers and ignored: no agent is
+    forwarded to a node.
+    """
+
     name: str
     ssh_config: Path
     forward_agent: bool = False
     agent_socket: str | None = None
+    run_id: str = field(default_factory=lambda: os.environ.get(RUN_ID_ENV, ""))
 
-    def argv(self, command: str) -> list[str]:
-        args = ["ssh", "-F", str(self.ssh_config)]
-        if self.forward_agent:
-            # A separate connection: a control master's forwarding choice is fixed at its start.
-            args += ["-A", "-o", "ControlMaster=no", "-o", "ControlPath=none"]
-        return [*args, self.name, command]
+    def argv(self, command: str, cmd_id: str | None = None) -> list[str]:
+        if self.run_id:
+            command = tag_command(command, self.run_id, cmd_id or uuid.uuid4().hex[:12])
+        return ["ssh", "-F", str(self.ssh_config), self.name, command]
 
     def run(self, command: str, *, stdin: str | None = None, timeout: float = 120.0) -> CommandResult:
-        env = dict(os.environ)
-        if self.agent_socket:
-            env["SSH_AUTH_SOCK"] = self.agent_socket
+        cmd_id = uuid.uuid4().hex[:12]
         try:
-            proc = subprocess.run(self.argv(command), input=stdin, capture_output=True, text=True,
-                                  timeout=timeout, env=env, check=False)
+            proc = subprocess.run(self.argv(command, cmd_id), input=stdin, capture_output=True, text=True,
+                                  timeout=timeout, check=False)
         except subprocess.TimeoutExpired as exc:
             out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            return CommandResult(124, out, f"timed out after {timeout:.0f} s: {command}")
+            note = ""
+            if self.run_id:
+                # The ssh client is gone; what it started on the node is not, unless killed there.
+                res = _untagged(self).run(kill_script(f"{CMD_TAG}={cmd_id}"), timeout=KILL_TIMEOUT_S)
+                killed = res.stdout.strip().removeprefix("killed ")
+                note = (f"; {killed} of its process(es) killed on the node" if res.ok and killed.isdigit()
+                        else f"; it may still run on the node: {res.stderr.strip()[:100]}")
+            return CommandResult(124, out, f"timed out after {timeout:.0f} s{note}: {command}")
         return CommandResult(proc.returncode, proc.stdout, proc.stderr)
 
 
 class SshAgent:
-    """An ssh-agent for this run holding the inventory's keys, so mpirun on one node can
-    reach the others through agent forwarding without a private key copied to any node."""
+    """An ssh-agent holding the inventory's keys. The conformance suite no longer uses it (nodes
+    reach each other with a :class:`RunKey`); kept for callers outside the suite."""
 
     def __init__(self, run_dir: Path, keys: list[str]) -> None:
         self.socket = str(run_dir / "ssh-agent.sock")
@@ -129,3 +193,126 @@ class SshAgent:
 
 def quote(args: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in args)
+
+
+# --- the run's own key for node-to-node logins -------------------------------------------------
+
+
+def _marker(run_id: str) -> str:
+    return f"{RUN_KEY_MARKER}:{run_id}"
+
+
+def revoke_script(run_id: str) -> str:
+    """Remove the run's authorized_keys lines and its key files from the login user's ~/.ssh."""
+    m = shlex.quote(" " + _marker(run_id))
+    key = f'"$HOME/.ssh/gpucluster-verify-{run_id}"'
+    return (
+        f'f="$HOME/.ssh/authorized_keys"; rm -f {key} {key}.known_hosts; '
+        f'if [ -f "$f" ] && grep -qF -- {m} "$f"; then '
+        f't=$(mktemp "$f.XXXXXX") || exit 1; {{ grep -vF -- {m} "$f" || true; }} > "$t" && cat "$t" > "$f"; '
+        'rm -f "$t"; fi; echo revoked'
+    )
+
+
+@dataclass(frozen=True)
+class RunKey:
+    """An ed25519 key pair made for one run (in the run folder, 0600), for mpirun's launcher to
+    log in to the other nodes.
+
+    Its authorized_keys line forces the command into a shell carrying the run's tag (so the
+    daemons it starts are killed with the run), allows no forwarding and no pty, and ends with
+    the marker comment ``gpucluster-verify-run:<run id>`` by which it is removed.
+    """
+
+    run_id: str
+    private_key: Path
+
+    @staticmethod
+    def ensure(folder: Path, run_id: str) -> RunKey:
+        key = folder / f"run-key-{run_id}"
+        if not (key.exists() and key.with_suffix(".pub").exists()):
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            key.unlink(missing_ok=True)
+            key.with_suffix(".pub").unlink(missing_ok=True)
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", _marker(run_id), "-f", str(key)],
+                           capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL)
+        os.chmod(key, 0o600)
+        return RunKey(run_id, key)
+
+    @property
+    def remote_key_name(self) -> str:
+        return f"gpucluster-verify-{self.run_id}"
+
+    def authorized_line(self) -> str:
+        kind, blob = self.private_key.with_suffix(".pub").read_text(encoding="utf-8").split()[:2]
+        forced = f'exec env {RUN_TAG}={self.run_id} \\"${{SHELL:-/bin/sh}}\\" -c \\"$SSH_ORIGINAL_COMMAND\\"'
+        return (f'command="{forced}",no-agent-forwarding,no-port-forwarding,no-X11-forwarding,no-pty '
+                f"{kind} {blob} {_marker(self.run_id)}")
+
+    def grant(self, remote: Remote) -> str | None:
+        """Authorise the key on one node; returns a problem, or None."""
+        line = shlex.quote(self.authorized_line())
+        m = shlex.quote(" " + _marker(self.run_id))
+        script = (
+            'umask 077; mkdir -p "$HOME/.ssh"; f="$HOME/.ssh/authorized_keys"; '
+            f'grep -qF -- {m} "$f" 2>/dev/null && exit 0; '
+            # A last line without its newline would swallow ours.
+            '[ -s "$f" ] && [ -n "$(tail -c1 "$f")" ] && echo >> "$f"; '
+            f"printf '%s\\n' {line} >> \"$f\""
+        )
+        res = _untagged(remote).run(script, timeout=30)
+        return None if res.ok else f"{remote.name}: cannot authorise the run's key: {res.stderr.strip()[:200]}"
+
+    def revoke(self, remote: Remote) -> str | None:
+        res = _untagged(remote).run(revoke_script(self.run_id), timeout=30)
+        return None if res.ok else f"{remote.name}: cannot remove the run's key: {res.stderr.strip()[:200]}"
+
+    def place(self, remote: Remote, known_hosts: str) -> str | None:
+        """The private key (and the host keys the launcher may trust) on the launcher; returns
+        the key's path there, or None when it could not be written."""
+        r = _untagged(remote)
+        base = f'"$HOME/.ssh/{self.remote_key_name}"'
+        res = r.run(f'umask 077; mkdir -p "$HOME/.ssh"; cat > {base} && printf %s {base}',
+                    stdin=self.private_key.read_text(encoding="utf-8"), timeout=30)
+        path = res.stdout.strip()
+        if not res.ok or not path:
+            return None
+        if not r.run(f"umask 077; cat > {shlex.quote(path + '.known_hosts')}", stdin=known_hosts, timeout=30).ok:
+            r.run(f"rm -f {shlex.quote(path)}", timeout=30)
+            return None
+        return path
+
+    def remove(self, remote: Remote, path: str | None) -> None:
+        if path:
+            _untagged(remote).run(f"rm -f {shlex.quote(path)} {shlex.quote(path + '.known_hosts')}", timeout=30)
+
+    def delete_local(self) -> None:
+        self.private_key.unlink(missing_ok=True)
+        self.private_key.with_suffix(".pub").unlink(missing_ok=True)
+
+
+# --- after an interruption -------------------------------------------------------------------
+
+
+def cleanup_script(run_id: str) -> str:
+    """Kill everything the run started on the node, then take back the run's key."""
+    return f"{kill_script(f'{RUN_TAG}={run_id}')}; {revoke_script(run_id)}"
+
+
+def cleanup_nodes(remotes: Sequence[Remote], run_id: str, timeout: float = KILL_TIMEOUT_S) -> dict[str, str]:
+    """:func:`cleanup_script` on every node at once; node -> what happened (one line)."""
+
+    def one(remote: Remote) -> tuple[str, str]:
+        try:
+            res = _untagged(remote).run(cleanup_script(run_id), timeout=timeout)
+        except OSError as exc:
+            return remote.name, f"cleanup not run: {exc}"
+        if not res.ok:
+            return remote.name, f"cleanup failed (exit {res.rc}): {res.stderr.strip()[:200]}"
+        killed = next((x for x in res.stdout.splitlines() if x.startswith("killed ")), "killed ?")
+        return remote.name, f"{killed.split()[1]} process(es) of the run killed; run key removed"
+
+    if not run_id or not remotes:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(32, len(remotes))) as pool:
+        return dict(pool.map(one, remotes))

@@ -2,7 +2,11 @@
 bandwidth against message size) and one Prometheus textfile per node.
 
 All of them are written from the same :class:`Report`, itself written back from the JSON file,
-so a report can be re-rendered from ``results.json`` alone.
+so a report can be re-rendered from ``results.json`` alone. Each file is written whole or not
+at all (a temporary file renamed over it), readable by its owner only.
+
+Beyond pass and fail, a node the run could not reach is ``unreachable`` (``meta.unreachable``:
+node -> why), and a run stopped by Ctrl-C says so (``meta.interrupted``) and exits 130.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from gpucluster import runs
 from gpucluster.conformance import checks
 from gpucluster.conformance.verdict import CheckResult, NodeVerdict, exit_code, node_verdicts
+from gpucluster.errors import EXIT_BAD_INPUT
 
 RESULTS_JSON = "results.json"
 JUNIT_XML = "junit.xml"
@@ -52,18 +58,39 @@ class Report:
         return list(self.meta.get("suite_errors") or [])
 
     @property
+    def unreachable(self) -> dict[str, str]:
+        """Nodes the run could not reach (node -> why): their verdict is ``unreachable``."""
+        return {str(k): str(v) for k, v in (self.meta.get("unreachable") or {}).items()}
+
+    def verdict_label(self, v: NodeVerdict) -> str:
+        return "unreachable" if v.node in self.unreachable else v.verdict
+
+    @property
     def exit_code(self) -> int:
+        if self.meta.get("interrupted"):
+            return runs.EXIT_INTERRUPTED
         # A module of checks that did not load leaves every node unverified on those
         # checks: never a pass, whatever the checks that did run say.
-        return 1 if self.suite_errors else exit_code(self.verdicts)
+        code = 1 if self.suite_errors else exit_code(self.verdicts)
+        # A pass whose record could not be written is no pass to show anyone.
+        if code == 0 and self.meta.get("run_folder_error"):
+            return EXIT_BAD_INPUT
+        return code
 
     def to_json(self) -> dict[str, Any]:
         vs = self.verdicts
+        verdicts = []
+        for v in vs:
+            d = v.to_json()
+            if v.node in self.unreachable:
+                d["verdict"] = "unreachable"
+                d["reason"] = self.unreachable[v.node]
+            verdicts.append(d)
         return {
             "schema": 1,
             "meta": self.meta,
-            "exit_code": 1 if self.suite_errors else exit_code(vs),
-            "verdicts": [v.to_json() for v in vs],
+            "exit_code": self.exit_code,
+            "verdicts": verdicts,
             "results": [r.to_json() for r in sorted(self.results, key=lambda r: (r.node, r.check_id, r.param or ""))],
             "series": [{"label": s.label, "points": [list(p) for p in s.points]} for s in self.series],
         }
@@ -150,7 +177,11 @@ def publish_problems(report: Report) -> list[tuple[str, str]]:
 
 def verdict_table(report: Report) -> list[list[str]]:
     rows = [["node", "verdict", "checks", "failing checks"]]
+    down = report.unreachable
     for v in report.verdicts:
+        if v.node in down:
+            rows.append([v.node, "UNREACHABLE", _counts(v), down[v.node]])
+            continue
         failing = "; ".join(f"{r.label}: {r.message}" for r in v.failed) or v.reason
         rows.append([v.node, v.verdict.upper(), _counts(v), failing])
     return rows
@@ -161,13 +192,15 @@ def markdown(report: Report) -> str:
     out = [f"# Conformance: {m.get('cluster', '?')}", ""]
     out.append(f"Inventory `{m.get('inventory', '?')}`, started {m.get('started', '?')}, "
                f"{m.get('duration_s', '?')} s. Exit code {report.exit_code}.")
+    if m.get("interrupted"):
+        out += ["", "**INTERRUPTED**: the verdicts cover the checks that finished before Ctrl-C."]
     for err in report.suite_errors:
         out += ["", f"**SUITE ERROR** (these checks ran on no node): {err}"]
     out += ["", "| node | verdict | checks | failing checks |", "|---|---|---|---|"]
     for row in verdict_table(report)[1:]:
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
     for v in report.verdicts:
-        out += ["", f"## {v.node}: {v.verdict.upper()}", ""]
+        out += ["", f"## {v.node}: {report.verdict_label(v).upper()}", ""]
         for r in v.failed:
             out.append(f"- **{r.outcome.upper()}** {r.label}: {r.message}")
         for r in v.skipped:
@@ -253,7 +286,7 @@ def html_report(report: Report) -> str:
     table.append("</table>")
     detail = []
     for v in report.verdicts:
-        detail.append(f"<h2>{esc(v.node)}: {v.verdict.upper()}</h2><ul>")
+        detail.append(f"<h2>{esc(v.node)}: {report.verdict_label(v).upper()}</h2><ul>")
         for r in v.failed:
             detail.append(f"<li><b>{r.outcome.upper()}</b> {esc(r.label)}: {esc(r.message)}</li>")
         for r in v.skipped:
@@ -275,6 +308,8 @@ def html_report(report: Report) -> str:
         f"<h1>Conformance: {esc(str(m.get('cluster', '')))}</h1>"
         f"<p>Inventory <code>{esc(str(m.get('inventory', '')))}</code>, started {esc(str(m.get('started', '')))}, "
         f"{esc(str(m.get('duration_s', '')))} s. Exit code {report.exit_code}.</p>"
+        + ("<p><b>INTERRUPTED</b>: the verdicts cover the checks that finished before Ctrl-C.</p>"
+           if m.get("interrupted") else "")
         + "\n".join(table)
         + "<h2>All-reduce bus bandwidth</h2>" + svg_plot(report.series)
         + "\n".join(detail) + "</body></html>\n"
@@ -325,7 +360,8 @@ def prometheus_textfile(report: Report, node: str) -> str:
 
 
 def write_all(report: Report, run_dir: Path) -> dict[str, Path]:
-    run_dir.mkdir(parents=True, exist_ok=True)
+    """Every report into the run folder; raises OSError (a full disk, say) with nothing half written."""
+    run_dir.mkdir(parents=True, exist_ok=True, mode=runs.RUN_DIR_MODE)
     if not report.series:
         report.series = series_from_results(report.results)
     out = {
@@ -334,13 +370,14 @@ def write_all(report: Report, run_dir: Path) -> dict[str, Path]:
         "markdown": run_dir / SUMMARY_MD,
         "html": run_dir / SUMMARY_HTML,
     }
-    out["json"].write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
-    out["junit"].write_text(junit_xml(report), encoding="utf-8")
-    out["markdown"].write_text(markdown(report), encoding="utf-8")
-    out["html"].write_text(html_report(report), encoding="utf-8")
+    # results.json last: the one file `gpucluster verify` reads back means the set is complete.
+    runs.write_private(out["junit"], junit_xml(report))
+    runs.write_private(out["markdown"], markdown(report))
+    runs.write_private(out["html"], html_report(report))
     for node in report.nodes:
         p = run_dir / PROM_DIR / node / PROM_FILE
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(prometheus_textfile(report, node), encoding="utf-8")
+        p.parent.mkdir(parents=True, exist_ok=True, mode=runs.RUN_DIR_MODE)
+        runs.write_private(p, prometheus_textfile(report, node))
         out[f"prom:{node}"] = p
+    runs.write_private(out["json"], json.dumps(report.to_json(), indent=2) + "\n")
     return out

@@ -8,11 +8,20 @@ Markers are inventory groups (``@pytest.mark.gpu``): a test runs once per host i
 groups (every host when it has none). Each test carries ``@pytest.mark.check("GC-...")``
 and the check's MUST statement as its docstring. The controller process collects every
 result and writes the run folder (JUnit XML, JSON, Markdown, HTML, Prometheus textfiles).
+
+Before any check, the controller probes every node over SSH at once (``probe.json`` in the run
+folder): a node that does not answer within seconds, or presents another host key than the one
+recorded for the cluster, gets the verdict ``unreachable`` and its checks fail at once instead of
+each waiting out its SSH timeout. Everything the suite starts on a node carries the run's tag
+(:mod:`gpucluster.conformance.remote`); an interrupted run kills it on every node and still
+writes the report of what finished.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,10 +29,19 @@ from typing import Any
 
 import pytest
 
+from gpucluster import hostkeys, runs
 from gpucluster.conformance import checks
 from gpucluster.conformance.fabric import Fabric
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, load_inventory
-from gpucluster.conformance.remote import CommandResult, SshRemote, write_ssh_config
+from gpucluster.conformance.remote import (
+    RUN_ID_ENV,
+    CommandResult,
+    Remote,
+    RunKey,
+    SshRemote,
+    cleanup_nodes,
+    write_ssh_config,
+)
 from gpucluster.conformance.reports import Report, write_all
 from gpucluster.conformance.verdict import CheckResult
 from gpucluster.errors import InputError
@@ -62,11 +80,26 @@ def _inventory(config: pytest.Config) -> ClusterInventory:
 def _run_dir(config: pytest.Config) -> Path:
     d = config.getoption("--run-dir")
     if not d:
-        # The controller picks one and hands it to xdist workers through the environment.
-        d = os.environ.setdefault("GPUCLUSTER_RUN_DIR",
-                                  f"runs/verify-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}")
+        # The controller makes one (never another run's) and hands it to xdist workers through
+        # the environment.
+        d = os.environ.get("GPUCLUSTER_RUN_DIR") or str(runs.new_run_dir(Path("runs"), "verify"))
+        os.environ["GPUCLUSTER_RUN_DIR"] = d
         config.option.run_dir = d
     return Path(d).resolve()
+
+
+def _run_id() -> str:
+    # `gpucluster verify` hands its run's id down; a bare pytest run makes one for its workers.
+    run_id = os.environ.get(RUN_ID_ENV) or runs.new_run_id()
+    os.environ[RUN_ID_ENV] = run_id
+    return run_id
+
+
+def _host_keys(inv: ClusterInventory) -> hostkeys.HostKeyPolicy:
+    try:
+        return hostkeys.policy_for(inv.target, inv.cluster_name)
+    except InputError as exc:
+        raise pytest.UsageError("; ".join(exc.lines())) from None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -79,6 +112,54 @@ def pytest_configure(config: pytest.Config) -> None:
                 config.addinivalue_line("markers", f"{g}: runs on hosts of the inventory group {g}")
     config._gc_results = []  # type: ignore[attr-defined]
     config._gc_started = time.time()  # type: ignore[attr-defined]
+    if not hasattr(config, "workerinput"):
+        _run_id()
+
+
+PROBE_JSON = "probe.json"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Controller, before xdist starts its workers: probe every node at once."""
+    config = session.config
+    if hasattr(config, "workerinput") or not config.getoption("--inventory", default=None) \
+            or config.option.collectonly:
+        return
+    inv = _inventory(config)
+    try:
+        run_dir = _run_dir(config)
+    except InputError as exc:
+        raise pytest.UsageError("; ".join(exc.lines())) from None
+    try:
+        runs.ensure_private_dir(run_dir)
+        cfg = write_ssh_config(run_dir / "ssh" / "probe" / "ssh_config", list(inv.nodes), shared=run_dir / "ssh",
+                               host_keys=_host_keys(inv))
+        found = hostkeys.probe(
+            [(n.name, n.address) for n in inv.nodes],
+            lambda name: ["ssh", "-F", str(cfg), "-o", f"ConnectTimeout={hostkeys.PROBE_CONNECT_TIMEOUT_S}",
+                          "-o", "ConnectionAttempts=1", name, "true"],
+            _host_keys(inv))
+        runs.write_private(run_dir / PROBE_JSON, json.dumps({k: v.to_json() for k, v in found.items()}, indent=2))
+    except OSError as exc:
+        raise pytest.UsageError(runs.write_error_line(run_dir, exc)) from None
+    config._gc_unreachable = {k: v.message for k, v in found.items() if not v.ok}  # type: ignore[attr-defined]
+    for name, why in config._gc_unreachable.items():  # type: ignore[attr-defined]
+        sys.stderr.write(f"{name}: unreachable, its checks fail at once: {why}\n")
+
+
+def _unreachable(config: pytest.Config) -> dict[str, str]:
+    """node -> why, from the controller's probe (workers read it from the run folder)."""
+    known: dict[str, str] | None = getattr(config, "_gc_unreachable", None)
+    if known is not None:
+        return known
+    try:
+        data = json.loads((_run_dir(config) / PROBE_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    known = {k: str(v.get("message", "")) for k, v in data.items() if v.get("status") != "ok"}
+    config._gc_unreachable = known  # type: ignore[attr-defined]
+    return known
 
 
 def _check_id(item: pytest.Item | pytest.Function) -> str:
@@ -154,15 +235,14 @@ def inventory(pytestconfig: pytest.Config) -> ClusterInventory:
 
 @pytest.fixture(scope="session")
 def run_dir(pytestconfig: pytest.Config) -> Path:
-    d = _run_dir(pytestconfig)
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return runs.ensure_private_dir(_run_dir(pytestconfig))
 
 
 @pytest.fixture(scope="session")
 def ssh_config(run_dir: Path, inventory: ClusterInventory) -> Path:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    return write_ssh_config(run_dir / "ssh" / worker / "ssh_config", list(inventory.nodes), shared=run_dir / "ssh")
+    return write_ssh_config(run_dir / "ssh" / worker / "ssh_config", list(inventory.nodes), shared=run_dir / "ssh",
+                            host_keys=_host_keys(inventory))
 
 
 @pytest.fixture(scope="session")
@@ -176,14 +256,65 @@ def node(request: pytest.FixtureRequest, inventory: ClusterInventory, ssh_config
     import testinfra
 
     name = str(request.param)
+    why = _unreachable(request.config).get(name)
+    if why is not None:
+        pytest.fail(f"node unreachable: {why}", pytrace=False)
     if name not in _hosts:
         _hosts[name] = testinfra.get_host(f"ssh://{name}", ssh_config=str(ssh_config))
     return Node(inventory.node(name), inventory, _hosts[name], ssh_config, request)
 
 
+class _Grant:
+    """The run key authorised on the nodes of one measurement; ``close`` takes it back.
+
+    Stands where :class:`Fabric` expects its agent: nothing is forwarded (``socket`` is None).
+    """
+
+    socket = None
+
+    def __init__(self, key: RunKey, remotes: list[Remote]) -> None:
+        self.key = key
+        self.remotes = remotes
+        self.problems = [p for p in (key.grant(r) for r in remotes) if p]
+
+    def close(self) -> None:
+        for r in self.remotes:
+            self.key.revoke(r)
+
+
+class RunFabric(Fabric):
+    """The suite's fabric measurements without the inventory's key on any node and without
+    agent forwarding: mpirun's launcher logs in to the other nodes with the run's own key
+    (:class:`RunKey`), authorised for the measurement only, and checks their host keys against
+    the ones the controller recorded."""
+
+    def __init__(self, inv: ClusterInventory, run_dir: Path, ssh_config: Path) -> None:
+        super().__init__(inv, run_dir, ssh_config)
+        self.host_keys = _host_keys(inv)
+
+    def remote(self, name: str, agent: Any = None) -> Remote:
+        return SshRemote(name, self.ssh_config)
+
+    def run_key(self) -> RunKey:
+        # Called under the fabric lock (Fabric.cached): one key per run, made once.
+        return RunKey.ensure(self.run_dir / "ssh" / "run-key", _run_id())
+
+    def _agent(self, nodes: list[NodeInfo]) -> Any:
+        return _Grant(self.run_key(), [self.remote(n.name) for n in nodes])
+
+    def _place_key(self, launcher: NodeInfo) -> str | None:
+        return self.run_key().place(self.remote(launcher.name), self.host_keys.trusted_lines())
+
+    def _remove_key(self, launcher: NodeInfo, path: str | None) -> None:
+        self.run_key().remove(self.remote(launcher.name), path)
+
+
 @pytest.fixture(scope="session")
-def fabric(inventory: ClusterInventory, run_dir: Path, ssh_config: Path) -> Fabric:
-    return Fabric(inventory, run_dir, ssh_config)
+def fabric(pytestconfig: pytest.Config, inventory: ClusterInventory, run_dir: Path, ssh_config: Path) -> Fabric:
+    # Measurements between nodes run among the nodes that answered the probe.
+    down = _unreachable(pytestconfig)
+    reachable = inventory.limited([n.name for n in inventory.nodes if n.name not in down]) if down else inventory
+    return RunFabric(reachable, run_dir, ssh_config)
 
 
 @pytest.fixture(scope="session")
@@ -267,27 +398,42 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
-    if hasattr(config, "workerinput") or not config.getoption("--inventory", default=None):
+    if hasattr(config, "workerinput") or not config.getoption("--inventory", default=None) \
+            or config.option.collectonly:
         return
     inv = _inventory(config)
     run_dir = _run_dir(config)
     finished = time.time()
     started: float = getattr(config, "_gc_started", finished)
-    report = Report(
-        meta={
-            "cluster": inv.cluster_name,
-            "inventory": inv.path,
-            "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
-            "duration_s": round(finished - started, 1),
-            "finished_unix": round(finished),
-            "burn": not config.getoption("--no-burn"),
-            "suite_errors": list(_CONFIG["suite_errors"]),
-        },
-        nodes=[n.name for n in inv.nodes],
-        results=list(_CONFIG["results"]),
-    )
-    write_all(report, run_dir)
+    interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
+    meta: dict[str, Any] = {
+        "cluster": inv.cluster_name,
+        "inventory": inv.path,
+        "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
+        "duration_s": round(finished - started, 1),
+        "finished_unix": round(finished),
+        "burn": not config.getoption("--no-burn"),
+        "suite_errors": list(_CONFIG["suite_errors"]),
+        "unreachable": dict(_unreachable(config)),
+        "run_id": os.environ.get(RUN_ID_ENV, ""),
+    }
+    down = meta["unreachable"]
+    if interrupted:
+        # Whatever the run started on the nodes (mpirun, ib_write_bw, a burn) outlives the ssh
+        # clients Ctrl-C killed: kill it there, and take the run's key back.
+        meta["interrupted"] = True
+        cfg = run_dir / "ssh" / "probe" / "ssh_config"
+        if cfg.exists():
+            meta["interrupt_cleanup"] = cleanup_nodes(
+                [SshRemote(n.name, cfg) for n in inv.nodes if n.name not in down], meta["run_id"])
+    RunKey(meta["run_id"], run_dir / "ssh" / "run-key" / f"run-key-{meta['run_id']}").delete_local()
+    report = Report(meta=meta, nodes=[n.name for n in inv.nodes], results=list(_CONFIG["results"]))
     config._gc_report = report  # type: ignore[attr-defined]
+    try:
+        write_all(report, run_dir)
+    except OSError as exc:
+        # One line, and the verdicts still in the terminal summary; never a traceback.
+        config._gc_write_error = f"run folder not written: {runs.write_error_line(run_dir, exc)}"  # type: ignore[attr-defined]
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -295,9 +441,19 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if report is None:
         return
     terminalreporter.section("gpucluster conformance verdicts")
+    down = report.unreachable
     for v in report.verdicts:
+        if v.node in down:
+            terminalreporter.write_line(f"{v.node:20} UNREACHABLE {down[v.node]}")
+            continue
         terminalreporter.write_line(f"{v.node:20} {v.verdict.upper():5} {len(v.passed)} passed, "
                                     f"{len(v.failed)} failed, {len(v.skipped)} skipped")
         for r in v.failed:
             terminalreporter.write_line(f"    FAIL {r.label}: {r.message}")
-    terminalreporter.write_line(f"run folder: {_run_dir(config)}")
+    if report.meta.get("interrupted"):
+        terminalreporter.write_line("interrupted: the verdicts above cover the checks that finished")
+    error = getattr(config, "_gc_write_error", None)
+    if error:
+        terminalreporter.write_line(error)
+    else:
+        terminalreporter.write_line(f"run folder: {_run_dir(config)}")

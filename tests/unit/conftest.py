@@ -35,3 +35,24 @@ def stack_file(tmp_path: Path) -> Callable[[str, Callable[[dict[str, Any]], None
         return path
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Locks and known_hosts go to the test's own folder, never the user's."""
+    from gpucluster import runs
+
+    state = tmp_path / "state"
+    monkeypatch.setenv(runs.STATE_DIR_ENV, str(state))
+    return state
+
+
+@pytest.fixture
+def ssh_stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in `ssh` on PATH: each node's commands run here, as real processes (tests/unit/cli/fakessh.py)."""
+    from tests.unit.cli import fakessh
+
+    folder = tmp_path / "fakessh"
+    for key, value in fakessh.install(folder).items():
+        monkeypatch.setenv(key, value)
+    return folder

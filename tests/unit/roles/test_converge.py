@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -11,18 +18,26 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucluster import converge as converge_module
+from gpucluster import runs
 from gpucluster.cli import main
 from gpucluster.converge import (
+    NO_LOG_HINT,
     ConvergeOptions,
     ConvergeResult,
     HostRecap,
+    Progress,
     converge,
     load_inventory,
     parse_extra_vars,
     parse_recap,
 )
 from gpucluster.errors import InputError
+from tests.unit.cli import fakessh
+from tests.unit.roles.no_log import NO_LOG as ROLES_NO_LOG
 from tests.unit.roles.render import inventory_for
+
+REPO = Path(__file__).resolve().parents[3]
 
 # playbook_on_stats event_data as ansible-runner reports it (hosts with 0 are left out).
 STATS = {
@@ -205,3 +220,328 @@ def test_cli_passes_extra_vars(tmp_path: Path, inventory_file: Path, monkeypatch
 def test_cli_bad_extra_vars_exit_2(inventory_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["converge", "-i", str(inventory_file), "-e", "no-equals-sign"]) == 2
     assert "expected KEY=VALUE" in capsys.readouterr().err
+
+
+# --- runs under interruption, concurrency and full disks; SSH trust ----------------------------
+
+
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_run_folder_and_its_files_are_private(tmp_path: Path, inventory_file: Path) -> None:
+    runner = FakeRunner([_event(1, "playbook_on_stats", **STATS)], rc=0, status="successful")
+    old = os.umask(0o022)
+    try:
+        result = converge(ConvergeOptions(inventory=inventory_file, runs_dir=tmp_path / "runs"),
+                          progress_out=io.StringIO(), runner=runner)
+    finally:
+        os.umask(old)
+    assert _mode(result.run_dir) == 0o700
+    for name in ("events.jsonl", "converge.log", "summary.json"):
+        assert _mode(result.run_dir / name) == 0o600, name
+
+
+def test_two_converges_in_the_same_second_keep_their_own_folders(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    class Frozen(converge_module.datetime):  # type: ignore[misc,name-defined]
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return converge_module.datetime(2025, 1, 1, tzinfo=tz)
+
+    monkeypatch.setattr(converge_module, "datetime", Frozen)
+    monkeypatch.setattr(runs, "utc_stamp", lambda: "20250101T000000Z")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        dirs = list(pool.map(lambda _: converge_module.new_run_dir(tmp_path / "runs", "converge"), range(24)))
+    assert len(set(dirs)) == 24 and all(d.name.startswith("20250101T000000Z-") for d in dirs)
+
+
+def test_a_fetched_admin_conf_is_private(tmp_path: Path, inventory_file: Path) -> None:
+    """The control-plane role fetches admin.conf (cluster-admin's key) to runs/<cluster>/ beside the
+    playbooks; with Mitogen it keeps the node's mode, whatever that was."""
+    playbook = tmp_path / "playbooks" / "site.yml"
+    playbook.parent.mkdir()
+    playbook.write_text("- hosts: all\n  tasks: []\n")
+    admin = tmp_path / "runs" / "lab" / "admin.conf"
+
+    class Fetching(FakeRunner):
+        def __call__(self, **kwargs: Any) -> SimpleNamespace:
+            admin.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+            admin.write_text("apiVersion: v1\nusers: [{user: {client-key-data: c2VjcmV0}}]\n")
+            os.chmod(admin, 0o644)
+            os.chmod(admin.parent, 0o755)
+            return super().__call__(**kwargs)
+
+    converge(ConvergeOptions(inventory=inventory_file, playbook=playbook, runs_dir=tmp_path / "runs"),
+             progress_out=io.StringIO(), runner=Fetching([_event(1, "playbook_on_stats", **STATS)], 0, "successful"))
+    assert _mode(admin) == 0o600 and _mode(admin.parent) == 0o700
+
+
+def _full_disk(monkeypatch: pytest.MonkeyPatch, inside: Path) -> None:
+    """Files opened under ``inside`` are /dev/full: writes fail with the kernel's own ENOSPC."""
+    real = runs.open_for_write
+    monkeypatch.setattr(runs, "open_for_write", lambda p: os.open("/dev/full", os.O_WRONLY)
+                        if str(p).startswith(str(inside)) else real(p))
+
+
+def test_a_full_disk_gives_one_line_and_still_the_recap(tmp_path: Path, inventory_file: Path,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import gpucluster.cli.converge as cli_converge
+
+    _full_disk(monkeypatch, tmp_path / "runs")
+    events = [_event(n, "runner_on_ok", "ok: [gpu-1]" * 400, host="gpu-1", task=f"Task {n}",
+                     task_action="ansible.builtin.apt", res={"changed": False}) for n in range(1, 40)]
+    events.append(_event(99, "playbook_on_stats", **STATS))
+    runner = FakeRunner(events, rc=0, status="successful")
+    monkeypatch.setattr(cli_converge, "converge",
+                        lambda options, progress_out: converge(options, progress_out=progress_out, runner=runner))
+    code = main(["converge", "-i", str(inventory_file), "--runs-dir", str(tmp_path / "runs")])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert "Traceback" not in out + err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot write the run folder" in errors[0], errors
+    assert "No space left on device (ENOSPC)" in errors[0]
+    assert "gpu-1" in out and "stor-1" in out, "the recap is still printed"
+    assert "[" in err and "Task 39" in err, "progress went on while the log could not be written"
+
+
+def test_a_runner_stopped_by_a_full_disk_is_one_line_too(tmp_path: Path, inventory_file: Path,
+                                                         capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpucluster.cli.converge as cli_converge
+
+    def runner(**kwargs: Any) -> SimpleNamespace:
+        kwargs["event_handler"](_event(1, "runner_on_ok", "ok", host="gpu-1", task="Install chrony",
+                                       task_action="ansible.builtin.apt", res={"changed": True}))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cli_converge, "converge",
+                        lambda options, progress_out: converge(options, progress_out=progress_out, runner=runner))
+    code = main(["converge", "-i", str(inventory_file), "--runs-dir", str(tmp_path / "runs")])
+    out, err = capsys.readouterr()
+    assert code == 1 and "Traceback" not in out + err
+    assert [x for x in err.splitlines() if "No space left on device" in x] == [
+        next(x for x in err.splitlines() if x.startswith("error: converge: cannot write"))]
+    assert "gpu-1" in out  # the recap of what finished
+
+
+def test_a_failure_under_no_log_names_the_way_to_its_cause() -> None:
+    progress = Progress(io.StringIO(), io.StringIO(), io.StringIO())
+    progress(_event(1, "runner_on_failed", "fatal: [cp-1]", host="cp-1", task="Join the control plane",
+                    task_action="ansible.builtin.command",
+                    res={"censored": "the output has been hidden due to the fact that 'no_log: true' was specified "
+                                     "for this result"}))
+    assert progress.failures == {"cp-1": f"Join the control plane: {NO_LOG_HINT}"}
+    assert "--debug-no-log" in NO_LOG_HINT
+
+
+def test_a_failed_command_names_its_own_words() -> None:
+    progress = Progress(io.StringIO(), io.StringIO(), io.StringIO())
+    progress(_event(1, "runner_on_failed", "", host="gpu-1", task="Init the cluster",
+                    task_action="ansible.builtin.command",
+                    res={"msg": "non-zero return code", "rc": 1, "stderr": "W0101 warn\n[ERROR Port-6443]: in use"}))
+    assert progress.failures["gpu-1"] == "Init the cluster: rc 1: [ERROR Port-6443]: in use"
+
+
+@pytest.mark.parametrize(("args", "env"), [(["--debug-no-log"], {}), ([], {"GPUCLUSTER_DEBUG_NO_LOG": "1"})])
+def test_the_debug_switch_lifts_no_log(tmp_path: Path, inventory_file: Path, monkeypatch: pytest.MonkeyPatch,
+                                       args: list[str], env: dict[str, str]) -> None:
+    import gpucluster.cli.converge as cli_converge
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    runner = FakeRunner([_event(1, "playbook_on_stats", **STATS)], rc=0, status="successful")
+    monkeypatch.setattr(cli_converge, "converge",
+                        lambda options, progress_out: converge(options, progress_out=progress_out, runner=runner))
+    assert main(["converge", "-i", str(inventory_file), "--runs-dir", str(tmp_path / "runs"), *args]) == 0
+    assert runner.kwargs["extravars"]["gpucluster_debug_no_log"] is True
+    assert runner.kwargs["envvars"]["GPUCLUSTER_DEBUG_NO_LOG"] == "1"
+
+
+# What the roles' secret tasks say (tests/unit/roles/no_log.py): no_log unless the operator lifts it.
+NO_LOG_PLAYBOOK = f"""\
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: Join with a token
+      ansible.builtin.command: sh -c 'echo "join refused, token expired" >&2; exit 3'
+      no_log: "{ROLES_NO_LOG}"
+      changed_when: false
+"""
+
+SLEEP_PLAYBOOK = """\
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: Say hello
+      ansible.builtin.command: "true"
+      changed_when: false
+    - name: Wait a long time
+      ansible.builtin.command: sleep {seconds}
+      changed_when: false
+"""
+
+
+def _local_inventory(tmp_path: Path, target: str = "onprem") -> Path:
+    """One host reached with Ansible's local connection (no SSH), on a target that is not the lab."""
+    data = inventory_for("ethernet")
+    root = data["all"]
+    name = next(iter(root["hosts"]))
+    root["hosts"] = {name: dict(root["hosts"][name], ansible_connection="local",
+                                ansible_python_interpreter=sys.executable)}
+    root["children"] = {}
+    root["vars"]["gpucluster_target"] = target
+    path = tmp_path / "local-inventory.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _gc(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), **{runs.STATE_DIR_ENV: str(tmp_path / "state")})
+    return subprocess.Popen([sys.executable, "-m", "gpucluster", *args], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def test_debug_no_log_shows_the_cause_of_a_real_failure(tmp_path: Path) -> None:
+    inventory = _local_inventory(tmp_path)
+    playbook = tmp_path / "no_log.yml"
+    playbook.write_text(NO_LOG_PLAYBOOK)
+    runs_dir = tmp_path / "runs"
+    base = ["converge", "-i", str(inventory), "--playbook", str(playbook), "--runs-dir", str(runs_dir)]
+    hidden = _gc(tmp_path, *base)
+    _, err = hidden.communicate(timeout=180)
+    assert hidden.returncode == 1 and NO_LOG_HINT in err and "token expired" not in err
+    shown = _gc(tmp_path, *base, "--debug-no-log")
+    _, err = shown.communicate(timeout=180)
+    assert shown.returncode == 1
+    assert "Join with a token: rc 3: join refused, token expired" in err, err[-2000:]
+
+
+def _pids_running(argv_tail: str) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = open(f"/proc/{entry.name}/cmdline", "rb").read().replace(b"\0", b" ").decode().strip()
+            state = open(f"/proc/{entry.name}/stat").read().split(") ")[1][0]
+        except OSError:
+            continue
+        if cmdline.endswith(argv_tail) and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def test_ctrl_c_stops_ansible_playbook_and_keeps_the_recap(tmp_path: Path) -> None:
+    """A real ansible-playbook (through ansible-runner, Mitogen included) runs a long task; Ctrl-C ends
+    the task's process and every process of the run, and the summary says what finished."""
+    seconds = f"{3000 + os.getpid() % 1000}.{time.time_ns() % 1000:03d}"
+    playbook = tmp_path / "sleep.yml"
+    playbook.write_text(SLEEP_PLAYBOOK.format(seconds=seconds))
+    runs_dir = tmp_path / "runs"
+    proc = _gc(tmp_path, "converge", "-i", str(_local_inventory(tmp_path)), "--playbook", str(playbook),
+               "--runs-dir", str(runs_dir))
+    try:
+        deadline = time.monotonic() + 120
+        while not _pids_running(f"sleep {seconds}"):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        stopped_in = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err[-2000:]
+    assert stopped_in < 20
+    time.sleep(0.5)
+    assert _pids_running(f"sleep {seconds}") == [], "the task's process outlived the converge"
+    assert runs.tagged_pids(converge_module.RUN_TAG) == []  # nothing of any converge left (name only: no value)
+    summary = json.loads(next(runs_dir.glob("*-converge/summary.json")).read_text())
+    assert summary["interrupted"] is True and summary["exit_code"] == 130 and summary["status"] == "canceled"
+    assert summary["hosts"]["gpu-1"]["ok"] == 1, summary["hosts"]  # "Say hello" finished
+    assert "interrupted" in err and "Traceback" not in err
+
+
+# --- SSH trust ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def real_target(tmp_path: Path) -> Path:
+    """An inventory of a cluster that is not the lab (on-premises, InfiniBand)."""
+    path = tmp_path / "onprem.yml"
+    path.write_text(yaml.safe_dump(inventory_for("infiniband")))
+    return path
+
+
+
+def test_real_targets_check_host_keys_against_the_clusters_known_hosts(
+        tmp_path: Path, real_target: Path, ssh_stub: Path, _state_dir: Path) -> None:
+    runner = FakeRunner([_event(1, "playbook_on_stats", **STATS)], rc=0, status="successful")
+    converge(ConvergeOptions(inventory=real_target, runs_dir=tmp_path / "runs"), progress_out=io.StringIO(),
+             runner=runner)
+    known_hosts = _state_dir / "clusters" / yaml.safe_load(real_target.read_text())["all"]["vars"][
+        "gpucluster_cluster_name"] / "known_hosts"
+    env = runner.kwargs["envvars"]
+    assert env["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    args = env["ANSIBLE_SSH_ARGS"]
+    assert f"UserKnownHostsFile={known_hosts}" in args and "StrictHostKeyChecking=yes" in args
+    assert "StrictHostKeyChecking=no" not in args
+    assert "/dev/null" not in args.replace("GlobalKnownHostsFile=/dev/null", "")
+    assert "ControlPersist=300s" in args  # ansible.cfg's own settings kept
+    # First contact went through the probe, with accept-new and the same file.
+    probes = [c for c in fakessh.calls(ssh_stub) if c[-1] == "true"]
+    hosts = yaml.safe_load(real_target.read_text())["all"]["hosts"]
+    assert sorted(c[-2] for c in probes) == sorted(h["ansible_host"] for h in hosts.values())
+    assert all("StrictHostKeyChecking=accept-new" in c and f"UserKnownHostsFile={known_hosts}" in c for c in probes)
+
+
+def test_a_changed_host_key_stops_converge_before_ansible(tmp_path: Path, real_target: Path, ssh_stub: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    import gpucluster.cli.converge as cli_converge
+
+    hosts = yaml.safe_load(real_target.read_text())["all"]["hosts"]
+    name, host = next(iter(hosts.items()))
+    monkeypatch.setenv("FAKE_SSH_CHANGED", host["ansible_host"])
+    runner = FakeRunner([], rc=0, status="successful")
+    monkeypatch.setattr(cli_converge, "converge",
+                        lambda options, progress_out: converge(options, progress_out=progress_out, runner=runner))
+    assert main(["converge", "-i", str(real_target), "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: host keys: {name}: host key of {host['ansible_host']}")
+    assert "ssh-keygen -R" in err[0] and runner.kwargs == {}
+
+
+def test_the_lab_is_exempt(tmp_path: Path, inventory_file: Path, ssh_stub: Path) -> None:
+    runner = FakeRunner([_event(1, "playbook_on_stats", **STATS)], rc=0, status="successful")
+    converge(ConvergeOptions(inventory=inventory_file, runs_dir=tmp_path / "runs"), progress_out=io.StringIO(),
+             runner=runner)
+    assert "ANSIBLE_SSH_ARGS" not in runner.kwargs["envvars"] and fakessh.calls(ssh_stub) == []
+
+
+def test_a_limited_converge_probes_only_the_hosts_it_touches(tmp_path: Path, real_target: Path, ssh_stub: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node being rebuilt (its key changed) outside --limit does not stop converging the others."""
+    data = yaml.safe_load(real_target.read_text())
+    hosts = data["all"]["hosts"]
+    names = list(hosts)
+    monkeypatch.setenv("FAKE_SSH_CHANGED", hosts[names[-1]]["ansible_host"])
+    runner = FakeRunner([_event(1, "playbook_on_stats", **STATS)], rc=0, status="successful")
+    converge(ConvergeOptions(inventory=real_target, limit=names[0], runs_dir=tmp_path / "runs"),
+             progress_out=io.StringIO(), runner=runner)
+    assert [c[-2] for c in fakessh.calls(ssh_stub)] == [hosts[names[0]]["ansible_host"]]
+    group = next(g for g, body in data["all"]["children"].items() if names[0] in (body.get("hosts") or {}))
+    assert converge_module.limited_hosts(data, f"{group},{names[0]}") == set(data["all"]["children"][group]["hosts"])
+    assert converge_module.limited_hosts(data, "gpu*") is None and converge_module.limited_hosts(data, "all") is None
+    with pytest.raises(InputError):
+        converge(ConvergeOptions(inventory=real_target, limit=names[-1], runs_dir=tmp_path / "runs"),
+                 progress_out=io.StringIO(), runner=runner)

@@ -1,0 +1,168 @@
+"""SSH trust for converge and verify: which host keys a cluster's nodes may present, and a quick
+probe of every node before a run.
+
+Real targets: one known_hosts file per cluster on the controller
+(``<state>/clusters/<name>/known_hosts``, see :mod:`gpucluster.runs`). The first contact records
+a node's key (``StrictHostKeyChecking accept-new``); from then on a different key is refused,
+and the run says which node, which file and how to accept a rebuilt node's new key.
+
+The lab is exempt: its nodes' keys are made anew with the nodes, and `gpucluster lab` checks
+them with a known_hosts of its own; converge and verify neither record nor check them there.
+
+:func:`probe` connects to every node in parallel with a short timeout, so an unreachable node is
+known in seconds (instead of each check waiting out its own SSH timeout) and a changed host key
+is reported once, with its remedy.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from gpucluster import runs
+from gpucluster.errors import InputError
+
+KNOWN_HOSTS = "known_hosts"
+PROBE_CONNECT_TIMEOUT_S = 5
+PROBE_TIMEOUT_S = 15.0
+
+_CHANGED = ("REMOTE HOST IDENTIFICATION HAS CHANGED", "has changed and you have requested strict checking",
+            "Host key verification failed")
+
+
+@dataclass(frozen=True)
+class HostKeyPolicy:
+    """How a run's SSH clients treat host keys. ``known_hosts`` None: not checked (the lab)."""
+
+    known_hosts: Path | None
+
+    @property
+    def checked(self) -> bool:
+        return self.known_hosts is not None
+
+    def ssh_options(self) -> list[tuple[str, str]]:
+        """(option, value) pairs for ssh_config or ``-o`` flags."""
+        if self.known_hosts is None:
+            return [("StrictHostKeyChecking", "no"), ("UserKnownHostsFile", "/dev/null"),
+                    ("GlobalKnownHostsFile", "/dev/null")]
+        return [("StrictHostKeyChecking", "accept-new"), ("UserKnownHostsFile", str(self.known_hosts)),
+                ("GlobalKnownHostsFile", "/dev/null"), ("HashKnownHosts", "no")]
+
+    def ssh_flags(self) -> list[str]:
+        return [arg for key, value in self.ssh_options() for arg in ("-o", f"{key}={value}")]
+
+    def trusted_lines(self) -> str:
+        """The recorded keys (for a launcher node's own ssh to the others); "" when none."""
+        if self.known_hosts is None:
+            return ""
+        try:
+            return self.known_hosts.read_text(encoding="utf-8")
+        except OSError:
+            return ""
+
+
+def policy_for(target: str, cluster_name: str) -> HostKeyPolicy:
+    """The lab: unchecked. Any other target: the cluster's own known_hosts (InputError when it
+    cannot be made, since running unchecked instead is no option)."""
+    if target == "lab":
+        return HostKeyPolicy(None)
+    try:
+        path = runs.cluster_state_dir(cluster_name) / KNOWN_HOSTS
+        if not path.exists():
+            path.touch(mode=runs.RUN_FILE_MODE)
+    except OSError as exc:
+        raise InputError(f"cannot keep the cluster's host keys under {runs.state_root()}: "
+                         f"{runs.describe_os_error(exc)} (set {runs.STATE_DIR_ENV} to a writable folder)") from None
+    return HostKeyPolicy(path)
+
+
+def policy_for_inventory(data: dict[str, Any]) -> HostKeyPolicy:
+    """The policy for a parsed inventory (``all.vars.gpucluster_target`` and the cluster's name)."""
+    all_vars = ((data.get("all") or {}).get("vars") or {}) if isinstance(data, dict) else {}
+    return policy_for(str(all_vars.get("gpucluster_target", "")), str(all_vars.get("gpucluster_cluster_name", "")))
+
+
+# --- probing ---------------------------------------------------------------------------------
+
+Status = Literal["ok", "unreachable", "host_key_changed"]
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    node: str
+    status: Status
+    message: str
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "message": self.message, "seconds": self.seconds}
+
+    @staticmethod
+    def from_json(node: str, d: dict[str, Any]) -> ProbeResult:
+        return ProbeResult(node, d["status"], str(d.get("message", "")), float(d.get("seconds", 0.0)))
+
+
+def _last_line(text: str) -> str:
+    lines = [x.strip() for x in text.strip().splitlines() if x.strip() and not set(x.strip()) <= {"@"}]
+    return lines[-1][:300] if lines else ""
+
+
+def classify(node: str, address: str, rc: int | None, stderr: str, seconds: float,
+             policy: HostKeyPolicy, timeout: float) -> ProbeResult:
+    """What one probe's exit status and ssh's messages say about the node."""
+    secs = round(seconds, 2)
+    if rc is None:
+        return ProbeResult(node, "unreachable", f"no SSH answer within {timeout:.0f} s", secs)
+    if any(m in stderr for m in _CHANGED) and policy.known_hosts is not None:
+        kh = shlex.quote(str(policy.known_hosts))
+        return ProbeResult(node, "host_key_changed",
+                           f"host key of {address} is not the one recorded in {policy.known_hosts} (a rebuilt node, "
+                           f"or someone in between): if the node was rebuilt, forget the old key with "
+                           f"`ssh-keygen -R {shlex.quote(address)} -f {kh}` and run again", secs)
+    if rc == 255:
+        return ProbeResult(node, "unreachable", _last_line(stderr) or "ssh exit 255", secs)
+    return ProbeResult(node, "ok", "", secs)
+
+
+def probe(nodes: Sequence[tuple[str, str]], argv_for: Callable[[str], list[str]], policy: HostKeyPolicy,
+          *, timeout: float = PROBE_TIMEOUT_S, workers: int = 32) -> dict[str, ProbeResult]:
+    """``true`` on every (name, address) at once; ``argv_for(name)`` is the ssh command line."""
+
+    def one(node: tuple[str, str]) -> ProbeResult:
+        name, address = node
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(argv_for(name), capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL, check=False)
+        except subprocess.TimeoutExpired:
+            return classify(name, address, None, "", time.monotonic() - t0, policy, timeout)
+        except OSError as exc:
+            return ProbeResult(name, "unreachable", f"cannot run ssh: {exc}", 0.0)
+        return classify(name, address, proc.returncode, proc.stderr, time.monotonic() - t0, policy, timeout)
+
+    if not nodes:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(nodes)))) as pool:
+        return {r.node: r for r in pool.map(one, nodes)}
+
+
+def direct_argv(address: str, port: int, user: str | None, key_file: str | None, policy: HostKeyPolicy,
+                command: str = "true") -> list[str]:
+    """An ssh command line that needs no config file (converge's probe, before Ansible connects)."""
+    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={PROBE_CONNECT_TIMEOUT_S}",
+            "-o", "ConnectionAttempts=1", "-o", "LogLevel=ERROR", *policy.ssh_flags(), "-p", str(port)]
+    if user:
+        argv += ["-l", user]
+    if key_file:
+        argv += ["-i", key_file, "-o", "IdentitiesOnly=yes"]
+    return [*argv, address, command]
