@@ -21,7 +21,8 @@ from gpucluster.conformance import allreduce_mpi, ib_write_bw, nccl_tests
 from gpucluster.conformance.bandwidth import AllReduceRun, judge
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo
 from gpucluster.conformance.pairs import PairResult, find_slow, ring_pairs, rounds
-from gpucluster.conformance.remote import Remote, SshAgent, SshRemote
+from gpucluster.conformance.remote import Remote, RunKey, SshRemote
+from gpucluster.hostkeys import HostKeyPolicy
 
 
 @dataclass(frozen=True)
@@ -31,12 +32,34 @@ class FabricOptions:
     ib_seconds: int = 5
 
 
+class _Grant:
+    """The run key authorised on the nodes of one measurement; ``close`` takes it back."""
+
+    def __init__(self, key: RunKey, remotes: list[Remote]) -> None:
+        self.key = key
+        self.remotes = remotes
+        self.problems = [p for p in (key.grant(r) for r in remotes) if p]
+
+    def close(self) -> None:
+        for r in self.remotes:
+            self.key.revoke(r)
+
+
 class Fabric:
-    def __init__(self, inv: ClusterInventory, run_dir: Path, ssh_config: Path,
-                 options: FabricOptions | None = None) -> None:
+    """Measurements between nodes, with no inventory key on any node and no agent forwarding.
+
+    mpirun's launcher (nccl-tests on GPUs, the MPI all-reduce on CPUs) logs in to the other nodes
+    with the run's own key (:class:`RunKey`), authorised for one measurement only, and checks
+    their host keys against the ones the controller recorded (``host_keys``).
+    """
+
+    def __init__(self, inv: ClusterInventory, run_dir: Path, ssh_config: Path, host_keys: HostKeyPolicy,
+                 run_id: str, options: FabricOptions | None = None) -> None:
         self.inv = inv
         self.run_dir = run_dir
         self.ssh_config = ssh_config
+        self.host_keys = host_keys
+        self.run_id = run_id
         self.options = options or FabricOptions()
         self.cache_dir = run_dir / "fabric"
         self.log_dir = run_dir / "logs"
@@ -64,29 +87,22 @@ class Fabric:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.log_dir / name).write_text(text, encoding="utf-8")
 
-    def remote(self, name: str, agent: SshAgent | None = None) -> Remote:
-        return SshRemote(name, self.ssh_config, forward_agent=agent is not None,
-                         agent_socket=agent.socket if agent else None)
+    def remote(self, name: str) -> Remote:
+        return SshRemote(name, self.ssh_config)
 
-    def _agent(self, nodes: list[NodeInfo]) -> SshAgent:
-        return SshAgent(self.run_dir, [n.key_file for n in nodes if n.key_file])
+    def run_key(self) -> RunKey:
+        # Called under the fabric lock (``cached``): one key per run, made once.
+        return RunKey.ensure(self.run_dir / "ssh" / "run-key", self.run_id)
+
+    def _grant(self, nodes: list[NodeInfo]) -> _Grant:
+        return _Grant(self.run_key(), [self.remote(n.name) for n in nodes])
 
     def _place_key(self, launcher: NodeInfo) -> str | None:
-        """The inventory key on the launcher for mpirun's ssh; None where the inventory names none.
-
-        The common role forbids agent forwarding, so mpirun's ssh needs a key on the node:
-        the run writes it (mode 0600, a run-specific name) and removes it when done.
-        """
-        if not launcher.key_file:
-            return None
-        path = f"/root/.ssh/gpucluster-verify-{self.run_dir.name}"
-        key = Path(launcher.key_file).read_text(encoding="utf-8")
-        res = self.remote(launcher.name).run(f"umask 077; mkdir -p /root/.ssh; cat > {path}", stdin=key, timeout=30)
-        return path if res.ok else None
+        """The run key on the launcher, for mpirun's ssh to the other nodes; None when it could not be put."""
+        return self.run_key().place(self.remote(launcher.name), self.host_keys.trusted_lines())
 
     def _remove_key(self, launcher: NodeInfo, path: str | None) -> None:
-        if path:
-            self.remote(launcher.name).run(f"rm -f {path}", timeout=30)
+        self.run_key().remove(self.remote(launcher.name), path)
 
     # --- all-reduce ------------------------------------------------------------------------
 
@@ -100,7 +116,7 @@ class Fabric:
     def engine(self, nodes: list[NodeInfo]) -> str:
         return "nccl-tests" if nodes and all(n.gpu_count > 0 for n in nodes) else "mpi-cpu"
 
-    def _allreduce(self, nodes: list[NodeInfo], label: str, agent: SshAgent, sweep: bool = True) -> AllReduceRun:
+    def _allreduce(self, nodes: list[NodeInfo], label: str, sweep: bool = True) -> AllReduceRun:
         """One all-reduce over ``nodes``. ``sweep``: every size up to twice the large size (the
         plot's series); otherwise only the sizes the verdict reads (the pair runs)."""
         names = tuple(n.name for n in nodes)
@@ -109,25 +125,27 @@ class Fabric:
         ips = [n.address for n in nodes]
         cidr = str(self.inv.fabric["fabric_cidr"])
         large = self.large_bytes(nodes)
-        launcher = self.remote(nodes[0].name, agent)
+        launcher = self.remote(nodes[0].name)
         safe = label.replace(":", "_").replace(",", "_").replace("+", "_")
-        if self.engine(nodes) == "nccl-tests":
-            run, log = nccl_tests.run_inter(launcher, names, ips, nodes[0].gpu_count, cidr,
-                                            self.inv.fabric.get("socket_ifname") or nodes[0].fabric_interface,
-                                            2 * large, label, min_bytes=8 if sweep else large)
-        else:
+        nccl = self.engine(nodes) == "nccl-tests"
+        if not nccl:
             problems = allreduce_mpi.ship_script([self.remote(n) for n in names])
             if problems:
                 return AllReduceRun("mpi-cpu", label, names, 0, status="incomplete", notes=problems)
-            key = self._place_key(nodes[0])
-            try:
+        key = self._place_key(nodes[0])
+        try:
+            if nccl:
+                run, log = nccl_tests.run_inter(launcher, names, ips, nodes[0].gpu_count, cidr,
+                                                self.inv.fabric.get("socket_ifname") or nodes[0].fabric_interface,
+                                                2 * large, label, min_bytes=8 if sweep else large, ssh_key=key)
+            else:
                 sizes = allreduce_mpi.sizes_up_to(large) if sweep else (large, 2 * large)
                 settings = allreduce_mpi.MpiSettings(sizes=sizes,
                                                      iters=self.options.mpi_iters, budget_s=self.options.mpi_budget_s,
                                                      ssh_key=key)
                 run, log = allreduce_mpi.run_allreduce(launcher, names, ips, cidr, settings, label)
-            finally:
-                self._remove_key(nodes[0], key)
+        finally:
+            self._remove_key(nodes[0], key)
         self._log(f"allreduce-{safe}.log", log)
         return run
 
@@ -139,11 +157,11 @@ class Fabric:
             if len(nodes) < 2:
                 return {"skip": f"{len(nodes)} node(s) with an inter-node all-reduce floor: an inter-node "
                                 "all-reduce needs two"}
-            agent = self._agent(nodes)
+            grant = self._grant(nodes)
             try:
-                run = self._allreduce(nodes, "inter:" + ",".join(n.name for n in nodes), agent)
+                run = self._allreduce(nodes, "inter:" + ",".join(n.name for n in nodes))
             finally:
-                agent.close()
+                grant.close()
             return {"run": run.to_json(), "engine": run.engine, "large_bytes": self.large_bytes(nodes)}
 
         return self.cached("inter_node", compute)
@@ -154,14 +172,14 @@ class Fabric:
             if len(nodes) < 2:
                 return {"skip": f"{len(nodes)} node(s) with an inter-node floor: pairs need two"}
             by_name = {n.name: n for n in nodes}
-            agent = self._agent(nodes)
+            grant = self._grant(nodes)
             results: list[PairResult] = []
             runs: list[dict[str, Any]] = []
             try:
                 for this_round in rounds(ring_pairs([n.name for n in nodes])):
                     def one(pair: tuple[str, str]) -> tuple[PairResult, AllReduceRun]:
                         a, b = by_name[pair[0]], by_name[pair[1]]
-                        run = self._allreduce([a, b], f"pair:{a.name}+{b.name}", agent, sweep=False)
+                        run = self._allreduce([a, b], f"pair:{a.name}+{b.name}", sweep=False)
                         floor = min(float(a.floor("allreduce_inter_busbw_gbps")),
                                     float(b.floor("allreduce_inter_busbw_gbps")))
                         v = judge(run, floor, self.large_bytes([a, b]))
@@ -172,7 +190,7 @@ class Fabric:
                             results.append(pr)
                             runs.append(run.to_json())
             finally:
-                agent.close()
+                grant.close()
             search = find_slow([n.name for n in nodes], results)
             return {"search": search.to_json(), "runs": runs}
 

@@ -7,6 +7,7 @@ the table.
 
 from __future__ import annotations
 
+from gpucluster.conformance.allreduce_mpi import rsh_args
 from gpucluster.conformance.bandwidth import AllReduceRun, from_nccl_result
 from gpucluster.conformance.remote import Remote, quote
 from gpucluster.parsers import NotToolOutput, parse
@@ -58,14 +59,19 @@ def run_intra(remote: Remote, gpus: int, max_bytes: int, install_dir: str = DEFA
 
 
 def mpirun_argv(launch_ips: list[str], gpus_per_node: int, fabric_cidr: str, socket_ifname: str | None,
-                max_bytes: int, install_dir: str, json_out: bool, min_bytes: int = 8) -> list[str]:
-    """One rank per GPU; NCCL_ALGO=Ring so the figure qualifies the network, not NVLS/tree tricks."""
+                max_bytes: int, install_dir: str, json_out: bool, min_bytes: int = 8,
+                ssh_key: str | None = None) -> list[str]:
+    """One rank per GPU; NCCL_ALGO=Ring so the figure qualifies the network, not NVLS/tree tricks.
+
+    mpirun's ssh to the other nodes uses the run's key on the launcher (``ssh_key``) and checks
+    their host keys; only the launcher logs in to the others (no tree spawn), never with an agent.
+    """
     hosts = ",".join(f"{ip}:{gpus_per_node}" for ip in launch_ips)
     argv = [
         "mpirun", "--allow-run-as-root", "-np", str(len(launch_ips) * gpus_per_node), "--host", hosts,
         "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", fabric_cidr,
         "--mca", "oob_tcp_if_include", fabric_cidr,
-        "--mca", "plm_rsh_args", "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes",
+        "--mca", "plm_rsh_args", rsh_args(ssh_key), "--mca", "plm_rsh_no_tree_spawn", "1",
         "-x", "NCCL_ALGO=Ring", "-x", "NCCL_DEBUG=WARN",
     ]
     if socket_ifname:
@@ -75,10 +81,11 @@ def mpirun_argv(launch_ips: list[str], gpus_per_node: int, fabric_cidr: str, soc
 
 def run_inter(launcher: Remote, nodes: tuple[str, ...], launch_ips: list[str], gpus_per_node: int,
               fabric_cidr: str, socket_ifname: str | None, max_bytes: int, label: str,
-              install_dir: str = DEFAULT_DIR, timeout_s: float = 600, min_bytes: int = 8) -> tuple[AllReduceRun, str]:
+              install_dir: str = DEFAULT_DIR, timeout_s: float = 600, min_bytes: int = 8,
+              ssh_key: str | None = None) -> tuple[AllReduceRun, str]:
     use_json = supports_json(launcher, install_dir)
     argv = mpirun_argv(launch_ips, gpus_per_node, fabric_cidr, socket_ifname, max_bytes, install_dir, use_json,
-                       min_bytes)
+                       min_bytes, ssh_key)
     res = launcher.run(quote(argv) + " 2>&1", timeout=timeout_s)
     json_text = launcher.run(f"cat {JSON_PATH}", timeout=30).stdout if use_json and res.ok else None
     run = _parse(res.stdout, label, nodes, json_text)

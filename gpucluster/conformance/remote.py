@@ -131,15 +131,11 @@ def _untagged(remote: Remote) -> Remote:
 class SshRemote:
     """One node over the run's ssh_config. Commands carry the run's tag (``run_id``, by default
     ``$GPUCLUSTER_RUN_ID``; "" for none); a command past its timeout is killed on the node too.
-
-    ``forward_agent`` and ``agent_socket`` are accepted for old callers and ignored: no agent is
-    forwarded to a node.
+    No agent is ever forwarded: the run's ssh_config says ``ForwardAgent no``.
     """
 
     name: str
     ssh_config: Path
-    forward_agent: bool = False
-    agent_socket: str | None = None
     run_id: str = field(default_factory=lambda: os.environ.get(RUN_ID_ENV, ""))
 
     def argv(self, command: str, cmd_id: str | None = None) -> list[str]:
@@ -163,32 +159,6 @@ class SshRemote:
                         else f"; it may still run on the node: {res.stderr.strip()[:100]}")
             return CommandResult(124, out, f"timed out after {timeout:.0f} s{note}: {command}")
         return CommandResult(proc.returncode, proc.stdout, proc.stderr)
-
-
-class SshAgent:
-    """An ssh-agent holding the inventory's keys. The conformance suite no longer uses it (nodes
-    reach each other with a :class:`RunKey`); kept for callers outside the suite."""
-
-    def __init__(self, run_dir: Path, keys: list[str]) -> None:
-        self.socket = str(run_dir / "ssh-agent.sock")
-        if os.path.exists(self.socket):
-            os.unlink(self.socket)
-        proc = subprocess.run(["ssh-agent", "-a", self.socket, "-s"], capture_output=True, text=True, check=True)
-        self.pid: int | None = None
-        for part in proc.stdout.replace(";", "\n").splitlines():
-            if part.strip().startswith("SSH_AGENT_PID="):
-                self.pid = int(part.strip().split("=", 1)[1])
-        env = dict(os.environ, SSH_AUTH_SOCK=self.socket)
-        for key in sorted(set(keys)):
-            subprocess.run(["ssh-add", "-q", key], env=env, capture_output=True, check=True)
-
-    def close(self) -> None:
-        if self.pid:
-            try:
-                os.kill(self.pid, 15)
-            except ProcessLookupError:
-                pass
-            self.pid = None
 
 
 def quote(args: list[str]) -> str:

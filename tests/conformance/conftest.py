@@ -36,7 +36,6 @@ from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, load_invent
 from gpucluster.conformance.remote import (
     RUN_ID_ENV,
     CommandResult,
-    Remote,
     RunKey,
     SshRemote,
     cleanup_nodes,
@@ -264,57 +263,12 @@ def node(request: pytest.FixtureRequest, inventory: ClusterInventory, ssh_config
     return Node(inventory.node(name), inventory, _hosts[name], ssh_config, request)
 
 
-class _Grant:
-    """The run key authorised on the nodes of one measurement; ``close`` takes it back.
-
-    Stands where :class:`Fabric` expects its agent: nothing is forwarded (``socket`` is None).
-    """
-
-    socket = None
-
-    def __init__(self, key: RunKey, remotes: list[Remote]) -> None:
-        self.key = key
-        self.remotes = remotes
-        self.problems = [p for p in (key.grant(r) for r in remotes) if p]
-
-    def close(self) -> None:
-        for r in self.remotes:
-            self.key.revoke(r)
-
-
-class RunFabric(Fabric):
-    """The suite's fabric measurements without the inventory's key on any node and without
-    agent forwarding: mpirun's launcher logs in to the other nodes with the run's own key
-    (:class:`RunKey`), authorised for the measurement only, and checks their host keys against
-    the ones the controller recorded."""
-
-    def __init__(self, inv: ClusterInventory, run_dir: Path, ssh_config: Path) -> None:
-        super().__init__(inv, run_dir, ssh_config)
-        self.host_keys = _host_keys(inv)
-
-    def remote(self, name: str, agent: Any = None) -> Remote:
-        return SshRemote(name, self.ssh_config)
-
-    def run_key(self) -> RunKey:
-        # Called under the fabric lock (Fabric.cached): one key per run, made once.
-        return RunKey.ensure(self.run_dir / "ssh" / "run-key", _run_id())
-
-    def _agent(self, nodes: list[NodeInfo]) -> Any:
-        return _Grant(self.run_key(), [self.remote(n.name) for n in nodes])
-
-    def _place_key(self, launcher: NodeInfo) -> str | None:
-        return self.run_key().place(self.remote(launcher.name), self.host_keys.trusted_lines())
-
-    def _remove_key(self, launcher: NodeInfo, path: str | None) -> None:
-        self.run_key().remove(self.remote(launcher.name), path)
-
-
 @pytest.fixture(scope="session")
 def fabric(pytestconfig: pytest.Config, inventory: ClusterInventory, run_dir: Path, ssh_config: Path) -> Fabric:
     # Measurements between nodes run among the nodes that answered the probe.
     down = _unreachable(pytestconfig)
     reachable = inventory.limited([n.name for n in inventory.nodes if n.name not in down]) if down else inventory
-    return RunFabric(reachable, run_dir, ssh_config)
+    return Fabric(reachable, run_dir, ssh_config, _host_keys(inventory), _run_id())
 
 
 @pytest.fixture(scope="session")

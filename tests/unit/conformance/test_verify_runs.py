@@ -24,8 +24,9 @@ import pytest
 import yaml
 
 from gpucluster import hostkeys, runs
-from gpucluster.conformance import allreduce_mpi
+from gpucluster.conformance import allreduce_mpi, nccl_tests
 from gpucluster.conformance.bandwidth import AllReduceRun
+from gpucluster.conformance.fabric import Fabric
 from gpucluster.conformance.nodes import load_inventory
 from gpucluster.conformance.remote import (
     RUN_ID_ENV,
@@ -109,8 +110,14 @@ def test_the_lab_stays_exempt(tmp_path: Path) -> None:
 
 
 def test_no_agent_is_ever_forwarded() -> None:
-    argv = SshRemote("gpu-1", Path("cfg"), forward_agent=True, agent_socket="/tmp/agent.sock", run_id="").argv("true")
+    argv = SshRemote("gpu-1", Path("cfg"), run_id="").argv("true")
     assert "-A" not in argv and not any("ForwardAgent=yes" in a for a in argv)
+    launcher = nccl_tests.mpirun_argv(["10.0.0.1", "10.0.0.2"], 8, "10.1.0.0/24", None, 1 << 30, "/opt/nccl-tests",
+                                      False, ssh_key="/root/.ssh/gpucluster-verify-abc")
+    rsh = launcher[launcher.index("plm_rsh_args") + 1]
+    assert "ForwardAgent=no" in rsh and "-i /root/.ssh/gpucluster-verify-abc" in rsh
+    assert "StrictHostKeyChecking=accept-new" in rsh and "StrictHostKeyChecking=no" not in rsh
+    assert launcher[launcher.index("plm_rsh_no_tree_spawn") + 1] == "1"
 
 
 def test_mpirun_logs_in_with_the_run_key_and_checks_host_keys() -> None:
@@ -163,13 +170,6 @@ def test_the_run_keys_line_restricts_it_and_tags_what_it_starts(tmp_path: Path) 
         proc.wait()
 
 
-def _run_fabric() -> Any:
-    """The suite's Fabric (tests/conformance/conftest.py), as the suite builds it."""
-    from tests.conformance.conftest import RunFabric
-
-    return RunFabric
-
-
 def test_fabric_never_copies_the_inventory_key_and_takes_the_run_key_back(
         tmp_path: Path, ssh_stub: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     inventory_key = tmp_path / "inventory_key"
@@ -190,7 +190,7 @@ def test_fabric_never_copies_the_inventory_key_and_takes_the_run_key_back(
 
     monkeypatch.setattr(allreduce_mpi, "ship_script", lambda remotes: [])
     monkeypatch.setattr(allreduce_mpi, "run_allreduce", fake_run)
-    fabric = _run_fabric()(inv, run_dir, cfg)
+    fabric = Fabric(inv, run_dir, cfg, hostkeys.policy_for(inv.target, inv.cluster_name), "feedfacecafe")
     fabric.inter_node()
 
     run_key = (run_dir / "ssh" / "run-key" / "run-key-feedfacecafe").read_text()
@@ -429,3 +429,24 @@ def test_two_verifies_in_the_same_second_get_two_folders(tmp_path: Path, monkeyp
     first, second = verify.default_run_dir(), verify.default_run_dir()
     assert first != second and first.is_dir() and second.is_dir()
     assert oct(first.stat().st_mode & 0o777) == "0o700"
+
+
+def test_nccl_tests_launcher_gets_the_run_key_and_gives_it_back(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    inv = load_inventory(GOLDEN)
+    fabric = Fabric(inv, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(inv.target, inv.cluster_name), "")
+    placed: list[str] = []
+    monkeypatch.setattr(fabric, "engine", lambda nodes: "nccl-tests")
+    monkeypatch.setattr(fabric, "_place_key", lambda launcher: placed.append("put") or "/root/.ssh/run-key")
+    monkeypatch.setattr(fabric, "_remove_key", lambda launcher, path: placed.append(f"removed {path}"))
+    seen: dict[str, Any] = {}
+
+    def fake_inter(launcher: Any, names: tuple[str, ...], *args: Any, ssh_key: str | None = None,
+                   **kwargs: Any) -> tuple[AllReduceRun, str]:
+        seen["ssh_key"] = ssh_key
+        return AllReduceRun("nccl-tests", "x", names, 16, status="ok"), ""
+
+    monkeypatch.setattr(nccl_tests, "run_inter", fake_inter)
+    fabric._allreduce([n for n in inv.nodes if n.name in ("gpu-1", "gpu-2")], "inter")
+    assert seen["ssh_key"] == "/root/.ssh/run-key"
+    assert placed == ["put", "removed /root/.ssh/run-key"]

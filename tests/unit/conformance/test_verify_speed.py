@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from gpucluster import verify
+from gpucluster import hostkeys, verify
 from gpucluster.conformance import allreduce_mpi, nccl_tests
 from gpucluster.conformance.bandwidth import AllReduceRun
 from gpucluster.conformance.fabric import Fabric
@@ -45,12 +45,13 @@ def test_pair_runs_measure_only_the_verdict_sizes(tmp_path, monkeypatch):
 
     monkeypatch.setattr(allreduce_mpi, "ship_script", lambda remotes: [])
     monkeypatch.setattr(allreduce_mpi, "run_allreduce", fake_run)
-    fabric = Fabric(inv, tmp_path, tmp_path / "ssh_config")
+    fabric = Fabric(inv, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(inv.target, inv.cluster_name), "")
     nodes = [n for n in inv.nodes if n.name in ("gpu-1", "gpu-2")]
     monkeypatch.setattr(fabric, "_place_key", lambda launcher: None)
+    monkeypatch.setattr(fabric, "_remove_key", lambda launcher, path: None)
     large = fabric.large_bytes(nodes)
-    fabric._allreduce(nodes, "inter", agent=None, sweep=True)  # type: ignore[arg-type]
-    fabric._allreduce(nodes, "pair", agent=None, sweep=False)  # type: ignore[arg-type]
+    fabric._allreduce(nodes, "inter", sweep=True)
+    fabric._allreduce(nodes, "pair", sweep=False)
     assert seen[0] == allreduce_mpi.sizes_up_to(large) and seen[1] == (large, 2 * large)
 
 
