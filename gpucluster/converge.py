@@ -46,7 +46,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from gpucluster import hostkeys, runs
+from gpucluster import hostkeys, mitogen, runs
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
 from gpucluster.inventory import parse_inventory_text
 
@@ -135,6 +135,8 @@ class ConvergeOptions:
     extra_vars: dict[str, Any] = field(default_factory=dict)
     # Lift no_log on the roles' secret tasks (they read gpucluster_debug_no_log).
     debug_no_log: bool = False
+    # Run over Mitogen's linear strategy instead of the stock one (opt-in; gpucluster/mitogen.py).
+    mitogen: bool = False
 
 
 @dataclass
@@ -502,6 +504,9 @@ def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[.
     if options.debug_no_log:
         extravars[DEBUG_NO_LOG_VAR] = True
         envvars[DEBUG_NO_LOG_ENV] = "1"
+    use_mitogen = mitogen.wanted(options.mitogen)
+    if use_mitogen:
+        envvars.update(mitogen.strategy_env())
     started_at = datetime.now(UTC)
     started = time.monotonic()
     with runs.RunFile(run_dir / "events.jsonl") as events, runs.RunFile(run_dir / "converge.log") as log, \
@@ -587,6 +592,7 @@ def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[.
         "tags": options.tags,
         "heavy": options.heavy,
         "debug_no_log": options.debug_no_log,
+        "strategy": mitogen.STRATEGY if use_mitogen else "linear",
         "host_keys": str(policy.known_hosts) if policy.known_hosts else "not checked (lab)",
         # Names only: a value passed with -e may be a secret.
         "extra_vars": sorted(options.extra_vars),

@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--debug-no-log", action="store_true", default=os.environ.get(DEBUG_NO_LOG_ENV, "") == "1",
                    help="show what the roles' secret tasks (no_log) report, so a failure among them names its "
                         f"cause; secrets then reach the terminal and the run folder (also {DEBUG_NO_LOG_ENV}=1)")
+    p.add_argument("--mitogen", action="store_true",
+                   help="run over Mitogen's linear strategy (faster; opt-in, it follows ansible-core's "
+                        "internals; also GPUCLUSTER_MITOGEN=1)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.set_defaults(func=_converge)
 
@@ -68,6 +71,7 @@ def _converge(args: argparse.Namespace) -> int:
         runs_dir=Path(args.runs_dir),
         extra_vars=parse_extra_vars(args.extra_vars),
         debug_no_log=args.debug_no_log,
+        mitogen=args.mitogen,
     )
     result = converge(options, progress_out=sys.stderr)
     if args.json:

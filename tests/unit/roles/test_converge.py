@@ -364,6 +364,22 @@ def test_the_debug_switch_lifts_no_log(tmp_path: Path, inventory_file: Path, mon
     assert runner.kwargs["envvars"]["GPUCLUSTER_DEBUG_NO_LOG"] == "1"
 
 
+@pytest.mark.parametrize(("args", "env", "strategy"), [([], {}, None), (["--mitogen"], {}, "mitogen_linear"),
+                                                      ([], {"GPUCLUSTER_MITOGEN": "1"}, "mitogen_linear")])
+def test_mitogen_only_when_asked(tmp_path: Path, inventory_file: Path, monkeypatch: pytest.MonkeyPatch,
+                                 args: list[str], env: dict[str, str], strategy: str | None) -> None:
+    import gpucluster.cli.converge as cli_converge
+
+    monkeypatch.delenv("GPUCLUSTER_MITOGEN", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    runner = FakeRunner([_event(1, "playbook_on_stats", **STATS)], rc=0, status="successful")
+    monkeypatch.setattr(cli_converge, "converge",
+                        lambda options, progress_out: converge(options, progress_out=progress_out, runner=runner))
+    assert main(["converge", "-i", str(inventory_file), "--runs-dir", str(tmp_path / "runs"), *args]) == 0
+    assert runner.kwargs["envvars"].get("ANSIBLE_STRATEGY") == strategy
+
+
 # What the roles' secret tasks say (tests/unit/roles/no_log.py): no_log unless the operator lifts it.
 NO_LOG_PLAYBOOK = f"""\
 - hosts: all
