@@ -44,7 +44,7 @@ class OutputNode(_Out):
     ssh_port: int = Field(22, ge=1, le=65535)
     fabric_interface: IfName | None = None
     # EC2 i-..., an Azure resource ID, an OCI OCID, a lab or bare-metal name.
-    instance_id: str | None = Field(None, pattern=r"^[A-Za-z0-9/][A-Za-z0-9_.:/-]{0,511}$")
+    instance_id: str | None = Field(None, pattern=r"^[A-Za-z0-9/][A-Za-z0-9_.:/()-]{0,511}$")
     failure_domain: CrushBucketName | None = None
 
 

@@ -16,6 +16,8 @@ import contextlib
 import fcntl
 import json
 import os
+import re
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from typing import Any
 from gpucluster.errors import InputError
 from gpucluster.lab.host import LabError
 from gpucluster.lab.plan import LabPlan
+from gpucluster.spec.models import _NAME
 
 STATE_VERSION = 1
 MARKER = ".gpucluster-lab"
@@ -65,9 +68,46 @@ def read_state(lab_dir: Path) -> LabPlan | None:
     if not isinstance(doc, dict) or doc.get("version") != STATE_VERSION or not isinstance(doc.get("plan"), dict):
         raise LabError(f"{path}: not a lab state file of version {STATE_VERSION}")
     try:
-        return LabPlan.from_dict(doc["plan"])
-    except (TypeError, KeyError) as exc:
+        plan = LabPlan.from_dict(doc["plan"])
+    except (TypeError, KeyError, ValueError) as exc:
         raise LabError(f"{path}: malformed lab state ({exc})") from None
+    problem = _plan_problem(plan, lab_dir)
+    if problem:
+        # `down` removes what the plan names: a plan that names anything outside this lab is refused.
+        raise LabError(f"{path}: {problem}; not a state file this lab wrote, so nothing is removed")
+    return plan
+
+
+def _plan_problem(plan: LabPlan, lab_dir: Path) -> str | None:
+    """Why a stored plan is not this lab's own, or None: every name in it must be one the lab makes."""
+    if Path(plan.state_root) / plan.name != lab_dir or not re.fullmatch(_NAME, plan.name):
+        return f"its plan is for lab {plan.name!r} under {plan.state_root!r}, not {lab_dir}"
+    for bridge in (plan.management_bridge, plan.fabric_bridge):
+        if not re.fullmatch(r"gc[0-9a-f]{8}[mf]", bridge):
+            return f"bridge {bridge!r} is not a lab bridge name"
+    for n in plan.nodes:
+        if not re.fullmatch(_NAME, n.name):
+            return f"node {n.name!r} is not a node name"
+        if n.netns != f"gcl-{plan.name}-{n.name}":
+            return f"node {n.name!r} names the namespace {n.netns!r}"
+        if not all(re.fullmatch(r"gv[0-9a-f]{8}[mf]", v) for v in (n.veth_management, n.veth_fabric)):
+            return f"node {n.name!r} names links {n.veth_management!r}, {n.veth_fabric!r}"
+    return None
+
+
+def _trusted_folder(path: Path) -> str | None:
+    """Why ``path`` cannot hold a lab (another user could plant or swap what `down` removes), or None."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return f"{path} is a symbolic link"
+    if st.st_uid != os.geteuid():
+        return f"{path} belongs to uid {st.st_uid}, not to this user"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
 
 
 def _marker_text(name: str) -> str:
@@ -95,32 +135,43 @@ def owned(lab_dir: Path, name: str) -> bool:
     )
 
 
-def _refuse(lab_dir: Path, name: str, verb: str) -> InputError:
+def _refuse(lab_dir: Path, name: str, verb: str, why: str | None = None) -> InputError:
+    reason = why or f"it exists but is not lab {name!r}'s folder (no {MARKER} marker)"
     return InputError(
-        f"{lab_dir} exists but is not lab {name!r}'s folder (no {MARKER} marker); lab {verb} leaves it "
-        "untouched: choose another target.state_dir or lab name",
+        f"{lab_dir}: {reason}; lab {verb} leaves it untouched: choose another target.state_dir or lab name",
         source="lab",
     )
 
 
 def claim(lab_dir: Path, name: str) -> None:
-    """Make ``lab_dir`` lab ``name``'s folder, or refuse: never adopt a folder that holds anything else."""
-    if lab_dir.is_symlink() or (lab_dir.exists() and not lab_dir.is_dir()):
-        raise _refuse(lab_dir, name, "up")
-    if lab_dir.is_dir():
-        if owned(lab_dir, name):
-            if not (lab_dir / MARKER).exists():
-                atomic_write(lab_dir / MARKER, _marker_text(name), 0o600)
-            return
-        if any(lab_dir.iterdir()):
-            raise _refuse(lab_dir, name, "up")
-    lab_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Make ``lab_dir`` lab ``name``'s folder, or refuse: never adopt a folder the lab did not make.
+
+    The state folder and the lab folder must belong to this user and be writable by nobody else:
+    another user could otherwise plant a marker and a plan, or swap the folder for a link.
+    """
+    lab_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    for folder in (lab_dir.parent, lab_dir):
+        why = _trusted_folder(folder)
+        if why:
+            raise _refuse(lab_dir, name, "up", why)
+    if lab_dir.is_dir() and owned(lab_dir, name):
+        if not (lab_dir / MARKER).exists():
+            atomic_write(lab_dir / MARKER, _marker_text(name), 0o600)
+        return
+    try:
+        lab_dir.mkdir(mode=0o700)
+    except FileExistsError:
+        raise _refuse(lab_dir, name, "up") from None
     atomic_write(lab_dir / MARKER, _marker_text(name), 0o600)
 
 
 def check_owned(lab_dir: Path, name: str) -> None:
     """Raise a one-line InputError unless ``lab_dir`` is lab ``name``'s own folder."""
-    if lab_dir.is_symlink() or not owned(lab_dir, name):
+    for folder in (lab_dir.parent, lab_dir):
+        why = _trusted_folder(folder)
+        if why:
+            raise _refuse(lab_dir, name, "down", why)
+    if not owned(lab_dir, name):
         raise _refuse(lab_dir, name, "down")
 
 

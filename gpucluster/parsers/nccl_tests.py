@@ -69,7 +69,9 @@ _NCCL_ERROR = re.compile(r"#\s*error:\s*(.*)")
 # nccl-tests' CUDACHECK/NCCLCHECK/TESTCHECK macros and its timeout, then launcher aborts.
 _FAILURE = re.compile(
     r"Test (?:NCCL |CUDA )?failure\b|\bTest timeout\b|MPI_ABORT was invoked|exited on signal \d"
-    r"|returned a non-zero exit code|task \d{1,9}: (?:Exited with exit code [1-9]|Killed|Aborted|Segmentation)"
+    # Open MPI splits "1 process returned / a non-zero exit code" over two lines; its other wordings.
+    r"|returned a non-zero exit code|\b\d{1,9} process(?:es)? returned\b|exited with non-zero status"
+    r"|task \d{1,9}: (?:Exited with exit code [1-9]|Killed|Aborted|Segmentation)"
     r"|\bterminate called after throwing|Segmentation fault"
 )
 
@@ -79,6 +81,7 @@ def _maybe_failure(line: str) -> bool:
     return (
         "failure" in line or "timeout" in line or "MPI_ABORT" in line or "signal" in line
         or "non-zero" in line or "task " in line or "terminate" in line or "Segmentation" in line
+        or "returned" in line
     )  # fmt: skip
 
 # (n-1)/n for collectives where each rank's share crosses the bus once, 2(n-1)/n for
@@ -207,7 +210,10 @@ def _wrong(token: str, legacy: bool) -> tuple[int | None, float | None, bool]:
     if legacy:
         return None, value, True
     count = parse_count(token)
-    return (count if count is not None else round(value)), None, True
+    if count is not None:
+        return count, None, True
+    # `%g` of a large count (1.04858e+06) is whole; a fraction (0.4, 1e-09) is no count at all.
+    return (int(value), None, True) if value.is_integer() else (None, None, False)
 
 
 def _row(tokens: list[str], lay: _Layout) -> tuple[NcclRow | None, bool]:
@@ -267,6 +273,7 @@ class _Run:
 
     rows: int = 0
     ranks: int = 0
+    started: bool = False  # a run header was seen: a run that then prints no rows was cut short
     starting: bool = False  # "# Collective test starting" (2.17+): then "concluded" must close it
     concluded: bool = False
     oob_seen: bool = False
@@ -319,7 +326,7 @@ def parse(text: str) -> NcclResult:
 
     def close_run() -> None:
         nonlocal run, verdict, ranks
-        if run.rows and not run.closed():
+        if (run.rows or run.started) and not run.closed():
             result.note(run.missing())
             verdict = worst("incomplete", verdict)
         ranks = max(ranks, run.ranks)
@@ -353,6 +360,7 @@ def parse(text: str) -> NcclResult:
             elif _NTHREAD.match(line):
                 if run.rows:
                     close_run()
+                run.started = True
             elif m := _OOB.match(line):
                 run.oob_seen = True
                 count = parse_count(m.group(1))

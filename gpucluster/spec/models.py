@@ -14,7 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, GetCoreSchemaHandler, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    field_validator,
+)
 from pydantic_core import PydanticCustomError, core_schema
 
 Role = Literal["gpu", "storage", "control_plane"]
@@ -126,8 +134,12 @@ def _ipv4(value: str) -> str:
 
 
 def _dev_path(value: str) -> str:
-    if not value.startswith("/dev/"):
-        raise ValueError(f"{value!r} must be a /dev/ path")
+    # The path reaches a root shell on the node (the OSD role links and chowns it): a plain device
+    # path only, such as /dev/nvme0n1 or /dev/disk/by-id/nvme-SAMSUNG_MZ..._S4X9NF0M123456.
+    if not re.fullmatch(r"/dev/[A-Za-z0-9._:+-]+(/[A-Za-z0-9._:+-]+)*", value) or len(value) > 255:
+        raise ValueError(f"{value!r} must be a /dev/ path of letters, digits and . _ : + -")
+    if any(part in (".", "..") for part in value.split("/")):
+        raise ValueError(f"{value!r} must not contain '.' or '..' components")
     return value
 
 
@@ -157,11 +169,17 @@ def _state_dir(value: str) -> str:
     return value
 
 
+def _digits_as_text(value: object) -> object:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 def _abs_path(value: str) -> str:
     if not re.fullmatch(r"(/[A-Za-z0-9._+-]+)+", value) or len(value) > 255:
         raise ValueError(f"{value!r} must be an absolute path of letters, digits and . _ + - (at most 255 characters)")
     if any(part in (".", "..") for part in value.split("/")):
         raise ValueError(f"{value!r} must not contain '.' or '..' components")
+    if value in _SYSTEM_DIRS or any(value.startswith(tree + "/") for tree in _SYSTEM_TREES):
+        raise ValueError(f"{value!r} is a system folder; mount under a folder of its own, such as /mnt/cephfs")
     return value
 
 
@@ -186,7 +204,7 @@ CrushBucketName = Annotated[
 SshPublicKeyText = Annotated[
     str,
     Field(pattern=r"^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com)"
-                  r" [A-Za-z0-9+/]+={0,3}( [A-Za-z0-9@._+-]{1,100})?$",
+                  r" [A-Za-z0-9+/]+={0,3}( [A-Za-z0-9@._+-][A-Za-z0-9@._+ -]{0,99})?$",
           description="an OpenSSH public key"),
 ]
 # A public key is not secret, but users keep key material in `pulumi config set --secret`.
@@ -221,7 +239,9 @@ class AwsTarget(_Model):
     vpc_cidr: Cidr | None = None
     ami_name_filter: str = Field("Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*",
                                  pattern=r"^[A-Za-z0-9 ()\[\]._*?,/:+-]{1,128}$")
-    ami_owner: str = Field("amazon", pattern=r"^(amazon|aws-marketplace|self|\d{12})$")
+    # `pulumi config set --path` stores an account ID as a number: read it as its digits.
+    ami_owner: Annotated[str, BeforeValidator(_digits_as_text)] = Field(
+        "amazon", pattern=r"^(amazon|aws-marketplace|self|\d{12})$")
     ssh_public_key: SshPublicKey | None = None
     capacity_reservation_id: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
     admin_cidrs: list[Cidr] = Field(default_factory=list)
@@ -237,14 +257,17 @@ class AzureTarget(_Model):
                        pattern=r"^[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+$")
     ssh_public_key: SshPublicKey | None = None
     admin_cidrs: list[Cidr] = Field(default_factory=list)
-    zones: list[Annotated[str, Field(pattern=r"^[1-9]$")]] = Field(default_factory=list)
+    zones: list[Annotated[str, BeforeValidator(_digits_as_text), Field(pattern=r"^[1-9]$")]] = Field(
+        default_factory=list)
     tags: dict[TagKey, TagValue] = Field(default_factory=dict)
 
 
 class OciTarget(_Model):
     kind: Literal["oci"]
-    region: str = Field(pattern=r"^[a-z]{2}-[a-z]+-\d$")
-    compartment_id: str = Field(pattern=r"^ocid1\.compartment\.[a-z0-9][a-z0-9.-]{0,250}$")
+    # uk-gov-london-1, eu-dcc-milan-1 as well as us-ashburn-1.
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+){1,3}-\d$")
+    # The tenancy's OCID names its root compartment.
+    compartment_id: str = Field(pattern=r"^ocid1\.(compartment|tenancy)\.[a-z0-9][a-z0-9.-]{0,250}$")
     availability_domain: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9:._-]{0,63}$")
     image_id: str | None = Field(None, pattern=r"^ocid1\.image\.[a-z0-9][a-z0-9.-]{0,250}$")
     ssh_public_key: SshPublicKey | None = None

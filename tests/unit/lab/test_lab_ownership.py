@@ -54,7 +54,7 @@ def test_library_down_refuses_a_decoy_and_a_symlink(tmp_path: Path) -> None:
         lab.down(tmp_path, "etc")
     assert (decoy / "passwd").exists()
     (tmp_path / "link").symlink_to(decoy)
-    with pytest.raises(InputError, match="not lab 'link'"):
+    with pytest.raises(InputError, match="symbolic link"):
         lab.down(tmp_path, "link")
     assert (decoy / "sub" / "keep").exists()
 
@@ -72,10 +72,12 @@ def test_claim_makes_an_owned_folder_and_refuses_a_full_one(tmp_path: Path) -> N
     claim(fresh, "fresh")
     assert owned(fresh, "fresh") and oct(fresh.stat().st_mode & 0o777) == "0o700"
     claim(fresh, "fresh")  # idempotent
+    # A folder that was there before, even empty, is not the lab's to fill and later remove.
     empty = tmp_path / "empty"
     empty.mkdir()
-    claim(empty, "empty")
-    assert owned(empty, "empty")
+    with pytest.raises(InputError, match="not lab 'empty'"):
+        claim(empty, "empty")
+    assert list(empty.iterdir()) == []
     full = _decoy(tmp_path, "full")
     with pytest.raises(InputError, match="not lab 'full'"):
         claim(full, "full")
@@ -117,3 +119,32 @@ def test_state_dir_accepts_a_folder_of_its_own(stack_file: StackFile, state_dir:
 def test_the_lab_name_cache_is_reserved(stack_file: StackFile, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["spec", "validate", str(_stack(stack_file, "/var/lib/gpucluster/lab", name="cache"))]) == 2
     assert "gpucluster.name: 'cache' is reserved" in capsys.readouterr().err
+
+
+def test_a_planted_plan_cannot_make_down_remove_anything_outside_the_lab(stack_file: StackFile,
+                                                                        tmp_path: Path) -> None:
+    victim = _decoy(tmp_path, "victim")
+    root = tmp_path / "state"
+    plan = plan_lab(load_spec(_stack(stack_file, str(root), name="lab")))
+    claim(plan.lab_dir, "lab")
+    (plan.lab_dir / "nodes").mkdir()
+    doc = {"version": 1, "plan": plan.to_dict()}
+    doc["plan"]["nodes"][0]["name"] = "../../../victim"
+    (plan.lab_dir / "state.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="not a node name"):
+        lab.down(root, "lab")
+    assert (victim / "passwd").exists()
+    doc = {"version": 1, "plan": plan.to_dict()}
+    doc["plan"]["management_bridge"] = "eth0"
+    (plan.lab_dir / "state.json").write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="not a lab bridge name"):
+        lab.down(root, "lab")
+
+
+def test_a_folder_others_can_write_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(InputError, match="writable by others"):
+        claim(shared / "lab", "lab")
+    assert not (shared / "lab").exists()

@@ -344,3 +344,33 @@ def test_json_wrong_count_that_is_not_a_count_fails(nwrong: object) -> None:
 def test_json_nan_literal_does_not_crash() -> None:
     text = json.dumps(JSON_RUN).replace('"nwrong": 0.0', '"nwrong": NaN', 1)
     assert parse(text).status == "failed"
+
+
+ROW_08 = ("    8388608       2097152     float     sum      -1    255.7   32.80   61.50      0"
+          "    254.8   32.92   61.72      0")
+
+
+@pytest.mark.parametrize("cell", ["0.4", "0.5", "1e-09"])
+def test_a_fractional_wrong_count_is_no_count(sample: Sample, cell: str) -> None:
+    text = sample("nccl_allreduce_08.txt")
+    assert ROW_08 in text
+    bad = ROW_08[: ROW_08.rindex("0")] + cell
+    assert parse(text.replace(ROW_08, bad)).status != "ok"
+
+
+def test_a_later_run_that_dies_before_its_rows_is_not_ok(sample: Sample) -> None:
+    text = sample("nccl_allreduce_08.txt")
+    died = "\n# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20\n" \
+           "#  Rank  0 Group  0 Pid   1 on host device  0 [0000:1b:00] NVIDIA H200\nKilled\n"
+    assert parse(text).status == "ok"
+    assert parse(text + died).status != "ok"
+
+
+@pytest.mark.parametrize("tail", [
+    "Primary job  terminated normally, but 1 process returned\na non-zero exit code. Per user-direction, the job has "
+    "been aborted.\n",
+    "mpirun detected that one or more processes exited with non-zero status, thus causing\nthe job to be terminated."
+    "\n",
+])
+def test_open_mpi_non_zero_exit_fails(sample: Sample, tail: str) -> None:
+    assert parse(sample("nccl_allreduce_08.txt") + tail).status == "failed"

@@ -33,6 +33,7 @@ HOSTILE = [
     "a;$(id)",
     "`id`",
     "x\ny",
+    "/dev/nvme0n1;touch${IFS}/tmp/pwned",
 ]
 
 
@@ -244,6 +245,15 @@ def test_spec_validate_names_the_field_and_exits_2(
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("device", ["/dev/../etc/shadow", "/dev/nvme0n1 ", "/dev/", "/dev//sda", "/dev/sd$(id)"])
+def test_a_device_path_is_a_plain_dev_path(device: str) -> None:
+    doc = copy.deepcopy(SPECS[[p.name for p in EXAMPLES].index("Pulumi.onprem-h100-ib.yaml")])
+    pool = next(p for p in doc["node_pools"] if "storage" in p["roles"])
+    pool["osd_devices"] = [device]
+    with pytest.raises(ValidationError, match="osd_devices"):
+        models.ClusterSpec.model_validate(doc)
+
+
 @pytest.mark.parametrize("path", ["/mnt/../etc", "/mnt/./x", "mnt/cephfs", "/mnt//x", "/mnt/ceph fs"])
 def test_mount_path_is_a_plain_absolute_path(path: str) -> None:
     doc = copy.deepcopy(SPECS[[p.name for p in EXAMPLES].index("Pulumi.lab.yaml")])
@@ -277,3 +287,31 @@ def test_inventory_refuses_hostile_outputs(tmp_path: Path, field: str, where: st
     assert _inventory_from(tmp_path, outputs) == 2
     assert f"outputs.{where}{field}" in capsys.readouterr().err
     assert not (tmp_path / "inventory.yml").exists(), "nothing half-applied"
+
+
+def _target(example: str) -> dict[str, Any]:
+    return copy.deepcopy(SPECS[[p.name for p in EXAMPLES].index(example)])
+
+
+@pytest.mark.parametrize(("example", "field", "value"), [
+    ("Pulumi.oci-h100.yaml", "region", "uk-gov-london-1"),
+    ("Pulumi.oci-h100.yaml", "region", "eu-dcc-milan-1"),
+    ("Pulumi.oci-h100.yaml", "compartment_id", "ocid1.tenancy.oc1..aaaaaaaaba3pv6wkcr4jqae5f44n2b2m2yt2j6rx3"),
+    ("Pulumi.oci-h100.yaml", "availability_domain", "Uocm:PHX-AD-1"),
+    ("Pulumi.azure-h100.yaml", "ssh_public_key",
+     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGpuY2x1c3Rlci1leGFtcGxlLWtleS1yZXBsYWNlLW1l John Doe"),
+    ("Pulumi.aws-h100.yaml", "ami_owner", 137112412989),
+    ("Pulumi.azure-h100.yaml", "zones", [1]),
+])
+def test_real_values_are_accepted(example: str, field: str, value: Any) -> None:
+    doc = _target(example)
+    doc["target"][field] = value
+    models.ClusterSpec.model_validate(doc)
+
+
+@pytest.mark.parametrize("path", ["/etc", "/usr/share/cephfs", "/var"])
+def test_cephfs_is_never_mounted_over_a_system_folder(path: str) -> None:
+    doc = _target("Pulumi.lab.yaml")
+    doc["storage"]["cephfs"]["mount_path"] = path
+    with pytest.raises(ValidationError, match="system folder"):
+        models.ClusterSpec.model_validate(doc)

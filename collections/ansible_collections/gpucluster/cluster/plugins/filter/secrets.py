@@ -15,7 +15,8 @@ from typing import Any
 # ending "==". Kubernetes bootstrap tokens are "[a-z0-9]{6}.[a-z0-9]{16}"; certificate keys are
 # 64 hex digits. Any other long base64 run (a private key body) is redacted too.
 _PATTERNS = (
-    re.compile(r"AQ[A-Za-z0-9+/]{30,}={0,2}"),
+    # A JSON dump may escape "/" as "\/": the key must not split there.
+    re.compile(r"AQ(?:[A-Za-z0-9+]|\\?/){30,}={0,2}"),
     re.compile(r"\b[a-z0-9]{6}\.[a-z0-9]{16}\b"),
     re.compile(r"\b[0-9a-f]{64}\b"),
     re.compile(r"[A-Za-z0-9+/]{32,}={0,2}"),
