@@ -48,7 +48,7 @@ import yaml
 
 from gpucluster import hostkeys, mitogen, runs
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
-from gpucluster.inventory import parse_inventory_text
+from gpucluster.inventory_model import read_inventory
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PLAYBOOK = REPO_ROOT / "playbooks" / "site.yml"
@@ -64,15 +64,6 @@ DEBUG_NO_LOG_VAR = "gpucluster_debug_no_log"
 NO_LOG_HINT = f"output hidden by no_log; rerun with --debug-no-log ({DEBUG_NO_LOG_ENV}=1) to see the cause"
 # How often ansible-runner asks whether to cancel (its default is 5 s).
 CANCEL_POLL_S = 0.5
-
-REQUIRED_VARS = (
-    "gpucluster_cluster_name",
-    "gpucluster_target",
-    "gpucluster_fabric",
-    "gpucluster_bom",
-    "gpucluster_profiles",
-    "gpucluster_nodes",
-)
 
 _STAT_KEYS = {
     "ok": "ok",
@@ -232,34 +223,9 @@ def lab_inventory(stack: str) -> Path:
 
 
 def load_inventory(path: Path) -> dict[str, Any]:
-    """Read and check the inventory's shape before any host is touched."""
-    if not path.is_file():
-        raise InputError(f"{path}: no such inventory file")
-    try:
-        data = parse_inventory_text(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
-    root = data.get("all") if isinstance(data, dict) else None
-    if not isinstance(root, dict):
-        raise InputError(f"{path}: no `all` group: write it with `gpucluster inventory`")
-    problems: list[str] = []
-    all_vars = root.get("vars") or {}
-    for name in REQUIRED_VARS:
-        if name not in all_vars:
-            problems.append(f"all.vars.{name}: missing (regenerate with `gpucluster inventory`)")
-    hosts = root.get("hosts") or {}
-    if not hosts:
-        problems.append("all.hosts: no hosts")
-    for host, hv in hosts.items():
-        if not isinstance(hv, dict) or "gpucluster_profile" not in hv:
-            problems.append(f"all.hosts.{host}: gpucluster_profile missing")
-        elif hv["gpucluster_profile"] not in (all_vars.get("gpucluster_profiles") or {}):
-            problems.append(f"all.hosts.{host}.gpucluster_profile: {hv['gpucluster_profile']!r} "
-                            "is not in all.vars.gpucluster_profiles")
-    if problems:
-        raise InputError(problems, source=str(path))
-    inventory: dict[str, Any] = data
-    return inventory
+    """Read and check the inventory against its typed contract before any host is touched."""
+    _, data = read_inventory(path)
+    return data
 
 
 def new_run_dir(runs_dir: Path, label: str) -> Path:

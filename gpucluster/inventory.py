@@ -120,6 +120,8 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
     resolved = cluster.as_dict()
     spec = resolved["spec"]
     all_vars = {
+        # The contract's version (gpucluster/inventory_model.py): readers refuse another.
+        "gpucluster_inventory_schema": 1,
         "gpucluster_cluster_name": cluster.name,
         "gpucluster_stack": cluster.stack,
         "gpucluster_target": cluster.spec.target.kind,

@@ -15,9 +15,7 @@ import yaml
 
 from gpucluster.errors import InputError
 from gpucluster.inventory import parse_inventory_text
-
-_REQUIRED_ALL_VARS = ("gpucluster_cluster_name", "gpucluster_fabric", "gpucluster_bom", "gpucluster_profiles")
-_REQUIRED_HOST_VARS = ("ansible_host", "gpucluster_profile", "gpucluster_fabric_ip", "gpucluster_fabric_interface")
+from gpucluster.inventory_model import validate_inventory
 
 
 @dataclass(frozen=True)
@@ -80,68 +78,38 @@ class ClusterInventory:
                                 self.all_vars)
 
 
-def _group_members(children: dict[str, Any]) -> dict[str, tuple[str, ...]]:
-    out: dict[str, tuple[str, ...]] = {}
-    for name, body in (children or {}).items():
-        hosts = (body or {}).get("hosts") or {}
-        out[name] = tuple(hosts)
-    return out
-
-
 def parse_inventory(data: Any, source: str) -> ClusterInventory:
-    """Validate inventory data and collect every problem before raising once."""
-    problems: list[str] = []
-    root = data.get("all") if isinstance(data, dict) else None
-    if not isinstance(root, dict):
-        raise InputError("not a gpucluster inventory: no top-level 'all' mapping", source=source)
-    all_vars = root.get("vars") or {}
-    for key in _REQUIRED_ALL_VARS:
-        if key not in all_vars:
-            problems.append(f"all.vars.{key}: missing (write the inventory with `gpucluster inventory`)")
-    hosts = root.get("hosts") or {}
-    if not hosts:
-        problems.append("all.hosts: no hosts")
-    if problems:
-        raise InputError(problems, source=source)
-    groups = _group_members(root.get("children") or {})
-    profiles: dict[str, Any] = all_vars["gpucluster_profiles"]
-    nodes: list[NodeInfo] = []
-    for name, hv in hosts.items():
-        hv = hv or {}
-        missing = [k for k in _REQUIRED_HOST_VARS if k not in hv]
-        if missing:
-            problems.append(f"all.hosts.{name}: missing {', '.join(missing)}")
-            continue
-        prof = hv["gpucluster_profile"]
-        if prof not in profiles:
-            problems.append(f"all.hosts.{name}.gpucluster_profile: {prof!r} is not in all.vars.gpucluster_profiles")
-            continue
-        nodes.append(
-            NodeInfo(
-                name=str(name),
-                address=str(hv["ansible_host"]),
-                port=int(hv.get("ansible_port", 22)),
-                user=str(hv.get("ansible_user", "root")),
-                key_file=hv.get("ansible_ssh_private_key_file"),
-                groups=tuple(sorted(g for g, members in groups.items() if name in members)),
-                profile_name=prof,
-                profile=profiles[prof],
-                fabric_ip=hv.get("gpucluster_fabric_ip"),
-                fabric_interface=hv.get("gpucluster_fabric_interface"),
-                host_vars=dict(hv),
-            )
+    """The suite's view of an inventory, read through its typed contract (gpucluster.inventory_model)."""
+    inv = validate_inventory(data, source)
+    groups = inv.groups()
+    profiles = inv.vars.gpucluster_profiles
+    raw_hosts = data["all"]["hosts"]
+    nodes = [
+        NodeInfo(
+            name=str(name),
+            address=hv.ansible_host,
+            port=hv.ansible_port,
+            user=hv.ansible_user,
+            key_file=hv.ansible_ssh_private_key_file,
+            groups=tuple(sorted(g for g, members in groups.items() if name in members)),
+            profile_name=hv.gpucluster_profile,
+            profile=profiles[hv.gpucluster_profile],
+            fabric_ip=hv.gpucluster_fabric_ip,
+            fabric_interface=hv.gpucluster_fabric_interface,
+            host_vars=dict(raw_hosts[name]),
         )
-    if problems:
-        raise InputError(problems, source=source)
+        for name, hv in inv.hosts.items()
+    ]
+    all_vars = dict(data["all"]["vars"])
     return ClusterInventory(
         path=source,
-        cluster_name=str(all_vars["gpucluster_cluster_name"]),
-        target=str(all_vars.get("gpucluster_target", "")),
-        fabric=dict(all_vars["gpucluster_fabric"]),
-        bom=dict(all_vars["gpucluster_bom"]),
+        cluster_name=inv.vars.gpucluster_cluster_name,
+        target=inv.vars.gpucluster_target,
+        fabric=dict(inv.vars.gpucluster_fabric),
+        bom=dict(inv.vars.gpucluster_bom),
         nodes=tuple(nodes),
         groups=groups,
-        all_vars=dict(all_vars),
+        all_vars=all_vars,
     )
 
 

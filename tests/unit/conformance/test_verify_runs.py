@@ -92,7 +92,7 @@ def _config_options(path: Path) -> list[str]:
 
 
 def test_real_targets_check_host_keys_against_the_clusters_known_hosts(tmp_path: Path, _state_dir: Path) -> None:
-    inv = load_inventory(_inventory(tmp_path, target="onprem"))
+    inv = load_inventory(_inventory(tmp_path, target="baremetal"))
     policy = hostkeys.policy_for(inv.target, inv.cluster_name)
     lines = _config_options(write_ssh_config(tmp_path / "ssh_config", list(inv.nodes), host_keys=policy))
     known_hosts = _state_dir / "clusters" / "lab" / "known_hosts"
@@ -279,7 +279,7 @@ def test_an_unreachable_node_is_found_up_front(tmp_path: Path, ssh_stub: Path, m
     """gpu-2 does not answer (each ssh waits out its ConnectTimeout) and stor-1 presents another
     host key: both get the verdict unreachable, with the reason, in seconds rather than one SSH
     timeout per check; the others are checked as usual."""
-    inventory = _inventory(tmp_path, target="onprem")
+    inventory = _inventory(tmp_path, target="baremetal")
     t0 = time.monotonic()
     proc = _gc(tmp_path, *_verify(tmp_path, inventory), env={"FAKE_SSH_DOWN": "gpu-2", "FAKE_SSH_CHANGED": "stor-1"})
     try:

@@ -33,6 +33,7 @@ from gpucluster.converge import (
     parse_recap,
 )
 from gpucluster.errors import InputError
+from gpucluster.inventory import parse_inventory_text
 from tests.unit.cli import fakessh
 from tests.unit.roles.no_log import NO_LOG as ROLES_NO_LOG
 from tests.unit.roles.render import inventory_for
@@ -152,13 +153,24 @@ def test_heavy_sets_the_extra_var(tmp_path: Path, inventory_file: Path) -> None:
 
 def test_load_inventory_names_each_problem(tmp_path: Path) -> None:
     path = tmp_path / "inv.yml"
-    path.write_text(yaml.safe_dump({"all": {"vars": {"gpucluster_target": "lab"},
+    path.write_text(yaml.safe_dump({"all": {"vars": {"gpucluster_inventory_schema": 1, "gpucluster_target": "lab",
+                                                     "gpucluster_profiles": {"cpu-lab": {}}},
                                             "hosts": {"n1": {"gpucluster_profile": "nope"}}}}))
     with pytest.raises(InputError) as err:
         load_inventory(path)
     text = "\n".join(err.value.lines())
-    assert "all.vars.gpucluster_fabric: missing" in text
-    assert "all.hosts.n1.gpucluster_profile: 'nope'" in text
+    assert "all.vars.gpucluster_fabric: is required" in text
+    assert "all.hosts.n1.ansible_host: is required" in text
+    assert "all.hosts.n1.gpucluster_profile: 'nope' is not in all.vars.gpucluster_profiles" in text
+
+
+def test_an_inventory_of_another_schema_is_refused_with_the_remedy(tmp_path: Path) -> None:
+    data = parse_inventory_text((REPO / "tests" / "golden" / "inventory" / "lab.yml").read_text())
+    data["all"]["vars"]["gpucluster_inventory_schema"] = 2
+    path = tmp_path / "inv.yml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(InputError, match="reads version 1; write the inventory again"):
+        load_inventory(path)
 
 
 def test_cli_bad_inventory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -404,7 +416,7 @@ SLEEP_PLAYBOOK = """\
 """
 
 
-def _local_inventory(tmp_path: Path, target: str = "onprem") -> Path:
+def _local_inventory(tmp_path: Path, target: str = "baremetal") -> Path:
     """One host reached with Ansible's local connection (no SSH), on a target that is not the lab."""
     data = inventory_for("ethernet")
     root = data["all"]

@@ -1,0 +1,57 @@
+"""The inventory's typed contract: what the writer writes, every reader validates the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpucluster.errors import InputError
+from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
+from gpucluster.inventory_model import SCHEMA_VERSION, read_inventory, validate_inventory
+from gpucluster.outputs import build_outputs
+from gpucluster.spec import load_spec
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize("stack", sorted(p.name for p in REPO.glob("Pulumi.*.yaml")))
+def test_what_the_writer_writes_the_contract_reads(stack: str, tmp_path: Path) -> None:
+    cluster = load_spec(REPO / stack)
+    inventory = build_inventory(cluster, __import__("gpucluster.outputs").outputs.parse_outputs(
+        build_outputs(cluster, ssh_user="ubuntu"), "outputs"))
+    path = tmp_path / "inventory.yml"
+    path.write_text(dump_inventory(inventory))
+    model, data = read_inventory(path)
+    assert model.vars.gpucluster_inventory_schema == SCHEMA_VERSION
+    assert set(model.hosts) == {n.name for n in cluster.nodes}
+    assert model.groups()["gpu"] == tuple(n.name for n in cluster.nodes_with_role("gpu"))
+    assert data["all"]["vars"]["gpucluster_cluster_name"] == cluster.name
+
+
+def _golden() -> dict:
+    return parse_inventory_text((REPO / "tests" / "golden" / "inventory" / "lab.yml").read_text())
+
+
+def test_every_problem_is_named_at_once() -> None:
+    data = _golden()
+    data["all"]["hosts"]["gpu-1"]["ansible_port"] = "22"
+    data["all"]["hosts"]["gpu-2"]["gpucluster_profile"] = "nope"
+    data["all"]["children"]["gpu"]["hosts"]["ghost-9"] = None
+    del data["all"]["vars"]["gpucluster_bom"]
+    with pytest.raises(InputError) as err:
+        validate_inventory(data, "inv.yml")
+    text = "\n".join(err.value.problems)
+    assert "all.hosts.gpu-1.ansible_port" in text
+    assert "all.hosts.gpu-2.gpucluster_profile: 'nope' is not in all.vars.gpucluster_profiles" in text
+    assert "all.children.gpu.hosts: ghost-9 not in all.hosts" in text
+    assert "all.vars.gpucluster_bom: is required" in text
+
+
+def test_roles_extra_variables_are_kept() -> None:
+    data = _golden()
+    data["all"]["vars"]["monitoring_textfile_dir"] = "/srv/textfiles"
+    data["all"]["hosts"]["gpu-1"]["ansible_connection"] = "local"
+    model = validate_inventory(data, "inv.yml")
+    assert model.vars.model_extra == {"monitoring_textfile_dir": "/srv/textfiles"}
+    assert model.hosts["gpu-1"].model_extra == {"ansible_connection": "local"}
