@@ -439,18 +439,18 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
         import ansible_runner  # type: ignore[import-untyped]
 
         runner = ansible_runner.run
-    with runs.cluster_lock(options.inventory, "gpucluster converge"), runs.private_umask():
+    with runs.cluster_lock(options.inventory, "gpucluster converge") as lock, runs.private_umask():
         policy = hostkeys.policy_for_inventory(inventory)
         if policy.checked:
             probe_host_keys(inventory, policy, options.limit)
         run_dir = new_run_dir(options.runs_dir, options.label)
-        result = _converge(options, progress_out, runner, run_dir, policy)
+        result = _converge(options, progress_out, runner, run_dir, policy, lock)
         tighten_fetched_secrets(options, inventory)
         return result
 
 
 def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[..., Any], run_dir: Path,
-              policy: hostkeys.HostKeyPolicy) -> ConvergeResult:
+              policy: hostkeys.HostKeyPolicy, lock: Path) -> ConvergeResult:
     cmdline: list[str] = []
     if options.check:
         cmdline.append("--check")
@@ -463,7 +463,9 @@ def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[.
         extravars["gpucluster_heavy_packages"] = True
     run_tag = f"{RUN_TAG}={runs.new_run_id()}"
     envvars = {"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_DEPRECATION_WARNINGS": "0",
-               RUN_TAG: run_tag.split("=", 1)[1]}
+               RUN_TAG: run_tag.split("=", 1)[1],
+               # The rolling upgrade's verify gate runs under this converge's lock.
+               **runs.held_env(lock)}
     if policy.checked:
         envvars["ANSIBLE_HOST_KEY_CHECKING"] = "True"
         envvars["ANSIBLE_SSH_ARGS"] = ansible_ssh_args(policy)

@@ -238,8 +238,17 @@ def _holder(path: Path) -> str:
 
 @contextlib.contextmanager
 def cluster_lock(inventory: Path, command: str) -> Iterator[Path]:
-    """Hold the cluster's lock for the run, or fail at once (InputError, exit 2) naming the holder."""
+    """Hold the cluster's lock for the run, or fail at once (InputError, exit 2) naming the holder.
+
+    A run started by the run that holds the lock (the rolling upgrade's verify gate, which a
+    converge of the same inventory runs) works under its parent's lock: the parent names the lock
+    and its pid in ``GPUCLUSTER_LOCK_HELD`` (:func:`held_env`), and the pid must be an ancestor of
+    this process, so a stray copy of the variable lets nothing else in.
+    """
     path = lock_path(inventory)
+    if _held_by_ancestor(path):
+        yield path
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=RUN_DIR_MODE)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, RUN_FILE_MODE)
@@ -265,6 +274,34 @@ def cluster_lock(inventory: Path, command: str) -> Iterator[Path]:
         yield path
     finally:
         os.close(fd)
+
+
+LOCK_HELD_ENV = "GPUCLUSTER_LOCK_HELD"
+
+
+def held_env(lock: Path) -> dict[str, str]:
+    """What a run holding ``lock`` passes to the commands it starts (see :func:`cluster_lock`)."""
+    return {LOCK_HELD_ENV: f"{os.getpid()}:{lock}"}
+
+
+def _ancestors() -> Iterator[int]:
+    pid = os.getppid()
+    for _ in range(64):
+        if pid <= 1:
+            return
+        yield pid
+        try:
+            stat_line = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return
+        pid = int(stat_line.rsplit(")", 1)[1].split()[1])
+
+
+def _held_by_ancestor(path: Path) -> bool:
+    pid, sep, held = os.environ.get(LOCK_HELD_ENV, "").partition(":")
+    if not sep or not pid.isdigit() or Path(held) != path:
+        return False
+    return int(pid) in set(_ancestors())
 
 
 # --- interruption ---------------------------------------------------------------------------

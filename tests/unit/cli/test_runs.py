@@ -188,3 +188,36 @@ def test_a_run_folder_the_operator_names_keeps_its_mode(tmp_path: Path) -> None:
     assert _mode(theirs) == 0o755  # never chmod a folder we did not make (--run-dir /tmp, say)
     mine = runs.ensure_private_dir(tmp_path / "new" / "run")
     assert _mode(mine) == 0o700
+
+
+_TAKE_LOCK = """
+import sys
+from pathlib import Path
+from gpucluster import runs
+from gpucluster.errors import InputError
+try:
+    with runs.cluster_lock(Path(sys.argv[1]), "gpucluster verify"):
+        print("held")
+except InputError as exc:
+    print(exc.problems[0])
+"""
+
+
+def test_a_run_started_by_the_holder_works_under_its_lock_and_no_other(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text("all: {}\n")
+    with runs.cluster_lock(inventory, "gpucluster converge") as lock:
+        env = {**os.environ, **runs.held_env(lock)}
+        child = subprocess.run([sys.executable, "-c", _TAKE_LOCK, str(inventory)], capture_output=True, text=True,
+                               env=env, cwd=REPO, timeout=60)
+        assert child.stdout.strip() == "held", child.stderr
+        # The same variable naming a process that is not an ancestor: the lock is not lent.
+        stranger = subprocess.Popen(["sleep", "30"])
+        try:
+            env[runs.LOCK_HELD_ENV] = f"{stranger.pid}:{lock}"
+            other = subprocess.run([sys.executable, "-c", _TAKE_LOCK, str(inventory)], capture_output=True,
+                                   text=True, env=env, cwd=REPO, timeout=60)
+        finally:
+            stranger.kill()
+            stranger.wait()
+        assert other.stdout.startswith("cluster busy"), other.stdout + other.stderr
