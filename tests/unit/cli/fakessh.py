@@ -91,3 +91,21 @@ def calls(folder: Path) -> list[list[str]]:
     if not log.exists():
         return []
     return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def pids_running(argv_tail: str) -> list[int]:
+    """Live (not zombie) processes on this machine whose command line ends with ``argv_tail``."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
+                cmdline = fh.read().replace(b"\0", b" ").decode().strip()
+            with open(f"/proc/{entry.name}/stat") as fh:
+                state = fh.read().split(") ")[1][0]
+        except OSError:
+            continue
+        if cmdline.endswith(argv_tail) and state != "Z":
+            found.append(int(entry.name))
+    return found

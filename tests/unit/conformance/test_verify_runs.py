@@ -56,23 +56,6 @@ def _inventory(tmp_path: Path, target: str = "lab", key: Path | None = None) -> 
     return path
 
 
-def _pids_running(argv_tail: str) -> list[int]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as fh:
-                cmdline = fh.read().replace(b"\0", b" ").decode().strip()
-            with open(f"/proc/{entry.name}/stat") as fh:
-                state = fh.read().split(") ")[1][0]
-        except OSError:
-            continue
-        if cmdline.endswith(argv_tail) and state != "Z":
-            found.append(int(entry.name))
-    return found
-
-
 def _wait_for(predicate: Any, seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not predicate():
@@ -156,14 +139,14 @@ def test_the_run_keys_line_restricts_it_and_tags_what_it_starts(tmp_path: Path) 
     env = dict(os.environ, SSH_ORIGINAL_COMMAND=f"sleep {seconds}", SHELL="/bin/sh")
     proc = subprocess.Popen(["/bin/sh", "-c", _forced_command(line)], env=env, start_new_session=True)
     try:
-        _wait_for(lambda: len(_pids_running(f"sleep {seconds}")) == 2, 10, "the forced command and its sleep")
+        _wait_for(lambda: len(fakessh.pids_running(f"sleep {seconds}")) == 2, 10, "the forced command and its sleep")
         tagged = runs.tagged_pids(f"GPUCLUSTER_RUN={run_id}")
-        assert proc.pid in tagged and set(tagged) == set(_pids_running(f"sleep {seconds}"))
+        assert proc.pid in tagged and set(tagged) == set(fakessh.pids_running(f"sleep {seconds}"))
         out = subprocess.run(["/bin/sh", "-c", cleanup_script(run_id)], capture_output=True, text=True,
                              check=False, env=dict(os.environ, HOME=str(tmp_path)))
         assert f"killed {len(tagged)}" in out.stdout
         proc.wait(timeout=10)
-        assert _pids_running(f"sleep {seconds}") == []
+        assert fakessh.pids_running(f"sleep {seconds}") == []
         assert authorized.read_text().splitlines() == [operator]
     finally:
         runs.kill_tagged_local(f"GPUCLUSTER_RUN={run_id}", grace_s=1)
@@ -235,14 +218,14 @@ def test_cleanup_kills_what_the_run_started_on_every_node(tmp_path: Path, ssh_st
         t.start()
     try:
         for s in [*seconds.values(), other]:
-            _wait_for(lambda s=s: _pids_running(f"sleep {s}"), 20, f"sleep {s}")
+            _wait_for(lambda s=s: fakessh.pids_running(f"sleep {s}"), 20, f"sleep {s}")
         done = cleanup_nodes([SshRemote(n, cfg) for n in seconds], "aaaa1111bbbb")
         assert set(done) == {"gpu-1", "gpu-2"} and all("process(es) of the run killed" in v for v in done.values())
         for s in seconds.values():
-            assert _pids_running(f"sleep {s}") == []
-        assert _pids_running(f"sleep {other}"), "another run's process was killed"
+            assert fakessh.pids_running(f"sleep {s}") == []
+        assert fakessh.pids_running(f"sleep {other}"), "another run's process was killed"
     finally:
-        for pid in _pids_running(f"sleep {other}"):
+        for pid in fakessh.pids_running(f"sleep {other}"):
             os.kill(pid, signal.SIGKILL)
         for t in threads:
             t.join(timeout=30)
@@ -254,9 +237,9 @@ def test_a_command_past_its_timeout_is_killed_on_the_node(tmp_path: Path, ssh_st
     res = SshRemote("gpu-1", cfg, run_id="abcdef012345").run(f"sleep {seconds}", timeout=2)
     try:
         assert res.rc == 124 and re.search(r"; [12] of its process\(es\) killed on the node", res.stderr), res.stderr
-        assert _pids_running(f"sleep {seconds}") == []
+        assert fakessh.pids_running(f"sleep {seconds}") == []
     finally:
-        for pid in _pids_running(f"sleep {seconds}"):
+        for pid in fakessh.pids_running(f"sleep {seconds}"):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -321,7 +304,8 @@ def test_ctrl_c_stops_the_measurements_on_the_nodes_and_keeps_the_report(tmp_pat
     env = {"PATH": f"{ssh_stub / 'bin'}{os.pathsep}{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     proc = _gc(tmp_path, *_verify(tmp_path, _inventory(tmp_path), "--workers", "3"), env=env)
     try:
-        _wait_for(lambda: _pids_running(f"sleep {seconds}") or proc.poll() is not None, 120, "mpirun on the launcher")
+        _wait_for(lambda: fakessh.pids_running(f"sleep {seconds}") or proc.poll() is not None, 120,
+                  "mpirun on the launcher")
         assert proc.poll() is None, proc.communicate()
         homes = ssh_stub / "nodes"
         assert any("gpucluster-verify-run:" in p.read_text() for p in homes.glob("*/.ssh/authorized_keys"))
@@ -332,10 +316,10 @@ def test_ctrl_c_stops_the_measurements_on_the_nodes_and_keeps_the_report(tmp_pat
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        for pid in _pids_running(f"sleep {seconds}"):
+        for pid in fakessh.pids_running(f"sleep {seconds}"):
             os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 130, err[-3000:]
-    assert _pids_running(f"sleep {seconds}") == [], "mpirun survived on the launcher"
+    assert fakessh.pids_running(f"sleep {seconds}") == [], "mpirun survived on the launcher"
     data = json.loads((tmp_path / "run" / "results.json").read_text())
     assert data["meta"]["interrupted"] is True and data["exit_code"] == 130
     assert data["results"], "the checks that finished are in the report"

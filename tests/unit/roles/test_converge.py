@@ -361,9 +361,9 @@ def test_a_failed_command_names_its_own_words() -> None:
     assert progress.failures["gpu-1"] == "Init the cluster: rc 1: [ERROR Port-6443]: in use"
 
 
-@pytest.mark.parametrize(("args", "env"), [(["--debug-no-log"], {}), ([], {"GPUCLUSTER_DEBUG_NO_LOG": "1"})])
-def test_the_debug_switch_lifts_no_log(tmp_path: Path, inventory_file: Path, monkeypatch: pytest.MonkeyPatch,
-                                       args: list[str], env: dict[str, str]) -> None:
+def _cli_converge(tmp_path: Path, inventory_file: Path, monkeypatch: pytest.MonkeyPatch, args: list[str],
+                  env: dict[str, str]) -> FakeRunner:
+    """`gpucluster converge ARGS` under ENV, over a runner that records what it was given; exit 0."""
     import gpucluster.cli.converge as cli_converge
 
     for k, v in env.items():
@@ -372,6 +372,13 @@ def test_the_debug_switch_lifts_no_log(tmp_path: Path, inventory_file: Path, mon
     monkeypatch.setattr(cli_converge, "converge",
                         lambda options, progress_out: converge(options, progress_out=progress_out, runner=runner))
     assert main(["converge", "-i", str(inventory_file), "--runs-dir", str(tmp_path / "runs"), *args]) == 0
+    return runner
+
+
+@pytest.mark.parametrize(("args", "env"), [(["--debug-no-log"], {}), ([], {"GPUCLUSTER_DEBUG_NO_LOG": "1"})])
+def test_the_debug_switch_lifts_no_log(tmp_path: Path, inventory_file: Path, monkeypatch: pytest.MonkeyPatch,
+                                       args: list[str], env: dict[str, str]) -> None:
+    runner = _cli_converge(tmp_path, inventory_file, monkeypatch, args, env)
     assert runner.kwargs["extravars"]["gpucluster_debug_no_log"] is True
     assert runner.kwargs["envvars"]["GPUCLUSTER_DEBUG_NO_LOG"] == "1"
 
@@ -380,15 +387,8 @@ def test_the_debug_switch_lifts_no_log(tmp_path: Path, inventory_file: Path, mon
                                                       ([], {"GPUCLUSTER_MITOGEN": "1"}, "mitogen_linear")])
 def test_mitogen_only_when_asked(tmp_path: Path, inventory_file: Path, monkeypatch: pytest.MonkeyPatch,
                                  args: list[str], env: dict[str, str], strategy: str | None) -> None:
-    import gpucluster.cli.converge as cli_converge
-
     monkeypatch.delenv("GPUCLUSTER_MITOGEN", raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    runner = FakeRunner([_event(1, "playbook_on_stats", **STATS)], rc=0, status="successful")
-    monkeypatch.setattr(cli_converge, "converge",
-                        lambda options, progress_out: converge(options, progress_out=progress_out, runner=runner))
-    assert main(["converge", "-i", str(inventory_file), "--runs-dir", str(tmp_path / "runs"), *args]) == 0
+    runner = _cli_converge(tmp_path, inventory_file, monkeypatch, args, env)
     assert runner.kwargs["envvars"].get("ANSIBLE_STRATEGY") == strategy
 
 
@@ -451,21 +451,6 @@ def test_debug_no_log_shows_the_cause_of_a_real_failure(tmp_path: Path) -> None:
     assert "Join with a token: rc 3: join refused, token expired" in err, err[-2000:]
 
 
-def _pids_running(argv_tail: str) -> list[int]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = open(f"/proc/{entry.name}/cmdline", "rb").read().replace(b"\0", b" ").decode().strip()
-            state = open(f"/proc/{entry.name}/stat").read().split(") ")[1][0]
-        except OSError:
-            continue
-        if cmdline.endswith(argv_tail) and state != "Z":
-            found.append(int(entry.name))
-    return found
-
-
 def test_ctrl_c_stops_ansible_playbook_and_keeps_the_recap(tmp_path: Path) -> None:
     """A real ansible-playbook (through ansible-runner, Mitogen included) runs a long task; Ctrl-C ends
     the task's process and every process of the run, and the summary says what finished."""
@@ -477,7 +462,7 @@ def test_ctrl_c_stops_ansible_playbook_and_keeps_the_recap(tmp_path: Path) -> No
                "--runs-dir", str(runs_dir))
     try:
         deadline = time.monotonic() + 120
-        while not _pids_running(f"sleep {seconds}"):
+        while not fakessh.pids_running(f"sleep {seconds}"):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.2)
         t0 = time.monotonic()
@@ -491,7 +476,7 @@ def test_ctrl_c_stops_ansible_playbook_and_keeps_the_recap(tmp_path: Path) -> No
     assert proc.returncode == 130, err[-2000:]
     assert stopped_in < 20
     time.sleep(0.5)
-    assert _pids_running(f"sleep {seconds}") == [], "the task's process outlived the converge"
+    assert fakessh.pids_running(f"sleep {seconds}") == [], "the task's process outlived the converge"
     assert runs.tagged_pids(converge_module.RUN_TAG) == []  # nothing of any converge left (name only: no value)
     summary = json.loads(next(runs_dir.glob("*-converge/summary.json")).read_text())
     assert summary["interrupted"] is True and summary["exit_code"] == 130 and summary["status"] == "canceled"
