@@ -18,7 +18,7 @@ import yaml
 from gpucluster.lab import node as lab_node
 from gpucluster.lab.host import host_problem, os_release, quiet
 from gpucluster.lab.lab import LabInputs, down, lab_inputs, up
-from gpucluster.lab.plan import LabPlan
+from gpucluster.lab.layout import LabLayout
 from gpucluster.lab.rootfs import build_rootfs, marker
 from gpucluster.spec import load_spec
 
@@ -59,7 +59,7 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _node_pss_mib(plan: LabPlan) -> list[float]:
+def _node_pss_mib(plan: LabLayout) -> list[float]:
     """Proportional set size of every process of each node (nspawn and the container's tree)."""
     sizes = []
     for n in plan.nodes:

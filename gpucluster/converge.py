@@ -213,9 +213,9 @@ def lab_inventory(stack: str) -> Path:
             f"--inventory: stack {stack} targets {cluster.spec.target.kind!r}, not the lab: "
             "pass the inventory `gpucluster inventory -o FILE` wrote"
         )
-    from gpucluster.lab.plan import plan_lab
+    from gpucluster.lab.layout import layout_lab
 
-    path = Path(plan_lab(cluster).inventory_file)
+    path = Path(layout_lab(cluster).inventory_file)
     if not path.is_file():
         raise InputError(f"--inventory: lab {cluster.name!r} is not up ({path} missing): "
                          f"run `gpucluster lab up --stack {stack}`")

@@ -11,7 +11,7 @@ from pathlib import Path
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
 from gpucluster.lab import lab
 from gpucluster.lab.host import ensure_host, stderr_progress
-from gpucluster.lab.plan import plan_lab
+from gpucluster.lab.layout import layout_lab
 from gpucluster.lab.ssh import ssh_argv
 from gpucluster.lab.state import check_owned, read_state
 from gpucluster.spec import load_spec
@@ -65,7 +65,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _where(stack: str) -> tuple[Path, str]:
-    plan = plan_lab(load_spec(stack))
+    plan = layout_lab(load_spec(stack))
     return Path(plan.state_root), plan.name
 
 

@@ -9,7 +9,7 @@ of the pinned Kubernetes version (:mod:`gpucluster.kube.schema`).
 
 from gpucluster.kube.artifacts import KubeArtifacts, ResolvedArtifact, load_artifacts, resolve_artifacts
 from gpucluster.kube.kubeadm import (
-    KubeadmPlan,
+    KubeadmSettings,
     kubeadm_plan,
     render_init_documents,
     render_join_document,
@@ -17,7 +17,7 @@ from gpucluster.kube.kubeadm import (
 
 __all__ = [
     "KubeArtifacts",
-    "KubeadmPlan",
+    "KubeadmSettings",
     "ResolvedArtifact",
     "kubeadm_plan",
     "load_artifacts",

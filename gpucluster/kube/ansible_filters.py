@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from gpucluster.kube.kubeadm import KubeadmPlan, render_init_documents, render_join_document
+from gpucluster.kube.kubeadm import KubeadmSettings, render_init_documents, render_join_document
 
 KUBE_ROLES = ("gpu", "control_plane")
 
@@ -39,21 +39,21 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 
 
 def kubeadm_init_yaml(plan: Mapping[str, Any], node: str) -> str:
-    return _dump(render_init_documents(KubeadmPlan.from_mapping(plan), node))
+    return _dump(render_init_documents(KubeadmSettings.from_mapping(plan), node))
 
 
 def kubeadm_join_yaml(
     plan: Mapping[str, Any], node: str, token: str, ca_cert_hash: str, certificate_key: str | None = None
 ) -> str:
     doc = render_join_document(
-        KubeadmPlan.from_mapping(plan), node, token=token, ca_cert_hash=ca_cert_hash,
+        KubeadmSettings.from_mapping(plan), node, token=token, ca_cert_hash=ca_cert_hash,
         certificate_key=certificate_key or None,
     )
     return _dump([doc])
 
 
 def kubeadm_endpoint(plan: Mapping[str, Any]) -> str:
-    return KubeadmPlan.from_mapping(plan).endpoint
+    return KubeadmSettings.from_mapping(plan).endpoint
 
 
 FILTERS: dict[str, Any] = {

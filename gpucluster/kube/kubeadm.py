@@ -1,7 +1,7 @@
 """kubeadm's InitConfiguration, ClusterConfiguration, KubeletConfiguration and JoinConfiguration.
 
 Rendered as plain dicts (API ``kubeadm.k8s.io/v1beta4``, the current one for Kubernetes
-1.31 and later) from a :class:`KubeadmPlan`. The control-plane and worker roles call these
+1.31 and later) from a :class:`KubeadmSettings`. The control-plane and worker roles call these
 through their filter plugins, so the file kubeadm reads on a node is exactly what the unit
 tests check. Secrets (bootstrap token, discovery hash, certificate key) are arguments of
 :func:`render_join_document` only; they are never part of the plan.
@@ -30,7 +30,7 @@ _VERSION = re.compile(r"^v?\d+\.\d+\.\d+$")
 
 
 @dataclass(frozen=True)
-class PlannedNode:
+class KubeNode:
     name: str
     address: str
     control_plane: bool
@@ -40,14 +40,14 @@ class PlannedNode:
 
 
 @dataclass(frozen=True)
-class KubeadmPlan:
+class KubeadmSettings:
     """Everything kubeadm's configuration depends on, for the whole cluster."""
 
     cluster_name: str
     kubernetes_version: str
     pod_cidr: str
     service_cidr: str
-    nodes: tuple[PlannedNode, ...]
+    nodes: tuple[KubeNode, ...]
     api_vip: str | None = None
     image_repository: str = "registry.k8s.io"
     cri_socket: str = DEFAULT_CRI_SOCKET
@@ -57,7 +57,7 @@ class KubeadmPlan:
     def __post_init__(self) -> None:
         problems = self.problems()
         if problems:
-            raise InputError(problems, source="kubeadm plan")
+            raise InputError(problems, source="kubeadm settings")
 
     def problems(self) -> list[str]:
         out: list[str] = []
@@ -87,11 +87,11 @@ class KubeadmPlan:
         return self.api_vip is not None
 
     @property
-    def control_planes(self) -> tuple[PlannedNode, ...]:
+    def control_planes(self) -> tuple[KubeNode, ...]:
         return tuple(n for n in self.nodes if n.control_plane)
 
     @property
-    def first_control_plane(self) -> PlannedNode:
+    def first_control_plane(self) -> KubeNode:
         return self.control_planes[0]
 
     @property
@@ -99,11 +99,11 @@ class KubeadmPlan:
         host = self.api_vip if self.api_vip is not None else self.first_control_plane.address
         return f"{host}:{API_PORT}"
 
-    def node(self, name: str) -> PlannedNode:
+    def node(self, name: str) -> KubeNode:
         for n in self.nodes:
             if n.name == name:
                 return n
-        raise InputError(f"node {name!r} is not in the kubeadm plan (known: {', '.join(x.name for x in self.nodes)})")
+        raise InputError(f"node {name!r} is not a kubeadm node (known: {', '.join(x.name for x in self.nodes)})")
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -124,13 +124,13 @@ class KubeadmPlan:
         }
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> KubeadmPlan:
+    def from_mapping(cls, data: Mapping[str, Any]) -> KubeadmSettings:
         """Build from plain data (the roles pass their variables); every problem at once."""
         required = ("cluster_name", "kubernetes_version", "pod_cidr", "service_cidr", "nodes")
         missing = [k for k in required if data.get(k) in (None, "")]
         if missing:
-            raise InputError([f"{k}: is required" for k in missing], source="kubeadm plan")
-        nodes: list[PlannedNode] = []
+            raise InputError([f"{k}: is required" for k in missing], source="kubeadm settings")
+        nodes: list[KubeNode] = []
         problems: list[str] = []
         for i, raw in enumerate(data["nodes"]):
             lacking = [k for k in ("name", "address") if not raw.get(k)]
@@ -138,7 +138,7 @@ class KubeadmPlan:
                 problems.append(f"nodes[{i}]: needs {' and '.join(lacking)}")
                 continue
             nodes.append(
-                PlannedNode(
+                KubeNode(
                     name=str(raw["name"]),
                     address=str(raw["address"]),
                     control_plane=bool(raw.get("control_plane", False)),
@@ -148,7 +148,7 @@ class KubeadmPlan:
                 )
             )
         if problems:
-            raise InputError(problems, source="kubeadm plan")
+            raise InputError(problems, source="kubeadm settings")
         return cls(
             cluster_name=str(data["cluster_name"]),
             kubernetes_version=str(data["kubernetes_version"]),
@@ -163,13 +163,13 @@ class KubeadmPlan:
         )
 
 
-def kubeadm_plan(cluster: Cluster) -> KubeadmPlan:
+def kubeadm_plan(cluster: Cluster) -> KubeadmSettings:
     """The plan for a resolved cluster; raises InputError when Kubernetes is off."""
     kube = cluster.spec.kubernetes
     if kube is None or not kube.enabled:
         raise InputError(f"cluster {cluster.name!r}: Kubernetes is not enabled in the stack file")
     nodes = tuple(
-        PlannedNode(
+        KubeNode(
             name=n.name,
             address=n.management_ip,
             control_plane="control_plane" in n.roles,
@@ -180,7 +180,7 @@ def kubeadm_plan(cluster: Cluster) -> KubeadmPlan:
         for n in cluster.nodes
         if "control_plane" in n.roles or "gpu" in n.roles
     )
-    return KubeadmPlan(
+    return KubeadmSettings(
         cluster_name=cluster.name,
         kubernetes_version=cluster.kubernetes_version,
         pod_cidr=kube.pod_cidr,
@@ -194,7 +194,7 @@ def _version(v: str) -> str:
     return v if v.startswith("v") else f"v{v}"
 
 
-def _registration(plan: KubeadmPlan, node: PlannedNode) -> dict[str, Any]:
+def _registration(plan: KubeadmSettings, node: KubeNode) -> dict[str, Any]:
     labels = f"{LABEL_PREFIX}/pool={node.pool},{LABEL_PREFIX}/profile={node.profile}"
     reg: dict[str, Any] = {
         "name": node.name,
@@ -210,7 +210,7 @@ def _registration(plan: KubeadmPlan, node: PlannedNode) -> dict[str, Any]:
     return reg
 
 
-def render_init_documents(plan: KubeadmPlan, node_name: str) -> list[dict[str, Any]]:
+def render_init_documents(plan: KubeadmSettings, node_name: str) -> list[dict[str, Any]]:
     """The ``kubeadm init --config`` documents for the first control-plane node."""
     node = plan.node(node_name)
     if node != plan.first_control_plane:
@@ -258,7 +258,7 @@ def _kubelet_config() -> dict[str, Any]:
 
 
 def render_join_document(
-    plan: KubeadmPlan,
+    plan: KubeadmSettings,
     node_name: str,
     *,
     token: str,

@@ -7,6 +7,6 @@ provider (:mod:`gpucluster.lab.provider`) call the same functions in :mod:`gpucl
 """
 
 from gpucluster.lab.lab import LabResult, NodeResult, down, status, up
-from gpucluster.lab.plan import LabPlan, NodePlan, plan_lab
+from gpucluster.lab.layout import LabLayout, NodeLayout, layout_lab
 
-__all__ = ["LabPlan", "LabResult", "NodePlan", "NodeResult", "down", "plan_lab", "status", "up"]
+__all__ = ["LabLayout", "LabResult", "NodeLayout", "NodeResult", "down", "layout_lab", "status", "up"]

@@ -14,13 +14,13 @@ from typing import Any
 from gpucluster.inventory import build_inventory, dump_inventory
 from gpucluster.lab import network, node, process, proxy, rootfs, ssh
 from gpucluster.lab.host import LabError, Progress, ensure_host, quiet, run
-from gpucluster.lab.plan import (
+from gpucluster.lab.layout import (
     FABRIC_INTERFACE,
     SSH_USER,
-    LabPlan,
-    NodePlan,
+    LabLayout,
+    NodeLayout,
+    layout_lab,
     overlap_problems,
-    plan_lab,
     route_problems,
 )
 from gpucluster.lab.state import atomic_write, check_owned, claim, locked, other_labs, read_state, write_state
@@ -68,24 +68,24 @@ class LabResult:
 class LabInputs:
     """Everything ``up`` needs, as plain data (the Pulumi provider's inputs)."""
 
-    plan: LabPlan
+    plan: LabLayout
     outputs: dict[str, Any]
     inventory: str
 
 
 def lab_inputs(cluster: Cluster) -> LabInputs:
-    plan = plan_lab(cluster)
+    plan = layout_lab(cluster)
     outputs = build_outputs(cluster, ssh_user=SSH_USER, fabric_interface=FABRIC_INTERFACE,
                             ssh_private_key_file=str(plan.key_file))
     inventory = dump_inventory(build_inventory(cluster, parse_outputs(outputs, "lab outputs"), source="lab outputs"))
     return LabInputs(plan, outputs, inventory)
 
 
-def _registry_lock(plan: LabPlan) -> Path:
+def _registry_lock(plan: LabLayout) -> Path:
     return plan.cache_dir / "registry.lock"
 
 
-def _register(plan: LabPlan, progress: Progress) -> LabPlan | None:
+def _register(plan: LabLayout, progress: Progress) -> LabLayout | None:
     """Check the lab can exist here and record its plan before anything is made; return the old plan."""
     with locked(_registry_lock(plan), "the lab registry", wait=True):
         problems = overlap_problems(plan, other_labs(Path(plan.state_root), plan.name))
@@ -108,7 +108,7 @@ def _register(plan: LabPlan, progress: Progress) -> LabPlan | None:
         return old
 
 
-def _teardown_node(plan: LabPlan, n: NodePlan) -> bool:
+def _teardown_node(plan: LabLayout, n: NodeLayout) -> bool:
     changed = node.teardown(plan, n)
     changed = network.delete_node_links(n) or changed
     if plan.node_dir(n.name).exists():
@@ -119,7 +119,7 @@ def _teardown_node(plan: LabPlan, n: NodePlan) -> bool:
 
 @dataclass
 class _Prepared:
-    node: NodePlan
+    node: NodeLayout
     existed: bool
     changed: bool
     disks: list[str]
@@ -127,7 +127,7 @@ class _Prepared:
     error: NodeResult | None = None
 
 
-def _prepare_node(plan: LabPlan, n: NodePlan, pubkey: str) -> _Prepared:
+def _prepare_node(plan: LabLayout, n: NodeLayout, pubkey: str) -> _Prepared:
     """Network, disks, overlay and files: everything before boot, and the node's host key."""
     started = time.monotonic()
     existed = plan.node_dir(n.name).exists()
@@ -143,7 +143,7 @@ def _prepare_node(plan: LabPlan, n: NodePlan, pubkey: str) -> _Prepared:
     return _Prepared(n, existed, changed or files_changed, disks, host_key)
 
 
-def _boot_node(plan: LabPlan, prep: _Prepared, deadline: float, progress: Progress) -> NodeResult:
+def _boot_node(plan: LabLayout, prep: _Prepared, deadline: float, progress: Progress) -> NodeResult:
     n = prep.node
     if prep.error is not None:
         progress(f"{n.name}: FAILED: {prep.error.system_state}")
@@ -213,7 +213,7 @@ def up(inputs: LabInputs, *, rebuild_rootfs: bool = False, progress: Progress = 
                      str(plan.outputs_file), str(plan.inventory_file))
 
 
-def _leftover_netns(plan: LabPlan) -> list[str]:
+def _leftover_netns(plan: LabLayout) -> list[str]:
     if not network.NETNS_DIR.is_dir():
         return []
     prefix = f"gcl-{plan.name}-"
@@ -254,7 +254,7 @@ def down(state_root: Path, name: str, *, progress: Progress = quiet) -> bool:
     return True
 
 
-def _node_status(plan: LabPlan, n: NodePlan) -> dict[str, Any]:
+def _node_status(plan: LabLayout, n: NodeLayout) -> dict[str, Any]:
     running = bool(node.pids(plan, n))
     ready = node.probe(plan, n, timeout=10) if running else node.Readiness(False, "not running")
     return {

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.lab.host import run
-from gpucluster.lab.plan import FABRIC_INTERFACE, MANAGEMENT_INTERFACE, LabPlan, NodePlan
+from gpucluster.lab.layout import FABRIC_INTERFACE, MANAGEMENT_INTERFACE, LabLayout, NodeLayout
 
 NETNS_DIR = Path("/run/netns")
 
@@ -70,7 +70,7 @@ def ensure_bridge(name: str, address: str, mtu: int) -> bool:
     return True
 
 
-def ensure_bridges(plan: LabPlan) -> bool:
+def ensure_bridges(plan: LabLayout) -> bool:
     # The management bridge keeps the default MTU: the fabric is where jumbo frames are tested.
     a = ensure_bridge(plan.management_bridge, _with_prefix(plan.management_host_ip, plan.management_cidr), 1500)
     b = ensure_bridge(plan.fabric_bridge, _with_prefix(plan.fabric_host_ip, plan.fabric_cidr), plan.mtu)
@@ -95,7 +95,7 @@ def delete_netns(name: str) -> bool:
     return True
 
 
-def node_links_ok(plan: LabPlan, node: NodePlan) -> bool:
+def node_links_ok(plan: LabLayout, node: NodeLayout) -> bool:
     if not netns_exists(node.netns):
         return False
     want = {
@@ -114,7 +114,7 @@ def node_links_ok(plan: LabPlan, node: NodePlan) -> bool:
     return True
 
 
-def ensure_node_links(plan: LabPlan, node: NodePlan) -> bool:
+def ensure_node_links(plan: LabLayout, node: NodeLayout) -> bool:
     """The node's namespace with eth0 and eth1 addressed and bridged; return whether it changed."""
     if node_links_ok(plan, node):
         return False
@@ -140,7 +140,7 @@ def ensure_node_links(plan: LabPlan, node: NodePlan) -> bool:
     return True
 
 
-def delete_node_links(node: NodePlan) -> bool:
+def delete_node_links(node: NodeLayout) -> bool:
     changed = delete_link(node.veth_management)
     changed = delete_link(node.veth_fabric) or changed
     return delete_netns(node.netns) or changed

@@ -13,23 +13,23 @@ from pathlib import Path
 
 from gpucluster.lab import process
 from gpucluster.lab.host import LabError, run, which
+from gpucluster.lab.layout import LabLayout, NodeLayout
 from gpucluster.lab.network import NETNS_DIR
-from gpucluster.lab.plan import LabPlan, NodePlan
 from gpucluster.lab.ssh import ssh_run
 
 EXECUTABLE = "systemd-nspawn"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
 
 
-def root_dir(plan: LabPlan, node: NodePlan) -> Path:
+def root_dir(plan: LabLayout, node: NodeLayout) -> Path:
     return plan.node_dir(node.name) / "root"
 
 
-def boot_log(plan: LabPlan, node: NodePlan) -> Path:
+def boot_log(plan: LabLayout, node: NodeLayout) -> Path:
     return plan.node_dir(node.name) / "boot.log"
 
 
-def disk_files(plan: LabPlan, node: NodePlan) -> list[Path]:
+def disk_files(plan: LabLayout, node: NodeLayout) -> list[Path]:
     return [plan.node_dir(node.name) / f"disk-{i}.img" for i in range(node.data_disks)]
 
 
@@ -48,7 +48,7 @@ def is_mounted(path: Path) -> bool:
     return str(path) in mounts_under(path)
 
 
-def ensure_overlay(plan: LabPlan, node: NodePlan) -> bool:
+def ensure_overlay(plan: LabLayout, node: NodeLayout) -> bool:
     root = root_dir(plan, node)
     if is_mounted(root):
         return False
@@ -60,7 +60,7 @@ def ensure_overlay(plan: LabPlan, node: NodePlan) -> bool:
     return True
 
 
-def hosts_text(plan: LabPlan) -> str:
+def hosts_text(plan: LabLayout) -> str:
     lines = ["# gpucluster lab: every node on the management and the fabric network.",
              "127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback", ""]
     lines += [f"{n.management_ip}\t{n.name}" for n in plan.nodes]
@@ -98,7 +98,7 @@ def _seed(path: Path, text: str, mode: int = 0o644) -> bool:
     return _write(path, text, mode)
 
 
-def ensure_files(plan: LabPlan, node: NodePlan, authorized_key: str, disks: list[str]) -> tuple[bool, str]:
+def ensure_files(plan: LabLayout, node: NodeLayout, authorized_key: str, disks: list[str]) -> tuple[bool, str]:
     """Write the node's identity and configuration into its overlay; return (changed, host public key)."""
     root = root_dir(plan, node)
     changed = False
@@ -129,7 +129,7 @@ def _loops_for(file: Path) -> list[str]:
     return [line.split(":", 1)[0] for line in out.splitlines() if line.strip()]
 
 
-def ensure_disks(plan: LabPlan, node: NodePlan) -> tuple[bool, list[str]]:
+def ensure_disks(plan: LabLayout, node: NodeLayout) -> tuple[bool, list[str]]:
     """Sparse files of the spec's size, each on a loop device; return (changed, devices)."""
     changed = False
     devices = []
@@ -148,11 +148,11 @@ def ensure_disks(plan: LabPlan, node: NodePlan) -> tuple[bool, list[str]]:
     return changed, devices
 
 
-def pids(plan: LabPlan, node: NodePlan) -> list[int]:
+def pids(plan: LabLayout, node: NodeLayout) -> list[int]:
     return process.find(EXECUTABLE, str(root_dir(plan, node)))
 
 
-def start(plan: LabPlan, node: NodePlan, disks: list[str]) -> int:
+def start(plan: LabLayout, node: NodeLayout, disks: list[str]) -> int:
     exe = which(EXECUTABLE)
     if exe is None:
         raise LabError("systemd-nspawn is not installed (Debian package systemd-container)")
@@ -179,7 +179,7 @@ def start(plan: LabPlan, node: NodePlan, disks: list[str]) -> int:
     return process.spawn(cmd, log)
 
 
-def log_tail(plan: LabPlan, node: NodePlan, lines: int = 15) -> str:
+def log_tail(plan: LabLayout, node: NodeLayout, lines: int = 15) -> str:
     try:
         text = boot_log(plan, node).read_text(errors="replace")
     except OSError:
@@ -196,7 +196,7 @@ class Readiness:
     failed_units: tuple[str, ...] = ()
 
 
-def probe(plan: LabPlan, node: NodePlan, *, timeout: float = 10) -> Readiness:
+def probe(plan: LabLayout, node: NodeLayout, *, timeout: float = 10) -> Readiness:
     """Ask the node over SSH whether it booted: is-system-running plus any failed units."""
     script = "systemctl is-system-running --wait; systemctl list-units --state=failed --plain --no-legend"
     proc = ssh_run(plan, node, [script], timeout=timeout, connect_timeout=2)
@@ -208,7 +208,7 @@ def probe(plan: LabPlan, node: NodePlan, *, timeout: float = 10) -> Readiness:
     return Readiness(state in ("running", "degraded"), state, failed)
 
 
-def wait_ready(plan: LabPlan, node: NodePlan, pid: int, deadline: float, cancel: threading.Event) -> Readiness:
+def wait_ready(plan: LabLayout, node: NodeLayout, pid: int, deadline: float, cancel: threading.Event) -> Readiness:
     """Wait until the node started as ``pid`` answers over SSH.
 
     Liveness is read from the PID ``start`` returned, not by matching command lines: the
@@ -234,7 +234,7 @@ def wait_ready(plan: LabPlan, node: NodePlan, pid: int, deadline: float, cancel:
     return Readiness(False, "interrupted")
 
 
-def stop(plan: LabPlan, node: NodePlan) -> bool:
+def stop(plan: LabLayout, node: NodeLayout) -> bool:
     running = pids(plan, node)
     if running:
         # SIGTERM asks nspawn to power the container off cleanly.
@@ -242,7 +242,7 @@ def stop(plan: LabPlan, node: NodePlan) -> bool:
     return bool(running)
 
 
-def teardown(plan: LabPlan, node: NodePlan) -> bool:
+def teardown(plan: LabLayout, node: NodeLayout) -> bool:
     """Stop the node and remove its mounts and loop devices (its files go with the lab directory)."""
     changed = stop(plan, node)
     for point in mounts_under(plan.node_dir(node.name)):

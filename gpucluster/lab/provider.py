@@ -17,7 +17,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, Resou
 
 from gpucluster.lab.host import LabError
 from gpucluster.lab.lab import LabInputs, LabResult, down, up
-from gpucluster.lab.plan import LabPlan
+from gpucluster.lab.layout import LabLayout
 
 INPUT_KEYS = ("plan", "outputs", "inventory")
 
@@ -28,7 +28,7 @@ def _progress(line: str) -> None:
 
 
 def inputs_from_props(props: dict[str, Any]) -> LabInputs:
-    return LabInputs(LabPlan.from_dict(props["plan"]), plain_values(props["outputs"]), str(props["inventory"]))
+    return LabInputs(LabLayout.from_dict(props["plan"]), plain_values(props["outputs"]), str(props["inventory"]))
 
 
 def plain_values(value: Any) -> Any:
@@ -53,8 +53,8 @@ def lab_diff(olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
     if old_in == new_in:
         return DiffResult(changes=False, replaces=[], stables=["plan"])
     try:
-        old_plan = LabPlan.from_dict(old_in["plan"])
-        new_plan = LabPlan.from_dict(new_in["plan"])
+        old_plan = LabLayout.from_dict(old_in["plan"])
+        new_plan = LabLayout.from_dict(new_in["plan"])
     except (TypeError, KeyError):
         return DiffResult(changes=True, replaces=["plan"], delete_before_replace=True)
     if old_plan.lab_level() != new_plan.lab_level():
@@ -87,7 +87,7 @@ class LabProvider(ResourceProvider):
         return ReadResult(id_=id_, outs=props)
 
     def delete(self, _id: str, _props: dict[str, Any]) -> None:
-        plan = LabPlan.from_dict(_props["plan"])
+        plan = LabLayout.from_dict(_props["plan"])
         down(Path(plan.state_root), plan.name, progress=_progress)
 
 

@@ -12,17 +12,17 @@ from pathlib import Path
 
 from gpucluster.lab import process
 from gpucluster.lab.host import LabError, which
-from gpucluster.lab.plan import LabPlan
+from gpucluster.lab.layout import LabLayout
 from gpucluster.lab.state import atomic_write
 
 EXECUTABLE = "apt-cacher-ng"
 
 
-def conf_dir(plan: LabPlan) -> Path:
+def conf_dir(plan: LabLayout) -> Path:
     return plan.lab_dir / "proxy"
 
 
-def render_config(plan: LabPlan) -> dict[str, str]:
+def render_config(plan: LabLayout) -> dict[str, str]:
     """The files of the proxy's configuration directory, by name."""
     log_dir = conf_dir(plan) / "log"
     acng = "\n".join(
@@ -47,11 +47,11 @@ def render_config(plan: LabPlan) -> dict[str, str]:
     return {"acng.conf": acng, "backends_debian": plan.mirror + "/\n"}
 
 
-def pids(plan: LabPlan) -> list[int]:
+def pids(plan: LabLayout) -> list[int]:
     return process.find(EXECUTABLE, str(conf_dir(plan)))
 
 
-def _listening(plan: LabPlan) -> bool:
+def _listening(plan: LabLayout) -> bool:
     try:
         with socket.create_connection((plan.management_host_ip, plan.proxy_port), timeout=1):
             return True
@@ -59,7 +59,7 @@ def _listening(plan: LabPlan) -> bool:
         return False
 
 
-def ensure_proxy(plan: LabPlan) -> bool:
+def ensure_proxy(plan: LabLayout) -> bool:
     """Start the proxy unless it runs with this configuration; return whether it changed."""
     changed = False
     for name, text in render_config(plan).items():
@@ -88,7 +88,7 @@ def ensure_proxy(plan: LabPlan) -> bool:
     )
 
 
-def stop_proxy(plan: LabPlan) -> bool:
+def stop_proxy(plan: LabLayout) -> bool:
     running = pids(plan)
     if running:
         process.stop(running, grace_s=5)

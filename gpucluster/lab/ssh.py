@@ -7,11 +7,11 @@ import subprocess
 from collections.abc import Sequence
 
 from gpucluster.lab.host import run
-from gpucluster.lab.plan import SSH_USER, LabPlan, NodePlan
+from gpucluster.lab.layout import SSH_USER, LabLayout, NodeLayout
 from gpucluster.lab.state import atomic_write
 
 
-def ensure_lab_key(plan: LabPlan) -> bool:
+def ensure_lab_key(plan: LabLayout) -> bool:
     key = plan.key_file
     if key.exists() and key.with_suffix(".pub").exists():
         os.chmod(key, 0o600)
@@ -26,11 +26,11 @@ def ensure_lab_key(plan: LabPlan) -> bool:
     return True
 
 
-def public_key(plan: LabPlan) -> str:
+def public_key(plan: LabLayout) -> str:
     return plan.key_file.with_suffix(".pub").read_text().strip()
 
 
-def known_hosts_text(plan: LabPlan, host_keys: dict[str, str]) -> str:
+def known_hosts_text(plan: LabLayout, host_keys: dict[str, str]) -> str:
     lines = []
     for node in plan.nodes:
         if node.name in host_keys:
@@ -40,11 +40,11 @@ def known_hosts_text(plan: LabPlan, host_keys: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_known_hosts(plan: LabPlan, host_keys: dict[str, str]) -> bool:
+def write_known_hosts(plan: LabLayout, host_keys: dict[str, str]) -> bool:
     return atomic_write(plan.known_hosts, known_hosts_text(plan, host_keys))
 
 
-def ssh_argv(plan: LabPlan, node: NodePlan, command: Sequence[str], *, connect_timeout: int = 5,
+def ssh_argv(plan: LabLayout, node: NodeLayout, command: Sequence[str], *, connect_timeout: int = 5,
              tty: bool = False) -> list[str]:
     return [
         "ssh", "-i", str(plan.key_file),
@@ -56,7 +56,7 @@ def ssh_argv(plan: LabPlan, node: NodePlan, command: Sequence[str], *, connect_t
     ]
 
 
-def ssh_run(plan: LabPlan, node: NodePlan, command: Sequence[str], *, timeout: float = 30,
+def ssh_run(plan: LabLayout, node: NodeLayout, command: Sequence[str], *, timeout: float = 30,
             connect_timeout: int = 5) -> subprocess.CompletedProcess[str]:
     """Run a command on a node; a timeout reads as exit status 255 (unreachable)."""
     argv = ssh_argv(plan, node, command, connect_timeout=connect_timeout)

@@ -24,7 +24,7 @@ from typing import Any
 
 from gpucluster.errors import InputError
 from gpucluster.lab.host import LabError
-from gpucluster.lab.plan import LabPlan
+from gpucluster.lab.layout import LabLayout
 from gpucluster.spec.models import _NAME
 
 STATE_VERSION = 1
@@ -52,12 +52,12 @@ def state_file(lab_dir: Path) -> Path:
     return lab_dir / "state.json"
 
 
-def write_state(plan: LabPlan) -> None:
+def write_state(plan: LabLayout) -> None:
     doc = {"version": STATE_VERSION, "plan": plan.to_dict()}
     atomic_write(state_file(plan.lab_dir), json.dumps(doc, indent=2, sort_keys=True) + "\n", 0o600)
 
 
-def read_state(lab_dir: Path) -> LabPlan | None:
+def read_state(lab_dir: Path) -> LabLayout | None:
     path = state_file(lab_dir)
     try:
         doc: Any = json.loads(path.read_text(encoding="utf-8"))
@@ -68,7 +68,7 @@ def read_state(lab_dir: Path) -> LabPlan | None:
     if not isinstance(doc, dict) or doc.get("version") != STATE_VERSION or not isinstance(doc.get("plan"), dict):
         raise LabError(f"{path}: not a lab state file of version {STATE_VERSION}")
     try:
-        plan = LabPlan.from_dict(doc["plan"])
+        plan = LabLayout.from_dict(doc["plan"])
     except (TypeError, KeyError, ValueError) as exc:
         raise LabError(f"{path}: malformed lab state ({exc})") from None
     problem = _plan_problem(plan, lab_dir)
@@ -78,7 +78,7 @@ def read_state(lab_dir: Path) -> LabPlan | None:
     return plan
 
 
-def _plan_problem(plan: LabPlan, lab_dir: Path) -> str | None:
+def _plan_problem(plan: LabLayout, lab_dir: Path) -> str | None:
     """Why a stored plan is not this lab's own, or None: every name in it must be one the lab makes."""
     if Path(plan.state_root) / plan.name != lab_dir or not re.fullmatch(_NAME, plan.name):
         return f"its plan is for lab {plan.name!r} under {plan.state_root!r}, not {lab_dir}"
@@ -175,8 +175,8 @@ def check_owned(lab_dir: Path, name: str) -> None:
         raise _refuse(lab_dir, name, "down")
 
 
-def other_labs(state_root: Path, name: str) -> list[LabPlan]:
-    labs: list[LabPlan] = []
+def other_labs(state_root: Path, name: str) -> list[LabLayout]:
+    labs: list[LabLayout] = []
     if not state_root.is_dir():
         return labs
     for child in sorted(state_root.iterdir()):

@@ -534,7 +534,7 @@ def load_spec(path: str | Path) -> Cluster:
         raise InputError(f"{NAMESPACE}.bom: {bom_path}: {exc.problems[0]}", source=source) from None
     profiles = load_profiles()
 
-    from gpucluster.spec.checks import semantic_problems
+    from gpucluster.spec.rules import semantic_problems
 
     problems = semantic_problems(spec, bom, profiles)
     if problems:

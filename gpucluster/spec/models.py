@@ -2,7 +2,7 @@
 
 Field-level rules (types, ranges, patterns, unknown keys) live here; rules that
 span fields or need the hardware profiles and the bill of materials live in
-``checks.py`` so every problem can be collected and reported together.
+``rules.py`` so every problem can be collected and reported together.
 """
 
 from __future__ import annotations

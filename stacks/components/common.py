@@ -56,20 +56,20 @@ def pool_kind(pool: NodePool) -> PoolKind:
 
 
 @dataclass(frozen=True)
-class PoolPlan:
+class PoolLayout:
     pool: NodePool
     kind: PoolKind
     nodes: tuple[Node, ...]
     instance_type: str | None
 
 
-def pools(cluster: Cluster, target: Literal["aws", "azure", "oci"] | None = None) -> list[PoolPlan]:
+def pools(cluster: Cluster, target: Literal["aws", "azure", "oci"] | None = None) -> list[PoolLayout]:
     out = []
     for pool in cluster.spec.node_pools:
         nodes = tuple(n for n in cluster.nodes if n.pool == pool.name)
         # Callers name their own cluster's target; the resolution lives in Cluster.
         itype = cluster.instance_type(pool.name) if target is not None else pool.instance_type
-        out.append(PoolPlan(pool=pool, kind=pool_kind(pool), nodes=nodes, instance_type=itype))
+        out.append(PoolLayout(pool=pool, kind=pool_kind(pool), nodes=nodes, instance_type=itype))
     return out
 
 

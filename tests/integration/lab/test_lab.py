@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from gpucluster.lab.host import host_problem, os_release
-from gpucluster.lab.plan import LabPlan, plan_lab
+from gpucluster.lab.layout import LabLayout, layout_lab
 from gpucluster.lab.state import claim
 from gpucluster.spec import load_spec
 
@@ -52,7 +52,7 @@ def lab(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
-def leftovers(plan: LabPlan) -> list[str]:
+def leftovers(plan: LabLayout) -> list[str]:
     """Everything of this lab still on the host (empty when `down` did its job)."""
     found: list[str] = []
     netns = Path("/run/netns")
@@ -85,7 +85,7 @@ def leftovers(plan: LabPlan) -> list[str]:
 class Lab:
     def __init__(self, stack: Path, up: subprocess.CompletedProcess[str]) -> None:
         self.stack = stack
-        self.plan = plan_lab(load_spec(stack))
+        self.plan = layout_lab(load_spec(stack))
         self.up = up
         self.result: dict[str, Any] = json.loads(up.stdout) if up.stdout.strip() else {}
 
@@ -224,7 +224,7 @@ FAIL_POOLS = [
 
 def test_a_node_that_fails_to_boot_is_named_and_the_others_work(tmp_path: Path) -> None:
     stack = _stack(tmp_path, "labfail", "10.79.10.0/24", "10.79.11.0/24", FAIL_POOLS, boot_timeout_s=30)
-    plan = plan_lab(load_spec(stack))
+    plan = layout_lab(load_spec(stack))
     lab("down", "--stack", str(stack))
     # A broken init in bad-1's own layer: its container starts and dies at once. The folder is
     # claimed as the lab's first, as `up` would: `up` never adopts a folder it did not make.
@@ -250,7 +250,7 @@ def test_a_node_that_fails_to_boot_is_named_and_the_others_work(tmp_path: Path) 
 
 def test_ctrl_c_during_up_leaves_nothing_down_cannot_remove(tmp_path: Path) -> None:
     stack = _stack(tmp_path, "labint", "10.79.20.0/24", "10.79.21.0/24", FAIL_POOLS[:1])
-    plan = plan_lab(load_spec(stack))
+    plan = layout_lab(load_spec(stack))
     proc = subprocess.Popen([*CLI, "lab", "up", "--stack", str(stack)], cwd=REPO, stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, text=True)
     assert proc.stderr is not None

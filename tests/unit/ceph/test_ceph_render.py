@@ -18,7 +18,7 @@ import yaml
 from gpucluster.inventory import build_inventory
 from gpucluster.outputs import StackOutputs, build_outputs
 from gpucluster.spec import load_spec
-from gpucluster.spec.checks import failure_domains
+from gpucluster.spec.rules import failure_domains
 from tests.unit.roles.no_log import NO_LOG
 from tests.unit.roles.render import (
     GOLDEN,

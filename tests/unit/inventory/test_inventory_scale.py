@@ -38,9 +38,9 @@ def test_a_million_node_spec_is_refused_with_the_limit(tmp_path: Path) -> None:
 
 
 def test_the_node_limit_itself_is_accepted(tmp_path: Path) -> None:
-    from gpucluster.spec.checks import _size
     from gpucluster.spec.loader import read_stack_file, spec_mapping
     from gpucluster.spec.models import ClusterSpec
+    from gpucluster.spec.rules import _size
 
     def spec(per_pool: int, extra: int) -> ClusterSpec:
         stack = big_aws_stack(tmp_path, pools=10, per_pool=per_pool)

@@ -9,7 +9,7 @@ import pytest
 
 from gpucluster.errors import InputError
 from gpucluster.kube import kubeadm_plan, render_init_documents, render_join_document
-from gpucluster.kube.kubeadm import KubeadmPlan
+from gpucluster.kube.kubeadm import KubeadmSettings
 from gpucluster.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -77,7 +77,7 @@ def test_init_only_on_the_first_control_plane_and_storage_nodes_are_not_kubernet
     plan = kubeadm_plan(load_spec(repo / "Pulumi.onprem-h100-roce.yaml"))
     with pytest.raises(InputError, match="first control-plane"):
         render_init_documents(plan, "hgx-01")
-    with pytest.raises(InputError, match="not in the kubeadm plan"):
+    with pytest.raises(InputError, match="not a kubeadm node"):
         plan.node("stor-01")
 
 
@@ -85,7 +85,7 @@ def test_plan_problems_are_collected() -> None:
     nodes = [{"name": "a", "address": "10.0.0.1", "control_plane": True},
              {"name": "b", "address": "10.0.0.2", "control_plane": True}]
     with pytest.raises(InputError) as err:
-        KubeadmPlan.from_mapping({"cluster_name": "c", "kubernetes_version": "1.33", "pod_cidr": "10.244.0.0/33",
+        KubeadmSettings.from_mapping({"cluster_name": "c", "kubernetes_version": "1.33", "pod_cidr": "10.244.0.0/33",
                                   "service_cidr": "10.96.0.0/12", "nodes": nodes})
     text = "\n".join(err.value.problems)
     assert "kubernetes_version" in text and "pod_cidr" in text and "api_vip" in text
@@ -93,4 +93,4 @@ def test_plan_problems_are_collected() -> None:
 
 def test_plan_round_trips_through_plain_data(repo: Path) -> None:
     plan = kubeadm_plan(load_spec(repo / "Pulumi.onprem-h100-ib.yaml"))
-    assert KubeadmPlan.from_mapping(plan.as_dict()) == plan
+    assert KubeadmSettings.from_mapping(plan.as_dict()) == plan

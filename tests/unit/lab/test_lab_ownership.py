@@ -12,7 +12,7 @@ import pytest
 from gpucluster.cli import main
 from gpucluster.errors import InputError
 from gpucluster.lab import lab
-from gpucluster.lab.plan import plan_lab
+from gpucluster.lab.layout import layout_lab
 from gpucluster.lab.state import MARKER, check_owned, claim, owned, write_state
 from gpucluster.spec import load_spec
 
@@ -85,7 +85,7 @@ def test_claim_makes_an_owned_folder_and_refuses_a_full_one(tmp_path: Path) -> N
 
 
 def test_a_lab_from_before_the_marker_is_recognised_by_its_state(stack_file: StackFile, tmp_path: Path) -> None:
-    plan = plan_lab(load_spec(_stack(stack_file, str(tmp_path), name="old")))
+    plan = layout_lab(load_spec(_stack(stack_file, str(tmp_path), name="old")))
     plan.lab_dir.mkdir(parents=True)
     write_state(plan)
     assert owned(plan.lab_dir, "old")
@@ -113,7 +113,7 @@ def test_state_dir_refuses_system_and_odd_paths(stack_file: StackFile, state_dir
 
 @pytest.mark.parametrize("state_dir", ["/var/lib/gpucluster/lab", "/srv/gpucluster", "/tmp/gc-lab", "/opt/gc/state"])
 def test_state_dir_accepts_a_folder_of_its_own(stack_file: StackFile, state_dir: str) -> None:
-    assert plan_lab(load_spec(_stack(stack_file, state_dir, name="lab"))).state_root == state_dir
+    assert layout_lab(load_spec(_stack(stack_file, state_dir, name="lab"))).state_root == state_dir
 
 
 def test_the_lab_name_cache_is_reserved(stack_file: StackFile, capsys: pytest.CaptureFixture[str]) -> None:
@@ -125,7 +125,7 @@ def test_a_planted_plan_cannot_make_down_remove_anything_outside_the_lab(stack_f
                                                                         tmp_path: Path) -> None:
     victim = _decoy(tmp_path, "victim")
     root = tmp_path / "state"
-    plan = plan_lab(load_spec(_stack(stack_file, str(root), name="lab")))
+    plan = layout_lab(load_spec(_stack(stack_file, str(root), name="lab")))
     claim(plan.lab_dir, "lab")
     (plan.lab_dir / "nodes").mkdir()
     doc = {"version": 1, "plan": plan.to_dict()}

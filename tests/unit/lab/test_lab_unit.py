@@ -13,8 +13,8 @@ from gpucluster.cli import main
 from gpucluster.errors import InputError
 from gpucluster.lab.host import LabError, host_problem
 from gpucluster.lab.lab import lab_inputs
+from gpucluster.lab.layout import LabLayout, layout_lab, overlap_problems, route_problems
 from gpucluster.lab.node import hosts_text
-from gpucluster.lab.plan import LabPlan, overlap_problems, plan_lab, route_problems
 from gpucluster.lab.provider import lab_diff, props_from_inputs
 from gpucluster.lab.proxy import render_config
 from gpucluster.lab.rootfs import DEFAULT_PACKAGES, rootfs_key, sources_list
@@ -28,7 +28,7 @@ StackFile = Callable[[str, Callable[[dict[str, Any]], None]], Path]
 
 
 def _lab(stack_file: StackFile, name: str = "lab", mgmt: str = "10.77.0.0/24", fab: str = "10.77.1.0/24",
-         state_dir: str | None = None) -> LabPlan:
+         state_dir: str | None = None) -> LabLayout:
     def mutate(config: dict[str, Any]) -> None:
         config["gpucluster:name"] = name
         config["gpucluster:fabric"]["management_cidr"] = mgmt
@@ -36,15 +36,15 @@ def _lab(stack_file: StackFile, name: str = "lab", mgmt: str = "10.77.0.0/24", f
         if state_dir:
             config["gpucluster:target"]["state_dir"] = state_dir
 
-    return plan_lab(load_spec(stack_file("Pulumi.lab.yaml", mutate)))
+    return layout_lab(load_spec(stack_file("Pulumi.lab.yaml", mutate)))
 
 
 @pytest.fixture
-def plan() -> LabPlan:
-    return plan_lab(load_spec(REPO / "Pulumi.lab.yaml"))
+def plan() -> LabLayout:
+    return layout_lab(load_spec(REPO / "Pulumi.lab.yaml"))
 
 
-def test_plan_names_addresses_and_disks(plan: LabPlan) -> None:
+def test_plan_names_addresses_and_disks(plan: LabLayout) -> None:
     assert [n.name for n in plan.nodes] == ["gpu-1", "gpu-2", "stor-1"]
     assert [n.management_ip for n in plan.nodes] == ["10.77.0.10", "10.77.0.11", "10.77.0.12"]
     assert [n.fabric_ip for n in plan.nodes] == ["10.77.1.10", "10.77.1.11", "10.77.1.12"]
@@ -59,12 +59,12 @@ def test_plan_names_addresses_and_disks(plan: LabPlan) -> None:
     assert all(len(x) <= 15 for x in links) and len(set(links)) == len(links)
 
 
-def test_plan_round_trips_through_json_and_pulumi_floats(plan: LabPlan) -> None:
+def test_plan_round_trips_through_json_and_pulumi_floats(plan: LabLayout) -> None:
     data = json.loads(json.dumps(plan.to_dict()))
-    assert LabPlan.from_dict(data) == plan
+    assert LabLayout.from_dict(data) == plan
     data["mtu"] = 9000.0
     data["nodes"][2]["data_disk_gb"] = 8.0
-    assert LabPlan.from_dict(data) == plan
+    assert LabLayout.from_dict(data) == plan
 
 
 def test_two_labs_get_distinct_host_objects(stack_file: StackFile) -> None:
@@ -85,7 +85,7 @@ def test_overlapping_labs_are_rejected(stack_file: StackFile) -> None:
     assert overlap_problems(a, [a]) == []  # itself, on a second `up`
 
 
-def test_host_routes_that_overlap_are_rejected(plan: LabPlan) -> None:
+def test_host_routes_that_overlap_are_rejected(plan: LabLayout) -> None:
     routes = [
         {"dst": "default", "dev": "eth0"},
         {"dst": "10.77.0.0/24", "dev": plan.management_bridge},  # its own
@@ -98,7 +98,7 @@ def test_host_routes_that_overlap_are_rejected(plan: LabPlan) -> None:
 
 def test_a_non_lab_target_is_bad_input() -> None:
     with pytest.raises(InputError, match="needs kind: lab"):
-        plan_lab(load_spec(REPO / "Pulumi.aws-h100.yaml"))
+        layout_lab(load_spec(REPO / "Pulumi.aws-h100.yaml"))
 
 
 def test_host_problems_name_what_is_missing() -> None:
@@ -125,7 +125,7 @@ def test_sources_enable_contrib_and_non_free() -> None:
     assert len(sources_list("bookworm", "http://mirror.example/debian").splitlines()) == 3
 
 
-def test_proxy_binds_the_bridge_and_names_the_mirror(plan: LabPlan) -> None:
+def test_proxy_binds_the_bridge_and_names_the_mirror(plan: LabLayout) -> None:
     files = render_config(plan)
     conf = files["acng.conf"]
     assert "BindAddress: 10.77.0.1\n" in conf and "Port: 3142\n" in conf
@@ -134,14 +134,14 @@ def test_proxy_binds_the_bridge_and_names_the_mirror(plan: LabPlan) -> None:
     assert files["backends_debian"] == "http://deb.debian.org/debian/\n"
 
 
-def test_hosts_lists_every_node_on_both_networks(plan: LabPlan) -> None:
+def test_hosts_lists_every_node_on_both_networks(plan: LabLayout) -> None:
     text = hosts_text(plan)
     for n in plan.nodes:
         assert f"{n.management_ip}\t{n.name}\n" in text
         assert f"{n.fabric_ip}\t{n.name}-fabric\n" in text
 
 
-def test_ssh_is_strict_and_key_only(plan: LabPlan) -> None:
+def test_ssh_is_strict_and_key_only(plan: LabLayout) -> None:
     argv = ssh_argv(plan, plan.nodes[0], ["hostname"])
     assert "StrictHostKeyChecking=yes" in argv and "BatchMode=yes" in argv and "IdentitiesOnly=yes" in argv
     assert argv[-3:] == ["root@10.77.0.10", "--", "hostname"]
@@ -149,7 +149,7 @@ def test_ssh_is_strict_and_key_only(plan: LabPlan) -> None:
     assert kh == "gpu-1,10.77.0.10,10.77.1.10 ssh-ed25519 AAAAkey\n"
 
 
-def test_outputs_have_the_shape_of_every_target(plan: LabPlan) -> None:
+def test_outputs_have_the_shape_of_every_target(plan: LabLayout) -> None:
     inputs = lab_inputs(load_spec(REPO / "Pulumi.lab.yaml"))
     outputs = parse_outputs(inputs.outputs, "lab")
     assert outputs.target == "lab" and outputs.ssh_private_key_file == str(plan.key_file)

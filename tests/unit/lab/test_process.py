@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from gpucluster.lab import node, process
-from gpucluster.lab.plan import LabPlan, plan_lab
+from gpucluster.lab.layout import LabLayout, layout_lab
 from gpucluster.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
-def plan() -> LabPlan:
-    return plan_lab(load_spec(REPO / "Pulumi.lab.yaml"))
+def plan() -> LabLayout:
+    return layout_lab(load_spec(REPO / "Pulumi.lab.yaml"))
 
 
 def test_a_process_that_dies_silently_leaves_how_it_ended_in_its_log(tmp_path: Path) -> None:
@@ -39,7 +39,7 @@ def test_a_killed_process_is_logged_with_its_signal(tmp_path: Path) -> None:
 
 
 def test_a_node_whose_launcher_has_not_yet_become_nspawn_is_still_booting(
-        plan: LabPlan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        plan: LabLayout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The launcher is nsenter until it executes systemd-nspawn: a search by program name finds
     # nothing in that window, which once reported a healthy node as "exited during boot".
     pid = process.spawn(["sleep", "30"], tmp_path / "boot.log")
@@ -62,7 +62,7 @@ def test_a_node_whose_launcher_has_not_yet_become_nspawn_is_still_booting(
 
 
 def test_a_node_whose_container_exits_is_reported_with_the_reason_in_its_log(
-        plan: LabPlan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        plan: LabLayout, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = tmp_path / "boot.log"
     pid = process.spawn(["sh", "-c", "echo 'Failed to register machine' >&2; exit 1"], log)
     monkeypatch.setattr(node, "probe", lambda *_, **__: node.Readiness(False, "unreachable: refused"))

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.spec import load_spec
-from gpucluster.spec.checks import failure_domains
+from gpucluster.spec.rules import failure_domains
 
 REPO = Path(__file__).resolve().parents[3]
 Mutate = Callable[[dict[str, Any]], None]

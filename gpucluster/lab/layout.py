@@ -1,6 +1,6 @@
 """What a lab is made of, derived from the spec once: names, addresses, paths.
 
-A :class:`LabPlan` is plain data (it round-trips through JSON), so the same plan is
+A :class:`LabLayout` is plain data (it round-trips through JSON), so the same plan is
 stored in the lab's state file, passed to the Pulumi dynamic provider as its inputs and
 compared by its ``diff``. Every host object the lab makes is named here, deterministically,
 so ``down`` can find and remove all of them from the plan alone, even after a crash.
@@ -29,7 +29,7 @@ def _short_hash(text: str) -> str:
 
 
 @dataclass(frozen=True)
-class NodePlan:
+class NodeLayout:
     name: str
     management_ip: str
     fabric_ip: str
@@ -41,7 +41,7 @@ class NodePlan:
 
 
 @dataclass(frozen=True)
-class LabPlan:
+class LabLayout:
     name: str
     state_root: str  # the target's state_dir: labs side by side, plus cache/
     suite: str
@@ -55,7 +55,7 @@ class LabPlan:
     fabric_bridge: str
     packages: tuple[str, ...]
     rootfs_key: str
-    nodes: tuple[NodePlan, ...]
+    nodes: tuple[NodeLayout, ...]
 
     # --- derived paths ------------------------------------------------------------
     @property
@@ -107,7 +107,7 @@ class LabPlan:
     def proxy_url(self) -> str:
         return f"http://{self.management_host_ip}:{self.proxy_port}"
 
-    def node(self, name: str) -> NodePlan:
+    def node(self, name: str) -> NodeLayout:
         for node in self.nodes:
             if node.name == name:
                 return node
@@ -122,7 +122,7 @@ class LabPlan:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LabPlan:
+    def from_dict(cls, data: dict[str, Any]) -> LabLayout:
         # Pulumi hands numbers back as floats: coerce the integer fields.
         fields = dict(data)
         for key in ("boot_timeout_s", "proxy_port", "mtu"):
@@ -132,7 +132,7 @@ class LabPlan:
         for raw in fields["nodes"]:
             n = dict(raw)
             n["data_disks"], n["data_disk_gb"] = int(n["data_disks"]), int(n["data_disk_gb"])
-            nodes.append(NodePlan(**n))
+            nodes.append(NodeLayout(**n))
         fields["nodes"] = tuple(nodes)
         return cls(**fields)
 
@@ -144,7 +144,7 @@ class LabPlan:
         return data
 
 
-def plan_lab(cluster: Cluster, *, packages: tuple[str, ...] = DEFAULT_PACKAGES) -> LabPlan:
+def layout_lab(cluster: Cluster, *, packages: tuple[str, ...] = DEFAULT_PACKAGES) -> LabLayout:
     target = cluster.spec.target
     source = str(cluster.source)
     if not isinstance(target, LabTarget):
@@ -166,7 +166,7 @@ def plan_lab(cluster: Cluster, *, packages: tuple[str, ...] = DEFAULT_PACKAGES) 
         node_hash = _short_hash(f"{cluster.name}/{node.name}")
         disks = cluster.pool(node.pool).data_disks
         nodes.append(
-            NodePlan(
+            NodeLayout(
                 name=node.name,
                 management_ip=node.management_ip,
                 fabric_ip=node.fabric_ip,
@@ -178,7 +178,7 @@ def plan_lab(cluster: Cluster, *, packages: tuple[str, ...] = DEFAULT_PACKAGES) 
             )
         )
     suite = cluster.bom.debian.suite
-    return LabPlan(
+    return LabLayout(
         name=cluster.name,
         state_root=target.state_dir,
         suite=suite,
@@ -196,7 +196,7 @@ def plan_lab(cluster: Cluster, *, packages: tuple[str, ...] = DEFAULT_PACKAGES) 
     )
 
 
-def overlap_problems(plan: LabPlan, others: list[LabPlan]) -> list[str]:
+def overlap_problems(plan: LabLayout, others: list[LabLayout]) -> list[str]:
     """Another lab whose networks overlap this one's: it cannot coexist on this host."""
     problems = []
     mine = [ipaddress.IPv4Network(plan.management_cidr), ipaddress.IPv4Network(plan.fabric_cidr)]
@@ -214,7 +214,7 @@ def overlap_problems(plan: LabPlan, others: list[LabPlan]) -> list[str]:
     return problems
 
 
-def route_problems(plan: LabPlan, routes: list[dict[str, Any]]) -> list[str]:
+def route_problems(plan: LabLayout, routes: list[dict[str, Any]]) -> list[str]:
     """Host routes (``ip -j route`` entries) that overlap the lab's networks and are not its own."""
     problems = []
     ours = {plan.management_bridge, plan.fabric_bridge}
