@@ -10,13 +10,19 @@ import argparse
 import json
 from typing import Any
 
+from gpucluster.cli.spec import stack_file
 from gpucluster.errors import EXIT_CHECK_FAILED, EXIT_OK, InputError
 from gpucluster.spec import load_spec
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    cmd = sub.add_parser("preflight", help="check AWS capacity and quotas for a stack before `pulumi up`")
-    cmd.add_argument("stack_file", metavar="STACK_FILE")
+    cmd = sub.add_parser("preflight", help="check AWS capacity and quotas for a stack before `pulumi up`",
+                         description="Check, with your AWS credentials, that the stack's instance types are "
+                                     "offered in its zone, the vCPU quotas hold them and the capacity "
+                                     "reservation fits. No credentials: one line, exit 2.",
+                         epilog="example: AWS_PROFILE=gpu gpucluster preflight --stack Pulumi.aws-h100.yaml")
+    cmd.add_argument("stack_pos", metavar="STACK_FILE", nargs="?", help="the stack file (same as --stack)")
+    cmd.add_argument("--stack", dest="stack_opt", metavar="FILE", help="the stack file (Pulumi.<stack>.yaml)")
     cmd.add_argument("--json", action="store_true", help="machine-readable output")
     cmd.set_defaults(func=_preflight)
 
@@ -30,6 +36,10 @@ def clients(region: str) -> tuple[Any, Any]:
         raise InputError("boto3 is not installed: pip install -r requirements.txt") from None
     try:
         session = boto3.Session(region_name=region)
+        # Missing credentials are an environment problem, named once, not a FAIL per check.
+        if session.get_credentials() is None:
+            raise InputError("AWS: no credentials found (set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+                             "AWS_SECRET_ACCESS_KEY, or run where an instance or OIDC role applies)")
         return session.client("ec2"), session.client("service-quotas")
     except BotoCoreError as exc:
         raise InputError(f"AWS: {exc}") from None
@@ -38,8 +48,9 @@ def clients(region: str) -> tuple[Any, Any]:
 def _preflight(args: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from gpucluster.cloud.aws import preflight_cluster
+    from gpucluster.cloud.aws import credential_problem, preflight_cluster
 
+    args.stack_file = stack_file(args)
     cluster = load_spec(args.stack_file)
     if cluster.spec.target.kind != "aws":
         raise InputError(
@@ -50,7 +61,7 @@ def _preflight(args: argparse.Namespace) -> int:
     try:
         problems = preflight_cluster(cluster, ec2, quotas)
     except (BotoCoreError, ClientError) as exc:
-        raise InputError(f"AWS: {exc}", source=args.stack_file) from None
+        raise InputError(credential_problem(exc) or f"AWS: {exc}", source=args.stack_file) from None
     if args.json:
         print(json.dumps({"stack": args.stack_file, "ok": not problems, "problems": problems}, indent=2))
     else:

@@ -55,10 +55,29 @@ class InstanceTypeInfo:
     max_efa_interfaces: int
 
 
+# Error codes that say the caller is not allowed in at all: an environment problem for the whole
+# run (one line, exit 2), never a failed check per instance type.
+AUTH_ERROR_CODES = frozenset({"AuthFailure", "InvalidClientTokenId", "ExpiredToken", "RequestExpired",
+                              "UnrecognizedClientException", "SignatureDoesNotMatch", "UnauthorizedOperation",
+                              "AccessDenied", "AccessDeniedException"})
+
+
+def credential_problem(exc: BaseException) -> str | None:
+    """The one line to stop on when ``exc`` means bad or missing credentials, else None."""
+    if type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError", "NoRegionError"):
+        return f"AWS: {exc}"
+    code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code")
+    if code in AUTH_ERROR_CODES:
+        return f"AWS: {code}: the credentials in use cannot call EC2 here ({exc})"
+    return None
+
+
 def instance_type_info(ec2: Any, instance_type: str) -> InstanceTypeInfo:
     try:
         resp = ec2.describe_instance_types(InstanceTypes=[instance_type])
     except Exception as exc:  # botocore ClientError: InvalidInstanceType
+        if credential_problem(exc):
+            raise
         raise InputError(f"instance type {instance_type!r}: {exc}") from None
     info = resp["InstanceTypes"][0]
     efa = (info.get("NetworkInfo") or {}).get("EfaInfo") or {}
@@ -110,6 +129,8 @@ def capacity_reservation_problems(
     try:
         resp = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])
     except Exception as exc:  # botocore ClientError: InvalidCapacityReservationId.NotFound
+        if credential_problem(exc):
+            raise
         return [f"capacity reservation {reservation_id}: {exc}"]
     found = resp.get("CapacityReservations", [])
     if not found:

@@ -332,3 +332,34 @@ def _kubernetes(spec: ClusterSpec, bom: Bom, placed: list[tuple[NodePool, str]],
         vip = ipaddress.IPv4Address(kube.api_vip)
         if vip not in ipaddress.IPv4Network(spec.fabric.management_cidr):
             problems.append(f"{where}.api_vip: {vip} is not in fabric.management_cidr {spec.fabric.management_cidr}")
+
+
+# RFC 5737 and RFC 3849 set these aside for documentation: no real administrator is there.
+DOCUMENTATION_NETS = tuple(ipaddress.ip_network(n) for n in
+                           ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"))
+
+
+def reachability_warnings(spec: ClusterSpec) -> list[str]:
+    """What would leave the nodes of a valid spec unreachable over SSH from the controller.
+
+    Warnings, not problems: a key can also come from the image or a cloud key pair, and the
+    controller may sit inside the network. ``gpucluster spec validate`` prints them.
+    """
+    target = spec.target
+    if target.kind == "lab":
+        return []
+    out: list[str] = []
+    if target.ssh_public_key is None:
+        out.append(f"{NS}.target.ssh_public_key: not set, so no key of yours is installed on the nodes; "
+                   "converge and verify log in over SSH (set it, or make sure the image carries your key)")
+    if target.kind == "baremetal":
+        return out
+    if not target.admin_cidrs:
+        out.append(f"{NS}.target.admin_cidrs: empty, so SSH reaches the nodes only from inside the "
+                   f"network ({target.kind}); run the controller there or list your address range")
+    for i, cidr in enumerate(target.admin_cidrs):
+        net = ipaddress.ip_network(cidr, strict=False)
+        if any(net.version == doc.version and net.overlaps(doc) for doc in DOCUMENTATION_NETS):
+            out.append(f"{NS}.target.admin_cidrs[{i}]: {cidr} is a documentation range (RFC 5737/3849), "
+                       "not a real network: replace it with the range the controller connects from")
+    return out

@@ -57,3 +57,37 @@ def test_short_quota_fails_naming_it(
 def test_not_an_aws_stack_is_bad_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["preflight", str(REPO / "Pulumi.lab.yaml")]) == 2
     assert "preflight checks AWS stacks; this one is lab" in capsys.readouterr().err
+
+
+def test_no_credentials_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    # The real client factory, with every source of credentials emptied.
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+                "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    assert main(["preflight", "--stack", AWS_STACK]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and "no credentials found" in lines[0] and "AWS_PROFILE" in lines[0]
+
+
+def test_rejected_credentials_stop_the_run_in_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from botocore.exceptions import ClientError
+
+    class Refusing:
+        def __getattr__(self, name: str) -> Any:
+            def call(**_: Any) -> Any:
+                raise ClientError({"Error": {"Code": "AuthFailure", "Message": "not valid"}}, name)
+            return call
+
+    monkeypatch.setattr(cli_preflight, "clients", lambda region: (Refusing(), Refusing()))
+    assert main(["preflight", AWS_STACK]) == 2
+    captured = capsys.readouterr()
+    assert "FAIL" not in captured.out
+    assert len(captured.err.strip().splitlines()) == 1 and "AuthFailure" in captured.err
