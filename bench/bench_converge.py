@@ -6,7 +6,9 @@ twice through `gpucluster converge`'s library entry point, then taken down. Need
 
 from __future__ import annotations
 
+import collections
 import io
+import json
 import os
 import subprocess
 import sys
@@ -24,6 +26,13 @@ TARGET_NOOP_8_S = 60.0
 # controller-only tasks answered in the strategy's process through ansible-core internals.
 BEFORE_STOCK = {"strategy": "gpucluster.cluster.linear (removed: relied on ansible-core internals)",
                 "when": "2026-11-23T07:51:50+00:00", "noop_3_s": 25.0, "noop_8_s": 45.8, "first_8_s": 271.7}
+# The figures of the stock strategy before the roles did less (bench/results/converge.json of
+# 2026-11-23T15:13Z; host-tasks counted in a no-op run of that tree): a play per node type, a task
+# per assert, report and skipped step.
+BEFORE_FEWER_TASKS = {"when": "2026-11-23T15:13:16+00:00", "first_8_s": 368.1, "noop_8_s": 93.9,
+                      "noop_8_without_apt_fast_path_s": 153.6, "noop_8_over_mitogen_opt_in_s": 71.1,
+                      "noop_host_tasks_total": 1112, "noop_host_tasks_gpu_node": 140,
+                      "noop_host_tasks_storage_node": 131}
 SETTINGS = {
     "forks": 50,
     "pipelining": True,
@@ -31,7 +40,9 @@ SETTINGS = {
     "gathering": "smart, once per run (no cache across runs: keyed by host name only)",
     "gather_subset": "min,virtual (no hardware)",
     "strategy": "linear (Ansible's stock strategy; Mitogen only as the opt-in ablation below)",
-    "apt": "gpucluster.cluster.apt (dpkg-query fast path before the apt module)",
+    "apt": "gpucluster.cluster.apt (dpkg-query fast path before the apt module), one package call per role",
+    "plays": "every node type in one play (converge-nodes.yml): shared roles run on all nodes at once",
+    "tasks": "one assert per preflight, one report per role, sections off on a node behind one include",
 }
 # No-op converges repeated with one setting changed, so the JSON says what each costs or buys
 # on the same lab in the same run: the apt fast path off, and Mitogen (opt-in) on.
@@ -63,6 +74,18 @@ def _stack(size: int, path: Path) -> None:
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
 
 
+def host_tasks(run_dir: Path) -> dict[str, int]:
+    """Tasks each host ran or skipped in a converge (its run folder's events), loop items not counted."""
+    counts: collections.Counter[str] = collections.Counter()
+    for line in (run_dir / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event.get("event") in ("runner_on_ok", "runner_on_skipped", "runner_on_failed"):
+            host = (event.get("event_data") or {}).get("host")
+            if host and host != "localhost":
+                counts[host] += 1
+    return dict(sorted(counts.items()))
+
+
 def _size(size: int, work: Path) -> dict[str, Any]:
     stack = work / f"Pulumi.benchconv{size}.yaml"
     _stack(size, stack)
@@ -84,7 +107,9 @@ def _size(size: int, work: Path) -> dict[str, Any]:
             "noop_s": round(noop.seconds, 1),
             "noop_changed": noop.changed_total,
             "noop_failed_hosts": noop.failed_hosts,
+            "noop_host_tasks": host_tasks(noop.run_dir),
         }
+        out["noop_host_tasks_total"] = sum(out["noop_host_tasks"].values())
         for key in ABLATIONS_PER_SIZE.get(size, []):
             env = ABLATIONS[key]
             saved = {k: os.environ.get(k) for k in env}
@@ -121,6 +146,7 @@ def run() -> dict[str, Any]:
         "sizes": sizes,
         "ansible_settings": SETTINGS,
         "before_stock_strategy": BEFORE_STOCK,
+        "before_fewer_tasks": BEFORE_FEWER_TASKS,
         "host_load_avg_1m_at_start": round(load, 2),
         "host_load_avg_1m_at_end": round(os.getloadavg()[0], 2),
     }

@@ -12,9 +12,11 @@ Progress goes to stderr, one line per host and task. The exit code is 0 when eve
 ends with failed=0 and unreachable=0, 1 naming each host that failed, 2 for bad input
 (no or malformed inventory, an inventory the validate play rejects).
 
-Which inventory: ``--inventory`` when given; otherwise the lab's inventory for
-``--stack`` (default ``Pulumi.lab.yaml``), which ``gpucluster lab up`` writes to
-``<state_dir>/<name>/inventory.yml``. A stack that is not a lab needs ``--inventory``.
+Which inventory: ``--inventory`` when given; otherwise the inventory of ``--stack`` (default
+``Pulumi.lab.yaml``) where :mod:`gpucluster.paths` names it, whatever the target (``gpucluster
+inventory -o`` writes it there; ``gpucluster lab up`` does the same for a lab). Before any lock is
+taken or host touched, the inventory is validated through its typed model
+(:mod:`gpucluster.inventory_model`), the one place its rules live: nothing here knows the target.
 
 Under way, a converge holds the cluster's lock (a second converge or verify of the same
 inventory stops at once, exit 2, naming the holder). On a real target the nodes' host keys are
@@ -46,13 +48,13 @@ from typing import Any, TextIO
 
 import yaml
 
-from gpucluster import hostkeys, mitogen, runs
+from gpucluster import hostkeys, mitogen, paths, runs
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
 from gpucluster.inventory_model import read_inventory
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = paths.REPO_ROOT
 DEFAULT_PLAYBOOK = REPO_ROOT / "playbooks" / "site.yml"
-DEFAULT_RUNS_DIR = REPO_ROOT / "runs"
+DEFAULT_RUNS_DIR = paths.RUNS_DIR
 ANSIBLE_CFG = REPO_ROOT / "ansible.cfg"
 VALIDATE_HOST = "localhost"
 DEBUG_NO_LOG_ENV = "GPUCLUSTER_DEBUG_NO_LOG"
@@ -141,6 +143,8 @@ class ConvergeResult:
     interrupted: bool = False
     # One line when the run folder could not be written (a full disk): the run went on without it.
     run_folder_error: str | None = None
+    # The value of RUN_TAG in the environment of everything this run started.
+    run_id: str = ""
 
     @property
     def failed_hosts(self) -> list[str]:
@@ -174,6 +178,7 @@ class ConvergeResult:
             "changed_total": self.changed_total,
             "interrupted": self.interrupted,
             "exit_code": self.exit_code(),
+            "run_id": self.run_id,
         }
 
 
@@ -203,23 +208,14 @@ def parse_extra_vars(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def lab_inventory(stack: str) -> Path:
-    """The inventory `gpucluster lab up` wrote for this stack; InputError if the lab is not up."""
-    from gpucluster.spec import load_spec
+def stack_inventory(stack: str | Path) -> Path:
+    """The inventory of a stack file, where gpucluster/paths.py names it; InputError naming the
+    command that writes it when it is not there."""
+    return paths.existing_inventory(paths.resolve(stack))
 
-    cluster = load_spec(stack)
-    if cluster.spec.target.kind != "lab":
-        raise InputError(
-            f"--inventory: stack {stack} targets {cluster.spec.target.kind!r}, not the lab: "
-            "pass the inventory `gpucluster inventory -o FILE` wrote"
-        )
-    from gpucluster.lab.layout import layout_lab
 
-    path = Path(layout_lab(cluster).inventory_file)
-    if not path.is_file():
-        raise InputError(f"--inventory: lab {cluster.name!r} is not up ({path} missing): "
-                         f"run `gpucluster lab up --stack {stack}`")
-    return path
+# The name bench/bench_converge.py imports; a lab stack is no different from any other here.
+lab_inventory = stack_inventory
 
 
 def load_inventory(path: Path) -> dict[str, Any]:
@@ -550,6 +546,7 @@ def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[.
         failures=progress.failures,
         interrupted=interrupted,
         run_folder_error=runs.write_error_line(run_dir, write_error) if write_error else None,
+        run_id=run_tag.split("=", 1)[1],
     )
     summary = {
         "started": started_at.isoformat(),

@@ -3,8 +3,9 @@
 Groups: one per role (``gpu``, ``storage``, ``control_plane``), one per pool
 (``pool_<name>``) and, with a storage section, one per Ceph daemon kind (``ceph_mon``,
 ``ceph_mgr``, ``ceph_mds``, ``ceph_osd``). Host variables: the addresses and identity of the node. Cluster-wide
-variables: the resolved spec, the bill of materials and the hardware profiles in use, so
-roles and the conformance suite read expectations from the inventory alone.
+variables: the resolved spec, the bill of materials, the hardware profiles in use and what the
+target's nodes can do (``gpucluster_capabilities``, from the outputs), so roles and the conformance
+suite read expectations from the inventory alone and never ask which target they run on.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ from typing import Any
 import yaml
 
 from gpucluster.errors import InputError
-from gpucluster.outputs import StackOutputs
+from gpucluster.outputs import StackOutputs, load_outputs
+from gpucluster.spec import load_spec
 from gpucluster.spec.cluster import Cluster
 from gpucluster.spec.loader import capped
 
 ROLE_GROUPS = ("gpu", "storage", "control_plane")
 UNSAFE_TAG = "!unsafe"
+# The inventory contract's version (gpucluster/inventory_model.py reads only this one).
+# 2: cluster-wide gpucluster_capabilities, which the roles read instead of the target's kind.
+SCHEMA_VERSION = 2
 
 
 def pool_group(pool: str) -> str:
@@ -121,7 +126,7 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
     spec = resolved["spec"]
     all_vars = {
         # The contract's version (gpucluster/inventory_model.py): readers refuse another.
-        "gpucluster_inventory_schema": 1,
+        "gpucluster_inventory_schema": SCHEMA_VERSION,
         "gpucluster_cluster_name": cluster.name,
         "gpucluster_stack": cluster.stack,
         "gpucluster_target": cluster.spec.target.kind,
@@ -130,6 +135,7 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
         "gpucluster_kubernetes": spec["kubernetes"],
         "gpucluster_bom": resolved["software"],
         "gpucluster_profiles": resolved["profiles"],
+        "gpucluster_capabilities": outputs.capabilities.model_dump(),
         "gpucluster_nodes": [
             {
                 "name": n.name,
@@ -147,6 +153,11 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
             "children": {name: group for name, group in groups.items()},
         }
     }
+
+
+def inventory_from_files(stack: str | Path, outputs_file: str | Path) -> dict[str, Any]:
+    """The hand-off as every target takes it: a stack file and the outputs file of that stack."""
+    return build_inventory(load_spec(stack), load_outputs(outputs_file), source=str(outputs_file))
 
 
 class _Unsafe(str):

@@ -4,10 +4,19 @@ reader (converge, verify, the conformance suite) reads, validated in this one pl
 Ansible itself reads the same file; this model is what the project's Python holds it to. A host
 or cluster variable the model does not name is kept (roles may read more), but every one it names
 is typed, and an inventory written by another version of the writer is refused with the remedy.
+
+This is the one inventory validator. What it cannot see lives elsewhere, each in one place:
+- the spec's rules (CIDR overlaps, Ceph quorum, fabric per target): gpucluster/spec/rules.py, when
+  the inventory is written;
+- outputs against the spec (names, pools, roles, addresses): gpucluster/inventory.py, the hand-off;
+- what only Ansible resolves (the controller's ansible-core, variables from other inventory sources,
+  group_vars, host_vars or extra vars): playbooks/validate-inventory.yml;
+- each role's own inputs: its meta/argument_specs.yml and tasks/preflight.yml.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,12 +24,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpucluster.errors import InputError
-from gpucluster.inventory import parse_inventory_text
+from gpucluster.inventory import SCHEMA_VERSION, parse_inventory_text
 from gpucluster.spec.loader import validation_problems
 
-SCHEMA_VERSION = 1
 SCHEMA_VAR = "gpucluster_inventory_schema"
 _REGENERATE = "write the inventory again with `gpucluster inventory` (or `gpucluster lab up`)"
+
+__all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryCapabilities", "InventoryGroup", "InventoryHost",
+           "InventoryVars", "read_inventory", "validate_inventory"]
 
 
 class _Open(BaseModel):
@@ -42,8 +53,23 @@ class InventoryHost(_Open):
     gpucluster_fabric_interface: str | None = None
 
 
+class InventoryCapabilities(BaseModel):
+    """What the target's nodes can do (gpucluster.outputs.Capabilities, which the target exported).
+
+    Every field is required and no other is allowed: a role reads each one, and a name it does not
+    know would be a capability no role honours.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    heavy_packages: bool
+    nvidia_repo: bool
+    debian_nonfree_sources: bool
+    fuse_device: bool
+    small_disks: bool
+
+
 class InventoryVars(_Open):
-    gpucluster_inventory_schema: Literal[1]
+    gpucluster_inventory_schema: Literal[2]
     gpucluster_cluster_name: str
     gpucluster_stack: str
     gpucluster_target: Literal["aws", "azure", "oci", "baremetal", "lab"]
@@ -52,6 +78,7 @@ class InventoryVars(_Open):
     gpucluster_kubernetes: dict[str, Any] | None
     gpucluster_bom: dict[str, Any]
     gpucluster_profiles: dict[str, dict[str, Any]]
+    gpucluster_capabilities: InventoryCapabilities
     gpucluster_nodes: list[dict[str, Any]]
 
 
@@ -81,7 +108,7 @@ def validate_inventory(data: Any, source: str) -> Inventory:
     if found != SCHEMA_VERSION:
         raise InputError(f"all.vars.{SCHEMA_VAR}: {found!r}, but this gpucluster reads version {SCHEMA_VERSION}; "
                          f"{_REGENERATE}", source=source)
-    problems = _reference_problems(root)
+    problems = _reference_problems(root) + _rule_problems(root)
     try:
         inventory = Inventory.model_validate(root)
     except ValidationError as exc:
@@ -107,6 +134,67 @@ def _reference_problems(root: dict[str, Any]) -> list[str]:
         unknown = sorted(set(members or {}) - set(hosts)) if isinstance(members, dict) else []
         if unknown:
             problems.append(f"all.children.{group}.hosts: {', '.join(map(str, unknown[:5]))} not in all.hosts")
+    return problems
+
+
+# The bill of materials' entries the roles install from (each pins a version or a source).
+BOM_KEYS = ("nvidia_driver", "cuda", "nccl", "nccl_tests", "gpu_burn", "dcgm", "container_toolkit")
+FABRIC_TYPES = ("infiniband", "roce", "efa", "ethernet")
+MIN_MTU = 1280
+
+
+def _rule_problems(root: dict[str, Any]) -> list[str]:
+    """What spans fields: the pins the roles need, a consistent fabric, one address per host.
+
+    The spec's own rules (gpucluster/spec/rules.py) held when the inventory was written; these hold
+    the file to them again, because a reader cannot know who wrote or edited it since. Values of the
+    wrong type are left to the model's type problems, reported beside these.
+    """
+    all_vars = _mapping(root.get("vars"))
+    hosts = _mapping(root.get("hosts"))
+    problems = []
+    bom = all_vars.get("gpucluster_bom")
+    if isinstance(bom, dict):
+        missing = [key for key in BOM_KEYS if not isinstance(bom.get(key), dict)]
+        if missing:
+            problems.append(f"all.vars.gpucluster_bom: no {', '.join(missing)}; check gpucluster/data/bom.yaml and "
+                            f"{_REGENERATE}")
+    fabric = all_vars.get("gpucluster_fabric")
+    if isinstance(fabric, dict):
+        where = "all.vars.gpucluster_fabric"
+        kind = fabric.get("type")
+        if kind not in FABRIC_TYPES:
+            problems.append(f"{where}.type: {kind!r}, expected one of {', '.join(FABRIC_TYPES)}")
+        mtu = fabric.get("mtu")
+        if not isinstance(mtu, int) or isinstance(mtu, bool) or mtu < MIN_MTU:
+            problems.append(f"{where}.mtu: {mtu!r}, expected an integer of at least {MIN_MTU}")
+        for key in ("management_cidr", "fabric_cidr"):
+            try:
+                if "/" not in str(fabric.get(key)):
+                    raise ValueError("no prefix length")
+                ipaddress.IPv4Network(str(fabric.get(key)))
+            except ValueError:
+                problems.append(f"{where}.{key}: {fabric.get(key)!r} is not an IPv4 network")
+        managers = fabric.get("subnet_managers") or []
+        if not isinstance(managers, list):
+            problems.append(f"{where}.subnet_managers: expected a list of host names")
+        else:
+            # Whether a fabric needs subnet managers of its own depends on the target (a cloud runs
+            # them): a spec rule (gpucluster/spec/rules.py), checked when the inventory is written.
+            strangers = [str(m) for m in managers if m not in hosts]
+            if strangers:
+                problems.append(f"{where}.subnet_managers: {', '.join(strangers[:5])} not in all.hosts")
+        if kind == "roce" and not isinstance(fabric.get("roce_qos"), dict):
+            problems.append(f"{where}.roce_qos: a RoCE fabric needs its QoS settings (a mapping)")
+    owners: dict[str, str] = {}
+    for name, hv in hosts.items():
+        address = hv.get("gpucluster_management_ip") if isinstance(hv, dict) else None
+        if not isinstance(address, str):
+            continue
+        if address in owners:
+            problems.append(f"all.hosts.{name}.gpucluster_management_ip: {address} is also {owners[address]}'s")
+        else:
+            owners[address] = str(name)
     return problems
 
 

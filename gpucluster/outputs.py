@@ -61,6 +61,37 @@ class OutputStorage(_Out):
     cephfs_mount_path: AbsPath | None = None
 
 
+class Capabilities(_Out):
+    """What the target's nodes can do, stated by the target so that no role asks which target it runs on.
+
+    The defaults describe a real machine (a cloud instance, a bare-metal server); a target whose
+    nodes can do less says so in its outputs (the lab: :data:`LAB_CAPABILITIES`). The inventory
+    carries them as ``gpucluster_capabilities`` and the roles' defaults read them.
+    """
+
+    # Room and bandwidth for the GPU software stack (driver user space, CUDA, NCCL, gpu-burn: several GB).
+    heavy_packages: bool = True
+    # NVIDIA's package repositories (CUDA, driver, DCGM) are reachable from the nodes.
+    nvidia_repo: bool = True
+    # The nodes' apt sources already list Debian's contrib, non-free and non-free-firmware components.
+    debian_nonfree_sources: bool = False
+    # /dev/fuse exists: the kernel or the container manager provides it.
+    fuse_device: bool = True
+    # The nodes' disks are small and shared with other machines (Ceph monitors warn later about free space).
+    small_disks: bool = False
+
+
+# The lab's nodes: systemd-nspawn containers on one host, sharing its disk, with no route to NVIDIA,
+# Debian's non-free components in their sources from the start and no /dev/fuse of their own.
+LAB_CAPABILITIES = Capabilities(heavy_packages=False, nvidia_repo=False, debian_nonfree_sources=True,
+                                fuse_device=False, small_disks=True)
+
+
+def target_capabilities(cluster: Cluster) -> Capabilities:
+    """What the nodes of the spec's target can do (exported by the target with its outputs)."""
+    return LAB_CAPABILITIES if cluster.spec.target.kind == "lab" else Capabilities()
+
+
 class StackOutputs(_Out):
     schema_version: Literal[1] = 1
     cluster_name: Name
@@ -68,6 +99,8 @@ class StackOutputs(_Out):
     nodes: list[OutputNode] = Field(min_length=1)
     fabric: OutputFabric
     storage: OutputStorage | None = None
+    # Outputs written before targets exported capabilities describe real machines.
+    capabilities: Capabilities = Capabilities()
     # A key file path as Ansible reads it: absolute, or relative, or under ~; no Jinja or shell syntax.
     ssh_private_key_file: str | None = Field(None, pattern=r"^~?[A-Za-z0-9_./+@-]{1,4096}$")
 
@@ -82,6 +115,7 @@ def build_outputs(
     instance_ids: dict[str, str] | None = None,
     failure_domains: dict[str, str] | None = None,
     ssh_private_key_file: str | None = None,
+    capabilities: Capabilities | None = None,
 ) -> dict[str, Any]:
     """The outputs mapping a target exports, from the spec plus what the target assigned.
 
@@ -89,6 +123,7 @@ def build_outputs(
     assigned its own; by default the spec's planned addresses are used.
     ``fabric_interfaces`` names a node's fabric interface where it differs from the
     cluster-wide ``fabric_interface`` (storage VMs without the GPU nodes' HCAs, say).
+    ``capabilities`` defaults to what the spec's target's nodes can do (:func:`target_capabilities`).
     """
     nodes = []
     for node in cluster.nodes:
@@ -129,6 +164,7 @@ def build_outputs(
             "cephfs_mount_path": storage.cephfs.mount_path if storage.cephfs else None,
         },
         "ssh_private_key_file": ssh_private_key_file,
+        "capabilities": (capabilities or target_capabilities(cluster)).model_dump(),
     }
 
 

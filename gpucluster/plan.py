@@ -5,9 +5,13 @@ cloud, computed values (ids, addresses a cloud assigns) are synthesised here, an
 ``pulumi preview`` remains the real preview. The same runner backs the unit tests of
 ``stacks/`` and the ``gpucluster plan`` command, so both see exactly what the program builds.
 
-The Pulumi runtime keeps its state in module globals (settings, the root stack resource,
-the event loop); :func:`run_mocked` resets all three so several stacks can be planned in one
-process, one after the other, and puts back the event loop it found.
+Only Pulumi's public API is used: :func:`pulumi.runtime.set_mocks` with :class:`PlanMocks` (handed
+over as a :class:`pulumi.runtime.Mocks` subclass); :func:`pulumi.runtime.reset_options` so that several stacks can
+be planned in one process, one after the other, each under a root stack resource of its own;
+:func:`pulumi.runtime.test` to run the program and wait for every registration. The mocks are
+not told a resource's parent or URN; a stack transformation
+(:func:`pulumi.runtime.register_stack_transformation`, which hands over the resource object as it
+is constructed) records each object and its parent, and their URNs are read once the program ran.
 
 Stack transforms (``pulumi.runtime.register_resource_transform``) reach the mocks through
 Pulumi's public ``Mocks.register_transform`` hook; the stock mock monitor does not run them, so
@@ -15,11 +19,9 @@ Pulumi's public ``Mocks.register_transform`` hook; the stock mock monitor does n
 resource is "created", a transform's error refusing it. That is how the tests exercise the
 policy gate the program installs (``stacks/gate.py``).
 
-Private Pulumi internals used here (to record each registration's parent and URN, which the
-public ``Mocks.new_resource`` does not receive): a subclass of ``pulumi.runtime.mocks.MockMonitor``,
-``pulumi.runtime.rpc``/``proto`` to decode and answer the request, ``settings.ROOT`` and
-``stack.run_pulumi_func`` to run several programs in one process. The program itself (``stacks/``)
-uses public APIs only.
+The program is the package :mod:`gpucluster.stacks` (``stacks/`` in a checkout, where
+``stacks/__main__.py`` is Pulumi's entry; shipped inside the wheel), imported by name: an
+installed gpucluster plans from any folder.
 """
 
 from __future__ import annotations
@@ -30,18 +32,21 @@ import hashlib
 import importlib
 import inspect
 import ipaddress
-import sys
 import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpucluster.errors import InputError
 from gpucluster.spec import Cluster, load_spec
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+# Pulumi is imported where a plan runs, not here: every `gpucluster` command loads this module.
+if TYPE_CHECKING:
+    import pulumi
+
+PROGRAM = "gpucluster.stacks"
 PROJECT = "gpucluster"
 NOT_A_DIFF = (
     "This is not a diff against live state: it ran the program under Pulumi's mocks with no "
@@ -159,6 +164,8 @@ class PlanMocks:
         self.transforms: list[Callable[[Any], Any]] = []
         # (type, name) of every resource "created", in order: what got past the transforms.
         self.created: list[tuple[str, str]] = []
+        # (type, name) -> (id, custom, inputs, state) of each registration that got past them.
+        self.registered: dict[tuple[str, str], tuple[str, bool, dict[str, Any], dict[str, Any]]] = {}
 
     def register_transform(self, transform: Any) -> None:
         """Pulumi's hook for ``register_resource_transform`` under the mocks."""
@@ -196,8 +203,14 @@ class PlanMocks:
         return str(net.broadcast_address - step)
 
     def new_resource(self, args: Any) -> tuple[str, dict[str, Any]]:
+        """Pulumi's ``Mocks.new_resource``: a registration (``args.custom`` a bool) passes the stack
+        transforms first; a read (``Resource.get``, ``custom`` None) does not."""
         typ: str = args.typ
-        inputs = plain_inputs(args.inputs)
+        registration = args.custom is not None
+        raw = dict(args.inputs)
+        if registration:
+            raw = self.apply_transforms(typ, args.name, bool(args.custom), raw)
+        inputs = plain_inputs(raw)
         id_ = self._make_id(typ, args.name) if args.custom else ""
         state: dict[str, Any] = dict(inputs)
         if typ == "aws:ec2/instance:Instance":
@@ -213,6 +226,8 @@ class PlanMocks:
         if args.custom:
             self.by_id[id_] = (typ, inputs)
         self.created.append((typ, args.name))
+        if registration:
+            self.registered[(typ, args.name)] = (id_, bool(args.custom), inputs, state)
         return id_, state
 
     def _aws_instance_ip(self, inputs: Mapping[str, Any]) -> str | None:
@@ -242,51 +257,21 @@ def _digest(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-def _make_monitor(mocks: PlanMocks, records: list[Resource]) -> Any:
-    # Loaded as Any: the SDK's private helpers are untyped, and protobuf ships no stubs.
-    pmocks: Any = importlib.import_module("pulumi.runtime.mocks")
-    rpc: Any = importlib.import_module("pulumi.runtime.rpc")
-    struct_pb2: Any = importlib.import_module("google.protobuf.struct_pb2")
-    resource_pb2: Any = importlib.import_module("pulumi.runtime.proto.resource_pb2")
+def _pulumi_mocks(mocks: PlanMocks) -> pulumi.runtime.Mocks:
+    """``mocks`` as the :class:`pulumi.runtime.Mocks` that :func:`pulumi.runtime.set_mocks` takes."""
+    import pulumi
 
-    class RecordingMonitor(pmocks.MockMonitor):  # type: ignore[misc]
-        """The stock mock monitor, keeping each registration's parent and inputs in order."""
+    class _Mocks(pulumi.runtime.Mocks):
+        def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str | None, dict[Any, Any]]:
+            return mocks.new_resource(args)
 
-        def RegisterResource(self, request: Any) -> Any:
-            if request.type == "pulumi:pulumi:Stack":
-                return super().RegisterResource(request)
-            urn = self.make_urn(request.parent, request.type, request.name)
-            inputs = mocks.apply_transforms(
-                request.type, request.name, bool(request.custom), rpc.deserialize_properties(request.object)
-            )
-            args = pmocks.MockResourceArgs(
-                typ=request.type,
-                name=request.name,
-                inputs=inputs,
-                provider=request.provider,
-                resource_id=request.importId,
-                custom=request.custom or False,
-            )
-            id_, state = mocks.new_resource(args)
-            # The state is plain data: build the Struct directly. rpc.serialize_properties would
-            # pump the event loop from inside this (inline) call and recurse.
-            obj = struct_pb2.Struct()
-            obj.update(state)
-            records.append(
-                Resource(
-                    type=request.type,
-                    name=request.name,
-                    id=id_,
-                    urn=urn,
-                    parent=request.parent or None,
-                    custom=bool(request.custom),
-                    inputs=plain_inputs(inputs),
-                    state=state,
-                )
-            )
-            return resource_pb2.RegisterResourceResponse(urn=urn, id=id_, object=obj)
+        def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], list[tuple[str, str]] | None]:
+            return mocks.call(args), []
 
-    return RecordingMonitor(mocks)
+        def register_transform(self, transform: pulumi.ResourceTransform) -> None:
+            mocks.register_transform(transform)
+
+    return _Mocks()
 
 
 class _InlineExecutor(concurrent.futures.ThreadPoolExecutor):  # asyncio accepts only this type
@@ -335,64 +320,86 @@ def run_mocked(
     ``mocks`` lets a caller keep the mocks to look at afterwards (what was created before an error).
     """
     import pulumi
-    from pulumi.runtime import settings
-    from pulumi.runtime.mocks import set_mocks
-    from pulumi.runtime.stack import run_pulumi_func
 
     previous = _current_event_loop()
     loop = asyncio.new_event_loop()
     loop.set_default_executor(_InlineExecutor())
     loop.set_exception_handler(_quiet_after_failure)
     asyncio.set_event_loop(loop)
-    records: list[Resource] = []
     mocks = mocks if mocks is not None else PlanMocks()
-    settings.ROOT.set(None)
-    # Outputs that failed stay in this process-wide set "to pick up at program exit"; a failed
-    # run's would be awaited by the next run on a closed loop (pulumi.runtime.test clears it too).
-    settings.SETTINGS.outputs.clear()
-    set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=_make_monitor(mocks, records))  # type: ignore[arg-type]  # duck-typed Mocks
-    resolved: dict[str, Any] = {}
+    # Each resource object as it is constructed: its type, name and parent (None: the root stack).
+    constructed: list[tuple[pulumi.Resource, str, str, pulumi.Resource | None]] = []
 
-    async def body() -> None:
+    def record(args: pulumi.ResourceTransformationArgs) -> None:
+        parent = args.opts.parent if args.opts is not None else None
+        constructed.append((args.resource, args.type_, args.name, parent))
+
+    resolved: dict[str, Any] = {}
+    urns: dict[int, str] = {}
+
+    @pulumi.runtime.test  # type: ignore[untyped-decorator]
+    def run() -> pulumi.Output[Any]:
+        pulumi.runtime.register_stack_transformation(record)
         outputs = program()
-        value = await pulumi.Output.from_input(dict(outputs)).future()
-        resolved.update(value or {})
+        return pulumi.Output.from_input(dict(outputs)).apply(lambda value: resolved.update(value or {}))
+
+    @pulumi.runtime.test  # type: ignore[untyped-decorator]
+    def read_urns() -> pulumi.Output[Any]:
+        # Every registration has finished (run() waited for them): these are resolved already.
+        stack_resource = pulumi.runtime.get_root_resource()
+        assert stack_resource is not None  # set_mocks made it
+        objects = [stack_resource, *(r for r, typ, name, _ in constructed if (typ, name) in mocks.registered)]
+        return pulumi.Output.all(*(o.urn for o in objects)).apply(
+            lambda values: urns.update({id(o): str(u) for o, u in zip(objects, values, strict=True)}))
 
     try:
-        loop.run_until_complete(run_pulumi_func(body))
+        # A fresh root stack resource for this run (set_mocks makes one once the old is dropped).
+        pulumi.runtime.reset_options(project=project, stack=stack, preview=preview)
+        pulumi.runtime.set_mocks(_pulumi_mocks(mocks), project=project, stack=stack, preview=preview)
+        root = pulumi.runtime.get_root_resource()
+        run()
+        read_urns()
     finally:
-        settings.ROOT.set(None)
-        settings.SETTINGS.outputs.clear()
+        pulumi.runtime.reset_options()
         asyncio.set_event_loop(previous)
         loop.close()
+    records: list[Resource] = []
+    for resource, typ, name, parent in constructed:
+        key = (typ, name)
+        if key not in mocks.registered:
+            continue
+        id_, custom, inputs, state = mocks.registered[key]
+        records.append(Resource(type=key[0], name=key[1], id=id_, urn=urns[id(resource)],
+                                parent=urns.get(id(parent if parent is not None else root)),
+                                custom=custom, inputs=inputs, state=state))
     return records, plain_inputs(resolved)
 
 
-def _import_stacks(module: str) -> Any:
-    if not (REPO_ROOT / "stacks" / "__init__.py").is_file():
-        raise InputError(
-            f"the Pulumi program is not beside the gpucluster package ({REPO_ROOT}/stacks); run from a checkout"
-        )
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    return importlib.import_module(module)
+def _import_program(module: str) -> Any:
+    """A module of the Pulumi program, :mod:`gpucluster.stacks` (installed with the package)."""
+    try:
+        return importlib.import_module(f"{PROGRAM}.{module}")
+    except ModuleNotFoundError as exc:
+        if exc.name == PROGRAM:
+            raise InputError(f"the Pulumi program ({PROGRAM}) is not installed: reinstall gpucluster") from None
+        raise
 
 
 def target_module(kind: str) -> Any:
-    """``stacks.targets.<kind>``; InputError when that target is not written yet."""
-    name = f"stacks.targets.{kind}"
+    """``gpucluster.stacks.targets.<kind>``; InputError when that target is not written yet."""
+    name = f"targets.{kind}"
     try:
-        return _import_stacks(name)
+        return _import_program(name)
     except ModuleNotFoundError as exc:
-        if exc.name == name:
-            raise InputError(f"target {kind!r} has no Pulumi program yet ({name.replace('.', '/')}.py)") from None
+        if exc.name == f"{PROGRAM}.{name}":
+            raise InputError(f"target {kind!r} has no Pulumi program yet (stacks/targets/{kind}.py)") from None
         raise
 
 
 def plan_cluster(cluster: Cluster) -> Plan:
     """Run the target's program for ``cluster`` under the mocks and apply the policy rules."""
     module = target_module(cluster.spec.target.kind)
-    policy = _import_stacks("stacks.policy")
+    policy = _import_program("policy")
     started = time.perf_counter()
     records, outputs = run_mocked(lambda: module.deploy(cluster), stack=cluster.stack)
     results: list[PolicyResult] = policy.evaluate(records, cluster.spec.target.kind)

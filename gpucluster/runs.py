@@ -40,6 +40,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
+import psutil
+
 from gpucluster.errors import InputError
 
 STATE_DIR_ENV = "GPUCLUSTER_STATE_DIR"
@@ -291,10 +293,9 @@ def _ancestors() -> Iterator[int]:
             return
         yield pid
         try:
-            stat_line = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
+            pid = psutil.Process(pid).ppid()
+        except psutil.Error:  # gone, or not ours to see
             return
-        pid = int(stat_line.rsplit(")", 1)[1].split()[1])
 
 
 def _held_by_ancestor(path: Path) -> bool:
@@ -353,25 +354,20 @@ class Interrupts:
 
 
 def tagged_pids(tag: str) -> list[int]:
-    """Processes (readable by us) whose initial environment holds ``tag`` (``NAME=VALUE``)."""
-    needle = tag.encode()
+    """Processes (readable by us) whose initial environment holds ``tag`` (``NAME=VALUE``; a
+    bare name matches nothing)."""
+    name, sep, value = tag.partition("=")
+    if not sep:
+        return []
     me = os.getpid()
     found = []
-    try:
-        entries = list(os.scandir("/proc"))
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as fh:
-                env = fh.read()
-        except OSError:
-            continue
-        if needle in env.split(b"\0"):
-            found.append(int(entry.name))
-    return found
+    # environ() is what the process started with (Linux: /proc/PID/environ), which is where the
+    # tag was put; a process that unsets it later still carries it there.
+    for proc in psutil.process_iter(["environ"]):
+        env = proc.info["environ"]  # None where psutil was denied (another user's process)
+        if proc.pid != me and env is not None and env.get(name) == value:
+            found.append(proc.pid)
+    return sorted(found)
 
 
 def kill_tagged_local(tag: str, grace_s: float = 5.0) -> int:

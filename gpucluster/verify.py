@@ -1,8 +1,11 @@
 """`gpucluster verify`: the conformance suite against a cluster, hosts in parallel, one verdict per node.
 
-Runs pytest on ``tests/conformance`` (pytest-xdist, one worker per host up to ``workers``, a
-host's checks kept on one worker so its SSH connection is reused), which writes the run
-folder; this module reads the folder's JSON back for the verdict table and the exit code,
+Runs pytest on the conformance suite, the package :mod:`gpucluster.suite` (``tests/conformance``
+in a checkout, shipped inside the wheel), found through importlib.resources, so an installed
+gpucluster runs it from any folder (pytest-xdist, one worker per host up to ``workers``, a
+host's checks kept on one worker so its SSH connection is reused). The suite writes the run
+folder, pytest's own JUnit XML included; this module reads the folder's JSON back for the
+verdict table and the exit code,
 then (unless ``publish`` is off) copies each node's Prometheus textfile onto the node for
 node_exporter's textfile collector and records how that went in the run folder's reports.
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import importlib.resources
 import json
 import os
 import shutil
@@ -33,10 +37,23 @@ from gpucluster import hostkeys, runs
 from gpucluster.conformance import publish
 from gpucluster.conformance.nodes import ClusterInventory, load_inventory
 from gpucluster.conformance.remote import RUN_ID_ENV, SshRemote, cleanup_nodes, write_ssh_config
-from gpucluster.conformance.reports import RESULTS_JSON, Report, publish_problems, verdict_table, write_all
+from gpucluster.conformance.reports import JUNIT_XML, RESULTS_JSON, Report, console_lines, write_all
 from gpucluster.errors import EXIT_BAD_INPUT, InputError
 
-SUITE = Path(__file__).resolve().parent.parent / "tests" / "conformance"
+SUITE_PACKAGE = "gpucluster.suite"
+
+
+def suite_dir() -> Path:
+    """The conformance suite's folder: the installed package's, or the checkout's ``tests/conformance``
+    under an editable install. InputError when it is missing or not a plain folder pytest can run."""
+    try:
+        found = importlib.resources.files(SUITE_PACKAGE)
+    except ModuleNotFoundError:
+        raise InputError(f"the conformance suite ({SUITE_PACKAGE}) is not installed: reinstall gpucluster") from None
+    if not isinstance(found, Path) or not (found / "conftest.py").is_file():
+        raise InputError(f"the conformance suite ({SUITE_PACKAGE}) is not a folder on disk ({found}): "
+                         "install gpucluster unzipped (pip does)")
+    return found
 
 
 @dataclass(frozen=True)
@@ -49,28 +66,22 @@ class VerifyOptions:
     workers: int = 8
     quiet: bool = False
     publish: bool = True
+    checks: tuple[str, ...] = ()
+    kubeconfig: Path | None = None
 
 
 def inventory_for_stack(stack: str | Path) -> Path:
-    """The inventory the lab (or `gpucluster inventory`) wrote for a stack file."""
-    from gpucluster.spec import load_spec
-    from gpucluster.spec.models import LabTarget
+    """The inventory of a stack file, where gpucluster/paths.py names it (every target)."""
+    from gpucluster import paths
 
-    cluster = load_spec(stack)
-    target = cluster.spec.target
-    if not isinstance(target, LabTarget):
-        raise InputError(f"target {target.kind!r}: --stack finds only lab inventories; pass --inventory FILE "
-                         "(written by `gpucluster inventory`)", source=str(stack))
-    path = Path(target.state_dir) / cluster.name / "inventory.yml"
-    if not path.exists():
-        raise InputError(f"no lab inventory at {path}: is the lab up? (`gpucluster lab up --stack {stack}`)",
-                         source=str(stack))
-    return path
+    return paths.existing_inventory(paths.resolve(stack))
 
 
 def default_run_dir() -> Path:
     """A new run folder under ``runs/``, this run's alone (see :func:`gpucluster.runs.new_run_dir`)."""
-    return runs.new_run_dir(Path("runs"), "verify")
+    from gpucluster import paths
+
+    return runs.new_run_dir(paths.RUNS_DIR, "verify")
 
 
 def bytecode_env(env: dict[str, str]) -> dict[str, str]:
@@ -89,12 +100,22 @@ def bytecode_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def pytest_argv(opts: VerifyOptions, inv: ClusterInventory) -> list[str]:
+    suite = suite_dir()
     hosts = len(inv.nodes) if not opts.limit else len(opts.limit)
+    run_dir = opts.run_dir.resolve()
     # Hypothesis' pytest plugin (installed for the unit tests) costs a second or more of imports
-    # in the controller and in every worker; the suite has no use for it.
-    argv = [sys.executable, "-m", "pytest", str(SUITE), "--inventory", str(opts.inventory),
-            "--run-dir", str(opts.run_dir), "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-q", "--no-header",
-            "--rootdir", str(SUITE.parent.parent), "--burn-seconds", str(opts.burn_seconds)]
+    # in the controller and in every worker; the suite has no use for it. The suite's own
+    # pytest.ini is the configuration (-c), whatever lies around it; the JUnit XML is pytest's.
+    # Operators get one line per finding, printed once by the CLI from results.json: pytest's
+    # tracebacks (--tb=no; they are in each failing check's log) and its per-test summary lines
+    # (-rN, cut to the terminal's width) stay out of the console, and so does the suite's own
+    # copy of the verdicts.
+    argv = [sys.executable, "-m", "pytest", str(suite), "-c", str(suite / "pytest.ini"), "--rootdir", str(suite),
+            "--inventory", str(opts.inventory.resolve()), "--run-dir", str(run_dir),
+            "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-q", "--no-header",
+            "--tb=no", "-rN", "--verdicts-by-caller",
+            f"--junitxml={run_dir / JUNIT_XML}", "-o", "junit_family=xunit1",
+            "--burn-seconds", str(opts.burn_seconds)]
     workers = max(1, min(opts.workers, hosts))
     if workers > 1:
         argv += ["-n", str(workers), "--dist", "loadgroup"]
@@ -102,7 +123,26 @@ def pytest_argv(opts: VerifyOptions, inv: ClusterInventory) -> list[str]:
         argv.append("--no-burn")
     if opts.limit:
         argv += ["--limit", ",".join(opts.limit)]
+    if opts.checks:
+        argv += ["--checks", ",".join(opts.checks)]
     return argv
+
+
+def last_failures(runs_dir: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The check IDs and nodes that failed in the newest verify run under ``runs_dir``."""
+    newest = sorted(runs_dir.glob("*-verify/results.json"))
+    if not newest:
+        raise InputError(f"--rerun-failed: no earlier verify run under {runs_dir}/")
+    try:
+        data = json.loads(newest[-1].read_text(encoding="utf-8"))
+        failed = [r for r in data["results"] if r.get("outcome") in ("failed", "error")]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"--rerun-failed: {newest[-1]} is not a verify report ({exc})") from None
+    if not failed:
+        raise InputError(f"--rerun-failed: nothing failed in {newest[-1].parent}")
+    ids = tuple(sorted({str(r["check_id"]) for r in failed}))
+    nodes = tuple(sorted({str(r["node"]) for r in failed if not str(r["node"]).startswith("(")}))
+    return ids, nodes
 
 
 # After Ctrl-C the suite gets this long to stop and write its report before it is killed.
@@ -163,8 +203,7 @@ def _error_line(tail: collections.deque[str], rc: int, write_error: str | None) 
 
 def run(opts: VerifyOptions) -> Report:
     """Run the suite; raise InputError when it could not run (bad inventory, no results)."""
-    if not SUITE.is_dir():
-        raise InputError(f"the conformance suite is not at {SUITE} (run from a source checkout)")
+    suite_dir()
     inv = load_inventory(opts.inventory)
     if opts.limit:
         inv = inv.limited(list(opts.limit))
@@ -189,6 +228,8 @@ def _run_locked(opts: VerifyOptions, inv: ClusterInventory) -> Report:
 def _run_suite(opts: VerifyOptions, inv: ClusterInventory, run_id: str) -> Report:
     results = opts.run_dir / RESULTS_JSON
     env = dict(os.environ, GPUCLUSTER_RUN_DIR=str(opts.run_dir.resolve()), PYTHONUNBUFFERED="1")
+    if opts.kubeconfig is not None:
+        env["GPUCLUSTER_KUBECONFIG"] = str(opts.kubeconfig.resolve())
     env[RUN_ID_ENV] = run_id
     env.update(bytecode_env(env))
     started = time.perf_counter()
@@ -197,8 +238,9 @@ def _run_suite(opts: VerifyOptions, inv: ClusterInventory, run_id: str) -> Repor
     write_error: str | None = None
     with runs.RunFile(opts.run_dir / "pytest.log") as log, stopper.signals:
         # Its own process group: Ctrl-C reaches the suite through us, once, and we can stop all of it.
+        # The run folder as the working folder: this run's own, and writable wherever the suite is installed.
         proc = subprocess.Popen(pytest_argv(opts, inv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=env, cwd=str(SUITE.parent.parent), process_group=0)
+                                text=True, env=env, cwd=str(opts.run_dir.resolve()), process_group=0)
         stopper.started(proc)
         try:
             assert proc.stdout is not None
@@ -295,15 +337,8 @@ def publish_textfiles(report: Report, inv: ClusterInventory, opts: VerifyOptions
 
 
 def table(report: Report) -> str:
-    rows = verdict_table(report)
-    widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    out = []
-    for r in rows:
-        out.append("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
-    for node, message in publish_problems(report):
-        if node not in report.unreachable:
-            out.append(f"textfile not published on {node}: {message} (the verdict stands)")
-    return "\n".join(out)
+    """The findings, one line each, then the verdict table (gpucluster verify prints it once)."""
+    return "\n".join(console_lines(report))
 
 
 __all__ = ["EXIT_BAD_INPUT", "VerifyOptions", "default_run_dir", "inventory_for_stack", "run", "table"]

@@ -34,7 +34,8 @@ from typing import NoReturn
 import pulumi
 
 from gpucluster.plan import PolicyResult, Resource, plain_inputs
-from stacks import policy
+
+from . import policy
 
 
 class PolicyGate:

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from gpucluster.plan import PolicyResult, Resource
-from stacks.components.common import MANAGEMENT_PORTS, TAG_DISK_ENCRYPTION, TAG_PURPOSE, TAG_ROLES
+
+from .components.common import MANAGEMENT_PORTS, TAG_DISK_ENCRYPTION, TAG_PURPOSE, TAG_ROLES
 
 AWS_INSTANCE = "aws:ec2/instance:Instance"
 AWS_LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"

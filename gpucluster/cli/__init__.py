@@ -17,7 +17,7 @@ from gpucluster.errors import EXIT_BAD_INPUT, InputError
 
 # Sub-command modules, in the order `--help` lists them. A module that is
 # missing (an optional command not installed) is simply not offered.
-_COMMANDS = ("spec", "inventory", "lab", "converge", "verify", "parse", "plan", "preflight")
+_COMMANDS = ("spec", "inventory", "paths", "lab", "converge", "verify", "up", "parse", "plan", "preflight")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -15,8 +15,8 @@ from gpucluster.converge import (
     ConvergeOptions,
     converge,
     format_recap,
-    lab_inventory,
     parse_extra_vars,
+    stack_inventory,
 )
 from gpucluster.errors import EXIT_CHECK_FAILED
 
@@ -27,12 +27,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "converge",
         help="run the Ansible roles on the cluster's nodes (playbooks/site.yml through ansible-runner)",
-        description="Converge every node. Without --inventory, use the lab's inventory for --stack "
-                    f"(default {DEFAULT_STACK}), the one `gpucluster lab up` wrote.",
+        description="Converge every node. Without --inventory, use the inventory of --stack "
+                    f"(default {DEFAULT_STACK}) where `gpucluster paths` names it (`gpucluster lab up` "
+                    "or `gpucluster inventory -o` wrote it).",
     )
     p.add_argument("--inventory", "-i", metavar="FILE", help="the inventory `gpucluster inventory -o FILE` wrote")
     p.add_argument("--stack", default=DEFAULT_STACK, metavar="STACK_FILE",
-                   help=f"without --inventory: converge this stack's lab (default {DEFAULT_STACK})")
+                   help=f"without --inventory: converge this stack's inventory (default {DEFAULT_STACK})")
     p.add_argument("--playbook", default=str(DEFAULT_PLAYBOOK), metavar="FILE",
                    help="playbook to run (default site.yml)")
     p.add_argument("--check", action="store_true", help="dry run: report what would change, change nothing")
@@ -41,7 +42,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="only tasks with this tag (repeatable)")
     p.add_argument("--skip-tags", action="append", default=[], metavar="TAG", help="skip tasks with this tag")
     p.add_argument("--heavy", action="store_true",
-                   help="install the heavy packages (driver user space, CUDA, NCCL, gpu-burn) even in the lab")
+                   help="install the heavy packages (driver user space, CUDA, NCCL, gpu-burn) even where the "
+                        "inventory's capabilities say the nodes have no room for them (the lab)")
     p.add_argument("--extra-vars", "-e", action="append", default=[], metavar="KEY=VALUE",
                    help="a playbook variable, highest precedence (repeatable); VALUE is YAML: "
                         "-e upgrade_rolling_components=[driver]")
@@ -58,7 +60,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _converge(args: argparse.Namespace) -> int:
-    inventory = Path(args.inventory) if args.inventory else lab_inventory(args.stack)
+    inventory = Path(args.inventory) if args.inventory else stack_inventory(args.stack)
     options = ConvergeOptions(
         inventory=inventory,
         playbook=Path(args.playbook),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,8 @@ def register(sub: Any) -> None:
                        description=__doc__.splitlines()[0] if __doc__ else None)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--inventory", metavar="FILE", help="inventory written by `gpucluster inventory` or the lab")
-    src.add_argument("--stack", metavar="FILE", help="a lab stack file: verify that lab's nodes")
+    src.add_argument("--stack", metavar="FILE",
+                     help="a stack file: the inventory `gpucluster inventory` or `lab up` wrote for it")
     p.add_argument("--run-dir", metavar="DIR", help="run folder (default: runs/verify-<UTC time>)")
     p.add_argument("--no-burn", action="store_true", help="skip the GPU burn")
     p.add_argument("--burn-seconds", type=int, default=60, metavar="N", help="burn time per precision (default 60)")
@@ -32,7 +34,19 @@ def register(sub: Any) -> None:
     p.add_argument("--no-publish", action="store_true",
                    help="do not copy each node's Prometheus textfile onto the node (node_exporter's textfile "
                         "collector folder); the run folder has them either way")
+    p.add_argument("--checks", "-k", metavar="IDS",
+                   help="only these checks: comma-separated IDs or patterns, e.g. 'GC-NET-*,GC-GPU-001'")
+    p.add_argument("--rerun-failed", action="store_true",
+                   help="run again only the checks that failed in the newest run under runs/, on the nodes "
+                        "they failed on")
+    p.add_argument("--kubeconfig", metavar="FILE", default=os.environ.get("GPUCLUSTER_KUBECONFIG"),
+                   help="kubeconfig for the Kubernetes checks (default $GPUCLUSTER_KUBECONFIG); without one "
+                        "they are skipped with that reason")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    p.epilog = ("examples:\n  gpucluster verify --inventory inventory.yml\n"
+                "  gpucluster verify --stack Pulumi.lab.yaml --checks 'GC-NET-*' --no-burn\n"
+                "  gpucluster verify --inventory inventory.yml --rerun-failed")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.set_defaults(func=run)
 
 
@@ -40,6 +54,16 @@ def run(args: argparse.Namespace) -> int:
     if args.burn_seconds < 1 or args.workers < 1:
         raise InputError("--burn-seconds and --workers must be at least 1")
     inventory = Path(args.inventory) if args.inventory else verify.inventory_for_stack(args.stack)
+    checks = tuple(c.strip() for c in (args.checks or "").split(",") if c.strip())
+    limit = tuple(x for x in (args.limit or "").split(",") if x)
+    if args.rerun_failed:
+        from gpucluster import paths
+
+        checks, failed_nodes = verify.last_failures(paths.RUNS_DIR)
+        limit = limit or failed_nodes
+    kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise InputError(f"--kubeconfig {kubeconfig}: no such file")
     run_dir = Path(args.run_dir) if args.run_dir else verify.default_run_dir()
     made = None if args.run_dir else run_dir
     opts = verify.VerifyOptions(
@@ -47,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
         run_dir=run_dir,
         burn=not args.no_burn,
         burn_seconds=args.burn_seconds,
-        limit=tuple(x for x in (args.limit or "").split(",") if x),
+        limit=limit,
+        checks=checks,
+        kubeconfig=kubeconfig,
         workers=args.workers,
         quiet=args.json,
         publish=not args.no_publish,
@@ -63,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = report.to_json()
         out["run_dir"] = str(opts.run_dir)
-        print(json.dumps({k: out[k] for k in ("exit_code", "verdicts", "meta", "run_dir")}, indent=2))
+        print(json.dumps({k: out[k] for k in ("exit_code", "findings", "verdicts", "meta", "run_dir")}, indent=2))
     elif report.results or not interrupted:
         print(verify.table(report))
         for err in report.suite_errors:

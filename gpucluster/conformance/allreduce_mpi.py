@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from gpucluster.conformance.bandwidth import AllReduceRun, point
 from gpucluster.conformance.remote import Remote, quote
+from gpucluster.conformance.verdict import shorten
 
 SCRIPT_PATH = "/var/tmp/gpucluster-allreduce-mpi.py"
 
@@ -194,12 +195,20 @@ def run_allreduce(launcher: Remote, node_names: tuple[str, ...], launch_ips: lis
     log = res.stdout + res.stderr
     run = parse_output(log, label, node_names, settings.sizes)
     if res.rc != 0:
-        run.notes.append(f"mpirun exited {res.rc}: {_last_line(log)}")
+        run.notes.append(f"mpirun exited {res.rc}: {last_error_line(log)}")
         if run.status == "ok":
             run.status = "incomplete"
-    return run, log
+    return run, f"$ {cmd}\n{log}"
 
 
-def _last_line(text: str) -> str:
-    lines = [x for x in text.strip().splitlines() if x.strip("- \t") and "GCAR " not in x]
-    return lines[-1][:200] if lines else "(no output)"
+def _is_command_echo(line: str) -> bool:
+    """mpirun and ssh repeat the command they could not run; that is no reason, and it is long."""
+    return "--mca" in line or "--allow-run-as-root" in line or line.lstrip().startswith(("mpirun ", "+ "))
+
+
+def last_error_line(text: str, limit: int = 200) -> str:
+    """The last line of a failed run that says why (the parsed ``GCAR`` lines, rule lines and
+    command echoes skipped), shortened between words; the whole output is in the run's log."""
+    lines = [x.strip() for x in text.strip().splitlines()
+             if x.strip("- \t*=") and "GCAR " not in x and not _is_command_echo(x)]
+    return shorten(lines[-1], limit, "the run's log") if lines else "no output"

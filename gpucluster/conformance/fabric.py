@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.conformance import allreduce_mpi, ib_write_bw, nccl_tests
-from gpucluster.conformance.bandwidth import AllReduceRun, judge
+from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, judge
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo
-from gpucluster.conformance.pairs import PairResult, find_slow, ring_pairs, rounds
+from gpucluster.conformance.pairs import PairResult, PairSearch, find_slow, ring_pairs, rounds
 from gpucluster.conformance.remote import Remote, RunKey, SshRemote
 from gpucluster.hostkeys import HostKeyPolicy
 
@@ -87,6 +87,12 @@ class Fabric:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.log_dir / name).write_text(text, encoding="utf-8")
 
+    def allreduce_log(self, label: str) -> str:
+        """The run folder's log of one all-reduce (mpirun's whole output, its command first),
+        relative to the run folder, as the checks name it."""
+        safe = label.replace(":", "_").replace(",", "_").replace("+", "_")
+        return f"{self.log_dir.name}/allreduce-{safe}.log"
+
     def remote(self, name: str) -> Remote:
         return SshRemote(name, self.ssh_config)
 
@@ -126,7 +132,6 @@ class Fabric:
         cidr = str(self.inv.fabric["fabric_cidr"])
         large = self.large_bytes(nodes)
         launcher = self.remote(nodes[0].name)
-        safe = label.replace(":", "_").replace(",", "_").replace("+", "_")
         nccl = self.engine(nodes) == "nccl-tests"
         if not nccl:
             problems = allreduce_mpi.ship_script([self.remote(n) for n in names])
@@ -146,7 +151,9 @@ class Fabric:
                 run, log = allreduce_mpi.run_allreduce(launcher, names, ips, cidr, settings, label)
         finally:
             self._remove_key(nodes[0], key)
-        self._log(f"allreduce-{safe}.log", log)
+        # The command (first line of ``log``) stays in the log, never in a check's message.
+        self._log(self.allreduce_log(label).split("/", 1)[1],
+                  f"# launcher {nodes[0].name}; status {run.status}; notes: {'; '.join(run.notes) or 'none'}\n{log}")
         return run
 
     def inter_node(self) -> dict[str, Any]:
@@ -162,7 +169,8 @@ class Fabric:
                 run = self._allreduce(nodes, "inter:" + ",".join(n.name for n in nodes))
             finally:
                 grant.close()
-            return {"run": run.to_json(), "engine": run.engine, "large_bytes": self.large_bytes(nodes)}
+            return {"run": run.to_json(), "engine": run.engine, "large_bytes": self.large_bytes(nodes),
+                    "log": self.allreduce_log(run.label)}
 
         return self.cached("inter_node", compute)
 
@@ -192,7 +200,8 @@ class Fabric:
             finally:
                 grant.close()
             search = find_slow([n.name for n in nodes], results)
-            return {"search": search.to_json(), "runs": runs}
+            return {"search": search.to_json(), "runs": runs,
+                    "logs": {r["label"]: self.allreduce_log(r["label"]) for r in runs}}
 
         return self.cached("pair_search", compute)
 
@@ -231,3 +240,61 @@ class Fabric:
             return {"search": search.to_json(), "detail": detail, "hcas": hcas}
 
         return self.cached("rdma", compute)
+
+
+# --- root causes -----------------------------------------------------------------------------
+
+
+def fault_key(search: PairSearch, node: str) -> str:
+    """The root cause a failing fabric check on ``node`` shares with the other checks it affected
+    (the all-node all-reduce, the pair runs, the RDMA pairs), as the reports group failures:
+
+    ``fabric-slow-node:N``: N is the node the pair search names slow (its link, NIC or cable);
+    ``fabric-link:A+B``: the pair A, B fails while both pass with other nodes (the path between them);
+    ``fabric-ring``: the pairs single out nothing (two nodes, or every pair under the floor).
+    """
+    if node in search.slow:
+        return f"fabric-slow-node:{node}"
+    failing = [r for r in search.results if not r.ok and r.a not in search.slow and r.b not in search.slow]
+    good = {n for r in search.results if r.ok for n in (r.a, r.b)}
+    links = sorted("+".join(sorted((r.a, r.b))) for r in failing if r.a in good and r.b in good)
+    mine = [link for link in links if node in link.split("+")]
+    if mine or links:
+        return f"fabric-link:{(mine or links)[0]}"
+    if search.slow:
+        return f"fabric-slow-node:{','.join(search.slow)}"
+    return "fabric-ring"
+
+
+# Why a node's pair runs fail it, by its status in the pair search (its figures come beside).
+PAIR_STATUS_REASON = {
+    "slow": "every pair with this node is under the floor while its peers pass with other nodes",
+    "suspect": "the pair is under the floor though both nodes pass with other nodes: the link between them, "
+               "or a transient",
+    "undetermined": "no pair of this node reached the floor and no peer is proven good, so no node or link can "
+                    "be singled out",
+}
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or n % 1024:
+            return f"{n} {unit}"
+        n //= 1024
+    return f"{n} TiB"
+
+
+def verdict_sentence(what: str, run: AllReduceRun, v: BandwidthVerdict, large_bytes: int) -> str:
+    """A check's message on an all-reduce: what ran, the figure against the floor, or why there is
+    none. The command and mpirun's output are in the run's log, never here."""
+    size = _size(large_bytes)
+    notes = "; ".join(run.notes)
+    if run.status == "incomplete" or not run.points:
+        return f"{what} did not complete ({notes or 'no message size measured'})"
+    wrong = sum(p.wrong or 0 for p in run.points)
+    if wrong or run.status == "failed":
+        return f"{what} returned {wrong} wrong result(s)" + (f" ({notes})" if notes else "")
+    if v.busbw_gbps is None:
+        return f"{what} measured no message size of {size} or more; floor {v.floor_gbps:g} GB/s"
+    relation = "<" if v.busbw_gbps < v.floor_gbps else ">="
+    return f"{what}: busbw {v.busbw_gbps:.3g} GB/s at >= {size} {relation} floor {v.floor_gbps:g} GB/s"

@@ -7,7 +7,7 @@ the table.
 
 from __future__ import annotations
 
-from gpucluster.conformance.allreduce_mpi import rsh_args
+from gpucluster.conformance.allreduce_mpi import last_error_line, rsh_args
 from gpucluster.conformance.bandwidth import AllReduceRun, from_nccl_result
 from gpucluster.conformance.remote import Remote, quote
 from gpucluster.parsers import NotToolOutput, parse
@@ -40,7 +40,7 @@ def _parse(log: str, label: str, nodes: tuple[str, ...], json_text: str | None) 
         parsed = parse("nccl-tests", json_text if json_text else log)
     except NotToolOutput as exc:
         return AllReduceRun("nccl-tests", label, nodes, 0, status="incomplete",
-                            notes=[f"not nccl-tests output: {exc}"])
+                            notes=[str(exc)])
     return from_nccl_result(parsed, "nccl-tests", label, nodes)
 
 
@@ -53,9 +53,9 @@ def run_intra(remote: Remote, gpus: int, max_bytes: int, install_dir: str = DEFA
     json_text = remote.run(f"cat {JSON_PATH}", timeout=30).stdout if use_json and res.ok else None
     run = _parse(res.stdout, f"intra:{remote.name}", (remote.name,), json_text)
     if res.rc != 0:
-        run.notes.append(f"all_reduce_perf exited {res.rc}")
+        run.notes.append(f"all_reduce_perf exited {res.rc}: {last_error_line(res.stdout)}")
         run.status = "incomplete" if run.status == "ok" else run.status
-    return run, res.stdout
+    return run, f"$ {cmd}\n{res.stdout}"
 
 
 def mpirun_argv(launch_ips: list[str], gpus_per_node: int, fabric_cidr: str, socket_ifname: str | None,
@@ -86,10 +86,11 @@ def run_inter(launcher: Remote, nodes: tuple[str, ...], launch_ips: list[str], g
     use_json = supports_json(launcher, install_dir)
     argv = mpirun_argv(launch_ips, gpus_per_node, fabric_cidr, socket_ifname, max_bytes, install_dir, use_json,
                        min_bytes, ssh_key)
-    res = launcher.run(quote(argv) + " 2>&1", timeout=timeout_s)
+    cmd = quote(argv) + " 2>&1"
+    res = launcher.run(cmd, timeout=timeout_s)
     json_text = launcher.run(f"cat {JSON_PATH}", timeout=30).stdout if use_json and res.ok else None
     run = _parse(res.stdout, label, nodes, json_text)
     if res.rc != 0:
-        run.notes.append(f"mpirun exited {res.rc}")
+        run.notes.append(f"mpirun exited {res.rc}: {last_error_line(res.stdout)}")
         run.status = "incomplete" if run.status == "ok" else run.status
-    return run, res.stdout
+    return run, f"$ {cmd}\n{res.stdout}"

@@ -1,8 +1,9 @@
 """Publishing each node's Prometheus textfile onto that node, for node_exporter's textfile collector.
 
 The folder is the one the monitoring role configured node_exporter with: the host's (or the
-inventory's) ``monitoring_textfile_dir``, else the role's default read from
-``roles/monitoring/defaults/main.yml``, so the role and this module cannot drift apart.
+inventory's) ``monitoring_textfile_dir``, else :data:`TEXTFILE_DIR_DEFAULT`, the role's own
+default (a unit test holds ``roles/monitoring/defaults/main.yml`` to it). The package never reads
+its checkout: installed from a wheel, it has none.
 
 node_exporter may read the folder while a file is being written, so the file goes to a hidden
 temporary name in the same folder (same file system: the rename is atomic; the collector reads
@@ -19,14 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo
 from gpucluster.conformance.remote import Remote
 from gpucluster.conformance.reports import PROM_DIR, PROM_FILE
 
 TEXTFILE_DIR_VAR = "monitoring_textfile_dir"
-MONITORING_DEFAULTS = Path(__file__).resolve().parents[2] / "roles" / "monitoring" / "defaults" / "main.yml"
+# The monitoring role's default for TEXTFILE_DIR_VAR (Debian's prometheus-node-exporter folder).
+TEXTFILE_DIR_DEFAULT = "/var/lib/prometheus/node-exporter"
 # The publish script's exit status for "no such folder" (ssh itself uses 255, timeouts 124).
 _NO_DIR = 3
 
@@ -40,18 +40,6 @@ class PublishResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "path": self.path, "message": self.message}
-
-
-def role_default_dir(defaults: Path = MONITORING_DEFAULTS) -> str | None:
-    """The monitoring role's default textfile folder; None when it is missing or templated."""
-    try:
-        data = yaml.safe_load(defaults.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return None
-    value = data.get(TEXTFILE_DIR_VAR) if isinstance(data, dict) else None
-    if not isinstance(value, str) or "{{" in value or "{%" in value:
-        return None
-    return value
 
 
 def textfile_dir(node: NodeInfo, inv: ClusterInventory, default: str | None) -> str | None:
@@ -94,8 +82,8 @@ def publish_node(node: NodeInfo, directory: str | None, text: str, remote: Remot
                  timeout: float = 30.0) -> PublishResult:
     if not directory or not directory.startswith("/"):
         return PublishResult(node.name, False, "",
-                             f"no textfile folder known: set {TEXTFILE_DIR_VAR} (an absolute path) in the inventory "
-                             f"or the monitoring role's defaults (got {directory!r})")
+                             f"no textfile folder known: set {TEXTFILE_DIR_VAR} to an absolute path in the inventory "
+                             f"(got {directory!r})")
     dest = f"{directory.rstrip('/')}/{PROM_FILE}"
     res = remote.run(publish_command(directory, node.user), stdin=text, timeout=timeout)
     if res.ok:
@@ -106,7 +94,7 @@ def publish_node(node: NodeInfo, directory: str | None, text: str, remote: Remot
 def publish(inv: ClusterInventory, nodes: list[str], run_dir: Path, remote_for: Callable[[str], Remote],
             workers: int = 8, default_dir: str | None = None) -> list[PublishResult]:
     """Copy each node's textfile from the run folder onto the node, nodes in parallel."""
-    default = default_dir if default_dir is not None else role_default_dir()
+    default = default_dir if default_dir is not None else TEXTFILE_DIR_DEFAULT
 
     def one(name: str) -> PublishResult:
         try:

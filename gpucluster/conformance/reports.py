@@ -11,18 +11,18 @@ node -> why), and a run stopped by Ctrl-C says so (``meta.interrupted``) and exi
 
 from __future__ import annotations
 
-import html
 import json
-import math
+import platform
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
 from gpucluster import runs
-from gpucluster.conformance import checks
-from gpucluster.conformance.verdict import CheckResult, NodeVerdict, exit_code, node_verdicts
+from gpucluster.conformance import html_report, metrics, remedies
+from gpucluster.conformance.verdict import CLUSTER, CheckResult, NodeVerdict, exit_code, node_verdicts, shorten
 from gpucluster.errors import EXIT_BAD_INPUT
 
 RESULTS_JSON = "results.json"
@@ -90,6 +90,7 @@ class Report:
             "schema": 1,
             "meta": self.meta,
             "exit_code": self.exit_code,
+            "findings": [f.to_json() for f in findings(self)],
             "verdicts": verdicts,
             "results": [r.to_json() for r in sorted(self.results, key=lambda r: (r.node, r.check_id, r.param or ""))],
             "series": [{"label": s.label, "points": [list(p) for p in s.points]} for s in self.series],
@@ -99,7 +100,7 @@ class Report:
     def from_json(d: dict[str, Any]) -> Report:
         return Report(
             meta=dict(d.get("meta", {})),
-            nodes=[v["node"] for v in d.get("verdicts", [])],
+            nodes=[v["node"] for v in d.get("verdicts", []) if v["node"] != CLUSTER],
             results=[CheckResult.from_json(r) for r in d.get("results", [])],
             series=[Series(s["label"], [(int(a), float(b)) for a, b in s["points"]]) for s in d.get("series", [])],
         )
@@ -115,39 +116,247 @@ def series_from_results(results: list[CheckResult]) -> list[Series]:
     return sorted(seen.values(), key=lambda s: s.label)
 
 
+# --- findings: one per root cause ------------------------------------------------------------
+# A throttled link fails the all-node all-reduce, the pair runs and the RDMA pairs, on every node
+# whose runs it slowed: one cause, one finding, the checks it affected listed under it. Failures
+# are grouped by, in order: the cause key a check recorded (gpucluster.conformance.fabric.fault_key:
+# the same slow node, the same link, the whole ring); the node being unreachable; else the same
+# message, on one node or several, from one check or several (the node's own name aside): the
+# same words are the same fact observed, such as a missing keyring every Ceph check trips over.
+
+LINE_LABELS = 6  # check labels a console line names before it gives their count
+CONSOLE_CAUSE_LIMIT = 200  # characters of a cause on the console; the reports hold the whole
+FABRIC_REMEDY_ORDER = ("GC-AR-003", "GC-RDMA-001", "GC-AR-002", "GC-K8S-004", "GC-AR-001")
+
+
+@dataclass(frozen=True)
+class Finding:
+    key: str
+    cause: str
+    checks: tuple[tuple[str, str], ...]  # (check label, node), every result the cause failed
+    figure: str  # measured against expected, where the checks recorded both
+    remedy_check: str  # the remediation table's entry quoted ("unreachable" for a node not reached)
+    remedy: tuple[str, ...]
+    log: str  # relative to the run folder
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted({n for _, n in self.checks})
+
+    @property
+    def labels(self) -> list[str]:
+        return sorted({c for c, _ in self.checks})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cause": self.cause, "checks": [{"check": c, "node": n} for c, n in self.checks],
+                "figure": self.figure, "remedy": {"check": self.remedy_check, "steps": list(self.remedy)},
+                "log": self.log, "key": self.key}
+
+    def line(self) -> str:
+        """One line for the console: checks, nodes, cause and figure; the rest is in the run folder."""
+        nodes = ", ".join(self.nodes)
+        labels = self.labels
+        # An unreachable node fails every check: their count says enough on one line.
+        what = ", ".join(labels) if len(labels) <= LINE_LABELS else f"{len(labels)} checks"
+        figure = f" ({self.figure})" if self.figure and self.figure not in self.cause else ""
+        # The console line stays short: a long cause is cut between words and its log named once.
+        cause = shorten(self.cause.split(" … (")[0], CONSOLE_CAUSE_LIMIT, self.log)
+        log = f"; log {self.log}" if self.log and self.log not in cause else ""
+        return f"FAIL {what} on {nodes}: {cause}{figure}{log}"
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _g(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def figure_text(r: CheckResult) -> str:
+    """The check's figure against its expected value, from what it recorded; empty when it
+    recorded none of the figures that have one (its message then says it)."""
+    f = r.figures
+    floor = _num(f.get("floor_gbps"))
+    pairs = {k.removeprefix("pair_busbw_gbps_"): _num(v) for k, v in f.items() if k.startswith("pair_busbw_gbps_")}
+    if pairs and floor is not None:
+        low = [(p, v) for p, v in sorted(pairs.items()) if v is None or v < floor]
+        parts = [f"busbw with {p} {'not measured' if v is None else _g(v) + ' GB/s'}" for p, v in low]
+        if parts:
+            return f"{', '.join(parts)} < floor {_g(floor)} GB/s"
+    busbw = _num(f.get("busbw_gbps"))
+    if floor is not None and "busbw_gbps" in f:
+        if busbw is None:
+            return f"no busbw measured at large sizes; floor {_g(floor)} GB/s"
+        return f"busbw {_g(busbw)} GB/s {'<' if busbw < floor else '>='} floor {_g(floor)} GB/s"
+    hcas = {k.removeprefix("min_hca_gbps_"): _num(v) for k, v in f.items() if k.startswith("min_hca_gbps_")}
+    if hcas:
+        return ", ".join(f"slowest HCA with {p} {'not measured' if v is None else _g(v) + ' Gb/s'}"
+                         for p, v in sorted(hcas.items()))
+    offset = _num(f.get("offset_s"))
+    if offset is not None:
+        return f"clock offset {_g(offset)} s, limit 0.1 s"
+    return ""
+
+
+def _normal(message: str, node: str) -> str:
+    """The message with the node's own name taken out, so that nodes failing alike compare equal."""
+    return re.sub(rf"(?<![\w.-]){re.escape(node)}(?![\w.-])", "NODE", message)
+
+
+def _key(r: CheckResult, unreachable: dict[str, str]) -> str:
+    if r.cause:
+        return r.cause
+    if r.node in unreachable:
+        return f"unreachable:{r.node}"
+    return f"message:{_normal(r.message, r.node)}" if r.message else f"check:{r.label}:{r.node}"
+
+
+def _cause(key: str, results: list[CheckResult], unreachable: dict[str, str]) -> str:
+    kind, _, subject = key.partition(":")
+    if kind == "unreachable":
+        why = unreachable.get(subject) or results[0].message.removeprefix("node unreachable: ")
+        return f"{subject} is unreachable, so none of its checks ran: {why}"
+    if kind == "fabric-slow-node":
+        return (f"{subject} is the slow node on the fabric: every pair run with it is under the floor while its "
+                "peers pass with other nodes")
+    if kind == "fabric-link":
+        a, _, b = subject.partition("+")
+        return (f"the fabric path between {a} and {b} is slow: their pair run is under the floor while both "
+                "pass with other nodes")
+    if kind == "fabric-ring":
+        nodes = ", ".join(sorted({r.node for r in results}))
+        return (f"the fabric all-reduce among {nodes} is under the floor and the pair runs cannot single out a "
+                f"node or link: {results[0].message}")
+    return results[0].message or f"{results[0].label} {results[0].outcome}"
+
+
+def findings(report: Report) -> list[Finding]:
+    """The failures grouped by root cause, the widest first; every failed or errored result is in one."""
+    down = report.unreachable
+    groups: dict[str, list[CheckResult]] = {}
+    for r in sorted(report.results, key=lambda r: (r.node, r.label)):
+        if r.outcome in ("failed", "error"):
+            groups.setdefault(_key(r, down), []).append(r)
+    out = []
+    for key, rs in groups.items():
+        ids = [r.check_id for r in rs]
+        if key.startswith("unreachable:"):
+            remedy, lead = remedies.UNREACHABLE, rs[0]
+        else:
+            order = [c for c in FABRIC_REMEDY_ORDER if c in ids] if key.startswith("fabric-") else []
+            lead = next(r for r in rs if r.check_id == (order[0] if order else ids[0]))
+            remedy = remedies.REMEDIES.get(lead.check_id, remedies.Remedy(lead.check_id, ("Open the check's log.",)))
+        by_figure = sorted(rs, key=lambda r: (r.check_id != lead.check_id, r.node, r.label))
+        figure = next((t for t in (figure_text(r) for r in by_figure) if t), "")
+        out.append(Finding(key, _cause(key, rs, down), tuple((r.label, r.node) for r in rs), figure,
+                           remedy.check_id, remedy.steps, lead.log))
+    return sorted(out, key=lambda f: (-len(f.checks), f.cause))
+
+
 # --- JUnit ---------------------------------------------------------------------------------
+# junit.xml is pytest's own (--junitxml, written by the suite's controller); its test cases carry
+# the check ID, node and figures as properties (gpucluster.conformance.plugin). pytest gives a
+# <failure> or <error> no type; JUnit readers group and filter on it, so the suite adds one.
+
+_EXCEPTION_PREFIX = re.compile(r"^([A-Za-z_][\w.]*): ")
+_PYTEST_WRAPPED = re.compile(r'^failed on (?:setup|teardown) with "(.*)"$', re.S)
 
 
-def junit_xml(report: Report) -> str:
-    """One <testsuite> per node, one <testcase> per check (classname = node, name = check label)."""
-    suites = ET.Element("testsuites", name=f"gpucluster conformance {report.meta.get('cluster', '')}".strip())
-    by_node: dict[str, list[CheckResult]] = {n: [] for n in report.nodes}
-    for r in report.results:
-        by_node.setdefault(r.node, []).append(r)
-    for node, rs in by_node.items():
-        suite = ET.SubElement(
-            suites, "testsuite", name=node, tests=str(len(rs)),
-            failures=str(sum(r.outcome == "failed" for r in rs)),
-            errors=str(sum(r.outcome == "error" for r in rs)),
-            skipped=str(sum(r.outcome == "skipped" for r in rs)),
-            time=f"{sum(r.duration_s for r in rs):.3f}",
-        )
-        for r in sorted(rs, key=lambda r: r.label):
-            title = checks.CHECKS[r.check_id].title if r.check_id in checks.CHECKS else r.check_id
-            case = ET.SubElement(suite, "testcase", classname=f"{node}", name=f"{r.label} {title}",
-                                 time=f"{r.duration_s:.3f}")
-            if r.outcome == "failed":
-                ET.SubElement(case, "failure", message=r.message[:500]).text = r.message
-            elif r.outcome == "error":
-                ET.SubElement(case, "error", message=r.message[:500]).text = r.message
-            elif r.outcome == "skipped":
-                ET.SubElement(case, "skipped", message=r.message[:500])
-            if r.figures:
-                props = ET.SubElement(case, "properties")
-                ET.SubElement(props, "property", name="figures",
-                              value=json.dumps({k: v for k, v in r.figures.items() if k != "series"}))
-    ET.indent(suites)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+def failure_type(message: str, tag: str) -> str:
+    """The exception type a pytest failure message starts with (``AssertionError: ...``);
+    ``pytest.fail`` for a check's own :func:`pytest.fail`; an assertion when there is none
+    (pytest drops the prefix from a rewritten ``assert``)."""
+    wrapped = _PYTEST_WRAPPED.match(message)
+    text = wrapped.group(1) if wrapped else message
+    m = _EXCEPTION_PREFIX.match(text)
+    if m:
+        return "pytest.fail" if m.group(1) == "Failed" else m.group(1)
+    return "AssertionError" if tag == "failure" and text.startswith("assert") else tag
+
+
+def add_failure_types(path: Path) -> None:
+    """Give every <failure> and <error> of pytest's JUnit file a ``type``; a missing file is left missing."""
+    finish_junit(path, [], {}, None)
+
+
+LOG_TAIL_LINES = 30
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of a log in the run folder (the check's log, mpirun's), or why not."""
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").rstrip("\n").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(cannot read it: {exc.strerror or exc})"
+
+
+def _system_out(r: CheckResult, logs: list[str], run_dir: Path | None) -> str:
+    out = [f"check: {r.label} on {r.node}", f"message: {r.message}"]
+    figure = figure_text(r)
+    if figure:
+        out.append(f"figure: {figure}")
+    shown = {k: v for k, v in r.figures.items() if k != "series"}
+    if shown:
+        out.append("figures: " + json.dumps(shown, default=str, sort_keys=True))
+    if r.log:
+        out.append(f"log: {r.log} (in the run folder{f' {run_dir}' if run_dir else ''})")
+    for log in logs:
+        out.append(f"raw log: {log}")
+    if r.check_id in remedies.REMEDIES:
+        out.append(f"next step: {remedies.REMEDIES[r.check_id].first}")
+    source = logs[-1] if logs else r.log
+    if source and run_dir is not None:
+        out += [f"--- last {LOG_TAIL_LINES} lines of {source} ---", log_tail(run_dir / source)]
+    return "\n".join(out) + "\n"
+
+
+def finish_junit(path: Path, results: list[CheckResult], logs: dict[str, list[str]], run_dir: Path | None) -> None:
+    """pytest's JUnit file made whole for JUnit readers; a missing file is left missing.
+
+    Every <failure> and <error> gets a ``type`` and, for a check of ``results``, the check's own
+    one-line message; its <system-out> holds the figures, the path of the check's log in the run
+    folder and that log's tail (``logs``: test id -> the raw logs the check named). Each test
+    case's <properties> come first; each suite carries timestamp and hostname, and <testsuites>
+    the totals (tests, failures, errors, skipped, time) of its suites.
+    """
+    try:
+        tree = ET.parse(path)
+    except FileNotFoundError:
+        return
+    except ET.ParseError:
+        return  # not pytest's (it writes whole files): leave it as it is
+    root = tree.getroot()
+    by_case = {(r.check_id, r.node, r.param or ""): r for r in results}
+    for case in root.iter("testcase"):
+        props = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+        r = by_case.get((props.get("check_id", ""), props.get("node", ""), props.get("param", "")))
+        properties = case.find("properties")
+        if properties is not None and list(case).index(properties) != 0:
+            case.remove(properties)
+            case.insert(0, properties)
+        for tag in ("failure", "error"):
+            for element in case.findall(tag):
+                if not element.get("type"):
+                    element.set("type", failure_type(element.get("message", ""), tag))
+                if r is not None and r.message:
+                    element.set("message", r.message)
+        if r is not None and r.outcome in ("failed", "error"):
+            ours = _system_out(r, logs.get(r.test, []), run_dir)
+            existing = case.find("system-out")
+            if existing is None:
+                ET.SubElement(case, "system-out").text = ours
+            else:
+                existing.text = ours + (existing.text or "")
+    suites = list(root.iter("testsuite")) if root.tag == "testsuites" else []
+    for suite in suites:
+        suite.set("timestamp", suite.get("timestamp") or datetime.now(UTC).isoformat(timespec="seconds"))
+        suite.set("hostname", suite.get("hostname") or platform.node())
+    if suites:
+        for attr in ("tests", "failures", "errors", "skipped"):
+            root.set(attr, str(sum(int(x.get(attr) or 0) for x in suites)))
+        root.set("time", f"{sum(float(x.get('time') or 0) for x in suites):.3f}")
+    runs.write_private(path, '<?xml version="1.0" encoding="utf-8"?>' + ET.tostring(root, encoding="unicode"))
 
 
 # --- Markdown / HTML -------------------------------------------------------------------------
@@ -182,9 +391,39 @@ def verdict_table(report: Report) -> list[list[str]]:
         if v.node in down:
             rows.append([v.node, "UNREACHABLE", _counts(v), down[v.node]])
             continue
-        failing = "; ".join(f"{r.label}: {r.message}" for r in v.failed) or v.reason
+        # The labels only: each failure's words are in its finding, once.
+        failing = ", ".join(r.label for r in v.failed) or v.reason
         rows.append([v.node, v.verdict.upper(), _counts(v), failing])
     return rows
+
+
+def console_lines(report: Report) -> list[str]:
+    """What an operator reads at the end of a run: one line per finding, then the verdict table
+    (the details, next steps and logs are in the run folder)."""
+    out = [f.line() for f in findings(report)]
+    if out:
+        out.append("")
+    rows = verdict_table(report)
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    out += ["  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows]
+    for node, message in publish_problems(report):
+        if node not in report.unreachable:
+            out.append(f"textfile not published on {node}: {message} (the verdict stands)")
+    return out
+
+
+def _finding_markdown(i: int, f: Finding) -> list[str]:
+    where = "" if f.remedy_check == "unreachable" else (
+        f" ({f.remedy_check}; all of them in `docs/troubleshooting.md#{remedies.anchor(f.remedy_check)}`)")
+    out = [f"### {i}. {f.cause}", ""]
+    if f.figure:
+        out.append(f"- Figure: {f.figure}")
+    out.append("- Checks: " + ", ".join(f"{c} on {n}" for c, n in f.checks))
+    if f.log:
+        out.append(f"- Log: `{f.log}`")
+    out.append(f"- Next steps{where}:")
+    out += [f"  {j}. {step}" for j, step in enumerate(f.remedy, 1)]
+    return out
 
 
 def markdown(report: Report) -> str:
@@ -196,13 +435,20 @@ def markdown(report: Report) -> str:
         out += ["", "**INTERRUPTED**: the verdicts cover the checks that finished before Ctrl-C."]
     for err in report.suite_errors:
         out += ["", f"**SUITE ERROR** (these checks ran on no node): {err}"]
-    out += ["", "| node | verdict | checks | failing checks |", "|---|---|---|---|"]
+    found = findings(report)
+    if found:
+        out += ["", f"## Findings ({len(found)})", ""]
+        out.append("Failures that share a root cause are one finding; every check's own result follows below.")
+        for i, f in enumerate(found, 1):
+            out += ["", *_finding_markdown(i, f)]
+    out += ["", "## Verdicts", "", "| node | verdict | checks | failing checks |", "|---|---|---|---|"]
     for row in verdict_table(report)[1:]:
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
     for v in report.verdicts:
         out += ["", f"## {v.node}: {report.verdict_label(v).upper()}", ""]
         for r in v.failed:
-            out.append(f"- **{r.outcome.upper()}** {r.label}: {r.message}")
+            log = f" (log `{r.log}`)" if r.log else ""
+            out.append(f"- **{r.outcome.upper()}** {r.label}: {r.message}{log}")
         for r in v.skipped:
             out.append(f"- skipped {r.label}: {r.message}")
         if v.passed:
@@ -225,140 +471,6 @@ def markdown(report: Report) -> str:
     return "\n".join(out) + "\n"
 
 
-_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
-
-
-def svg_plot(series: list[Series], width: int = 720, height: int = 360) -> str:
-    """Bus bandwidth against message size, log2 x axis, linear y axis."""
-    pts = [(s, b) for ser in series for s, b in ser.points if s > 0]
-    if not pts:
-        return "<p>No all-reduce figures.</p>"
-    left, right, top, bottom = 60, 180, 20, 40
-    xs = [math.log2(s) for s, _ in pts]
-    xmin, xmax = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-    ymax = max(b for _, b in pts) * 1.1 or 1.0
-
-    def x(size: int) -> float:
-        return left + (math.log2(size) - xmin) / (xmax - xmin) * (width - left - right)
-
-    def y(bw: float) -> float:
-        return height - bottom - bw / ymax * (height - top - bottom)
-
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'font-family="sans-serif" font-size="11">',
-             f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="#000"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#000"/>',
-             f'<text x="{(width - right + left) / 2}" y="{height - 5}" text-anchor="middle">'
-             "message size (bytes)</text>",
-             f'<text x="12" y="{top + 10}" >GB/s</text>']
-    for i in range(5):
-        v = ymax * i / 4
-        parts.append(f'<text x="{left - 5}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
-    for e in range(math.ceil(xmin), math.floor(xmax) + 1, max(1, round((xmax - xmin) / 6))):
-        parts.append(f'<text x="{x(2**e):.1f}" y="{height - bottom + 14}" text-anchor="middle">{_human(2**e)}</text>')
-    for i, ser in enumerate(series):
-        colour = _COLOURS[i % len(_COLOURS)]
-        coords = " ".join(f"{x(s):.1f},{y(b):.1f}" for s, b in sorted(ser.points) if s > 0)
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{coords}"/>')
-        ly = top + 14 * i + 10
-        parts.append(f'<rect x="{width - right + 10}" y="{ly - 8}" width="10" height="3" fill="{colour}"/>')
-        parts.append(f'<text x="{width - right + 24}" y="{ly}">{html.escape(ser.label[:26])}</text>')
-    parts.append("</svg>")
-    return "\n".join(parts)
-
-
-def _human(n: int) -> str:
-    for unit in ("", "K", "M", "G"):
-        if n < 1024:
-            return f"{n}{unit}"
-        n //= 1024
-    return f"{n}T"
-
-
-def html_report(report: Report) -> str:
-    m = report.meta
-    esc = html.escape
-    rows = verdict_table(report)
-    table = ["<table><tr>" + "".join(f"<th>{esc(c)}</th>" for c in rows[0]) + "</tr>"]
-    for row in rows[1:]:
-        cls = "pass" if row[1] == "PASS" else "fail"
-        table.append(f'<tr class="{cls}">' + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
-    table.append("</table>")
-    detail = []
-    for v in report.verdicts:
-        detail.append(f"<h2>{esc(v.node)}: {report.verdict_label(v).upper()}</h2><ul>")
-        for r in v.failed:
-            detail.append(f"<li><b>{r.outcome.upper()}</b> {esc(r.label)}: {esc(r.message)}</li>")
-        for r in v.skipped:
-            detail.append(f"<li>skipped {esc(r.label)}: {esc(r.message)}</li>")
-        if v.passed:
-            detail.append(f"<li>passed: {esc(', '.join(r.label for r in v.passed))}</li>")
-        done = publish_outcome(report, v.node)
-        if done is not None:
-            detail.append(f"<li>Prometheus textfile: {esc(done[1])}</li>" if done[0] else
-                          f"<li><b>Prometheus textfile not published</b> (the verdict stands): {esc(done[1])}</li>")
-        detail.append("</ul>")
-    return (
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
-        f"<title>Conformance: {esc(str(m.get('cluster', '')))}</title>"
-        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
-        "td,th{border:1px solid #999;padding:4px 8px;text-align:left}"
-        "tr.pass td:nth-child(2){color:#080;font-weight:bold}tr.fail td:nth-child(2){color:#c00;font-weight:bold}"
-        "</style></head><body>"
-        f"<h1>Conformance: {esc(str(m.get('cluster', '')))}</h1>"
-        f"<p>Inventory <code>{esc(str(m.get('inventory', '')))}</code>, started {esc(str(m.get('started', '')))}, "
-        f"{esc(str(m.get('duration_s', '')))} s. Exit code {report.exit_code}.</p>"
-        + ("<p><b>INTERRUPTED</b>: the verdicts cover the checks that finished before Ctrl-C.</p>"
-           if m.get("interrupted") else "")
-        + "\n".join(table)
-        + "<h2>All-reduce bus bandwidth</h2>" + svg_plot(report.series)
-        + "\n".join(detail) + "</body></html>\n"
-    )
-
-
-# --- Prometheus textfile ---------------------------------------------------------------------
-
-
-def _label(v: str) -> str:
-    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-
-
-_METRIC_SAFE = re.compile(r"[^a-zA-Z0-9_]")
-
-
-def prometheus_textfile(report: Report, node: str) -> str:
-    """For node_exporter's textfile collector: the node's verdict, each check's state and figures."""
-    verdict = next((v for v in report.verdicts if v.node == node), None)
-    cluster = _label(str(report.meta.get("cluster", "")))
-    lines = [
-        "# HELP gpucluster_conformance_pass 1 when the node passed the conformance suite, 0 when it failed.",
-        "# TYPE gpucluster_conformance_pass gauge",
-        f'gpucluster_conformance_pass{{cluster="{cluster}",node="{_label(node)}"}} '
-        f"{1 if verdict and verdict.verdict == 'pass' else 0}",
-        "# HELP gpucluster_conformance_check 1 for the check's outcome (passed, failed, skipped, error).",
-        "# TYPE gpucluster_conformance_check gauge",
-    ]
-    mine = sorted((r for r in report.results if r.node == node), key=lambda r: r.label)
-    for r in mine:
-        for outcome in ("passed", "failed", "skipped", "error"):
-            lines.append(f'gpucluster_conformance_check{{check="{_label(r.label)}",outcome="{outcome}"}} '
-                         f"{1 if r.outcome == outcome else 0}")
-    lines += ["# HELP gpucluster_conformance_figure A measured figure of a check (name says its unit).",
-              "# TYPE gpucluster_conformance_figure gauge"]
-    for r in mine:
-        for key, value in sorted(r.figures.items()):
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                continue
-            lines.append(f'gpucluster_conformance_figure{{check="{_label(r.label)}",'
-                         f'name="{_METRIC_SAFE.sub("_", key)}"}} {float(value):g}')
-    ts = report.meta.get("finished_unix")
-    if isinstance(ts, int | float):
-        lines += ["# HELP gpucluster_conformance_last_run_timestamp_seconds When the suite finished.",
-                  "# TYPE gpucluster_conformance_last_run_timestamp_seconds gauge",
-                  f"gpucluster_conformance_last_run_timestamp_seconds {float(ts):.0f}"]
-    return "\n".join(lines) + "\n"
-
-
 def write_all(report: Report, run_dir: Path) -> dict[str, Path]:
     """Every report into the run folder; raises OSError (a full disk, say) with nothing half written."""
     run_dir.mkdir(parents=True, exist_ok=True, mode=runs.RUN_DIR_MODE)
@@ -366,18 +478,16 @@ def write_all(report: Report, run_dir: Path) -> dict[str, Path]:
         report.series = series_from_results(report.results)
     out = {
         "json": run_dir / RESULTS_JSON,
-        "junit": run_dir / JUNIT_XML,
         "markdown": run_dir / SUMMARY_MD,
         "html": run_dir / SUMMARY_HTML,
     }
     # results.json last: the one file `gpucluster verify` reads back means the set is complete.
-    runs.write_private(out["junit"], junit_xml(report))
     runs.write_private(out["markdown"], markdown(report))
-    runs.write_private(out["html"], html_report(report))
+    runs.write_private(out["html"], html_report.render(report))
     for node in report.nodes:
         p = run_dir / PROM_DIR / node / PROM_FILE
         p.parent.mkdir(parents=True, exist_ok=True, mode=runs.RUN_DIR_MODE)
-        runs.write_private(p, prometheus_textfile(report, node))
+        metrics.write_textfile(report, node, p)
         out[f"prom:{node}"] = p
     runs.write_private(out["json"], json.dumps(report.to_json(), indent=2) + "\n")
     return out

@@ -1,4 +1,9 @@
-"""The lab's lifecycle: ``up``, ``status``, ``down``. The CLI and the Pulumi provider both call these."""
+"""The lab's lifecycle: ``up``, ``status``, ``down``. The CLI and the Pulumi provider both call these.
+
+The lab is one more target: ``up`` brings its nodes up and exports the stack outputs every target
+exports (``outputs.json`` in the lab's folder), nothing else. The inventory is made from them by the
+one hand-off, :mod:`gpucluster.inventory`, as for any target.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpucluster.inventory import build_inventory, dump_inventory
 from gpucluster.lab import network, node, process, proxy, rootfs, ssh
 from gpucluster.lab.host import LabError, Progress, ensure_host, quiet, run
 from gpucluster.lab.layout import (
@@ -24,7 +28,7 @@ from gpucluster.lab.layout import (
     route_problems,
 )
 from gpucluster.lab.state import atomic_write, check_owned, claim, locked, other_labs, read_state, write_state
-from gpucluster.outputs import build_outputs, parse_outputs
+from gpucluster.outputs import LAB_CAPABILITIES, build_outputs
 from gpucluster.spec.cluster import Cluster
 
 # Set on Ctrl-C so node workers stop waiting and the command returns promptly.
@@ -54,7 +58,8 @@ class LabResult:
     seconds: float
     rootfs_built: bool
     outputs_file: str
-    inventory_file: str
+    # The stack outputs the lab exports (gpucluster/outputs.py), as written to outputs_file.
+    outputs: dict[str, Any]
 
     @property
     def failed(self) -> list[NodeResult]:
@@ -70,15 +75,13 @@ class LabInputs:
 
     plan: LabLayout
     outputs: dict[str, Any]
-    inventory: str
 
 
 def lab_inputs(cluster: Cluster) -> LabInputs:
     plan = layout_lab(cluster)
     outputs = build_outputs(cluster, ssh_user=SSH_USER, fabric_interface=FABRIC_INTERFACE,
-                            ssh_private_key_file=str(plan.key_file))
-    inventory = dump_inventory(build_inventory(cluster, parse_outputs(outputs, "lab outputs"), source="lab outputs"))
-    return LabInputs(plan, outputs, inventory)
+                            ssh_private_key_file=str(plan.key_file), capabilities=LAB_CAPABILITIES)
+    return LabInputs(plan, outputs)
 
 
 def _registry_lock(plan: LabLayout) -> Path:
@@ -207,10 +210,9 @@ def up(inputs: LabInputs, *, rebuild_rootfs: bool = False, progress: Progress = 
             raise
         pool.shutdown()
         changed = atomic_write(plan.outputs_file, json.dumps(inputs.outputs, indent=2) + "\n", 0o644) or changed
-        changed = atomic_write(plan.inventory_file, inputs.inventory, 0o644) or changed
         changed = changed or any(r.action != "unchanged" for r in results)
     return LabResult(plan.name, results, changed, round(time.monotonic() - started, 2), built,
-                     str(plan.outputs_file), str(plan.inventory_file))
+                     str(plan.outputs_file), inputs.outputs)
 
 
 def _leftover_netns(plan: LabLayout) -> list[str]:
@@ -284,7 +286,6 @@ def status(state_root: Path, name: str) -> dict[str, Any] | None:
         "bridges": {b: network.link_exists(b) for b in (plan.management_bridge, plan.fabric_bridge)},
         "rootfs": str(plan.rootfs_dir),
         "outputs_file": str(plan.outputs_file),
-        "inventory_file": str(plan.inventory_file),
         "ssh_private_key_file": str(plan.key_file),
         "nodes": nodes,
         "healthy": all(n["ssh"] for n in nodes) and bool(proxy.pids(plan)),

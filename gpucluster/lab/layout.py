@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from gpucluster import paths
 from gpucluster.errors import InputError
 from gpucluster.lab.rootfs import DEFAULT_PACKAGES, rootfs_key
 from gpucluster.spec.cluster import Cluster
@@ -60,7 +61,7 @@ class LabLayout:
     # --- derived paths ------------------------------------------------------------
     @property
     def lab_dir(self) -> Path:
-        return Path(self.state_root) / self.name
+        return paths.lab_dir(self.state_root, self.name)
 
     @property
     def cache_dir(self) -> Path:
@@ -86,11 +87,8 @@ class LabLayout:
 
     @property
     def outputs_file(self) -> Path:
-        return self.lab_dir / "outputs.json"
-
-    @property
-    def inventory_file(self) -> Path:
-        return self.lab_dir / "inventory.yml"
+        # What the lab exports, where gpucluster/paths.py names every stack's outputs.
+        return self.lab_dir / paths.OUTPUTS_NAME
 
     def node_dir(self, node: str) -> Path:
         return self.lab_dir / "nodes" / node

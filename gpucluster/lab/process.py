@@ -15,40 +15,33 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import psutil
+
 from gpucluster.lab.host import LabError
 
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-
-
-def _state(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat.rpartition(")")[2].split()[0]
+# A zombie has ended (it waits for its parent to reap it); a dead one is on its way out.
+_ENDED = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 
 
 def alive(pid: int) -> bool:
-    return _state(pid) not in ("", "Z", "X")
+    if pid <= 0:  # psutil would answer for the kernel's PID 0; no process of ours has it
+        return False
+    try:
+        return psutil.Process(pid).status() not in _ENDED
+    except psutil.NoSuchProcess:  # ZombieProcess included
+        return False
+    except psutil.AccessDenied:  # there, but not ours to inspect
+        return True
 
 
 def find(executable: str, marker: str) -> list[int]:
     """Live processes whose program is ``executable`` and whose arguments mention ``marker``."""
     pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        argv = _cmdline(pid)
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        argv = proc.info["cmdline"] or []  # None where denied, [] for kernel threads and zombies
         if argv and os.path.basename(argv[0]) == executable and any(marker in a for a in argv[1:]):
-            if alive(pid):
-                pids.append(pid)
+            if proc.info["status"] not in _ENDED:
+                pids.append(proc.pid)
     return sorted(pids)
 
 

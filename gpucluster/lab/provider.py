@@ -2,8 +2,8 @@
 
 ``pulumi up --stack lab`` creates one ``LabCluster`` resource whose provider calls the same
 :func:`gpucluster.lab.lab.up` and :func:`~gpucluster.lab.lab.down` as ``gpucluster lab up|down``.
-Its inputs are the lab plan plus the stack outputs and inventory text derived from the
-spec, so the stack exports exactly what every other target exports.
+Its inputs are the lab plan plus the stack outputs derived from the spec, so the stack exports
+exactly what every other target exports; `gpucluster inventory` makes the inventory from them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from gpucluster.lab.host import LabError
 from gpucluster.lab.lab import LabInputs, LabResult, down, up
 from gpucluster.lab.layout import LabLayout
 
-INPUT_KEYS = ("plan", "outputs", "inventory")
+INPUT_KEYS = ("plan", "outputs")
 
 
 def _progress(line: str) -> None:
@@ -28,7 +28,7 @@ def _progress(line: str) -> None:
 
 
 def inputs_from_props(props: dict[str, Any]) -> LabInputs:
-    return LabInputs(LabLayout.from_dict(props["plan"]), plain_values(props["outputs"]), str(props["inventory"]))
+    return LabInputs(LabLayout.from_dict(props["plan"]), plain_values(props["outputs"]))
 
 
 def plain_values(value: Any) -> Any:
@@ -43,7 +43,7 @@ def plain_values(value: Any) -> Any:
 
 
 def props_from_inputs(inputs: LabInputs) -> dict[str, Any]:
-    return {"plan": inputs.plan.to_dict(), "outputs": inputs.outputs, "inventory": inputs.inventory}
+    return {"plan": inputs.plan.to_dict(), "outputs": inputs.outputs}
 
 
 def lab_diff(olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:

@@ -11,7 +11,8 @@ import pulumi
 import pulumi_aws as aws
 
 from gpucluster.spec import Cluster, Node
-from stacks.components.common import TAG_POOL, TAG_PURPOSE, TAG_ROLES, storage_facts
+
+from .common import TAG_POOL, TAG_PURPOSE, TAG_ROLES, storage_facts
 
 # EFA interfaces each instance type supports (AWS "Elastic Fabric Adapter" supported instance
 # types table, MaximumEfaInterfaces of DescribeInstanceTypes). The profile's figure is the

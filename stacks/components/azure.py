@@ -11,7 +11,8 @@ import pulumi
 import pulumi_azure as azure
 
 from gpucluster.spec import Cluster, Node
-from stacks.components.common import TAG_DISK_ENCRYPTION, storage_facts
+
+from .common import TAG_DISK_ENCRYPTION, storage_facts
 
 # A scale set with single_placement_group holds at most 100 VMs; InfiniBand connects only
 # the VMs of one placement group.

@@ -12,7 +12,8 @@ import pulumi
 
 from gpucluster.spec import Cluster, Node
 from gpucluster.spec.models import BareMetalNode
-from stacks.components.common import storage_facts
+
+from .common import storage_facts
 
 
 @dataclass(frozen=True)

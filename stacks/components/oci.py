@@ -12,7 +12,8 @@ import pulumi
 import pulumi_oci as oci
 
 from gpucluster.spec import Cluster, Node
-from stacks.components.common import TAG_PURPOSE, storage_facts
+
+from .common import TAG_PURPOSE, storage_facts
 
 FAULT_DOMAINS = ("FAULT-DOMAIN-1", "FAULT-DOMAIN-2", "FAULT-DOMAIN-3")
 

@@ -15,6 +15,8 @@ from typing import Any
 import jinja2
 import yaml
 
+# templates/ sits beside the program's folder in a checkout (stacks/, templates/) and in the
+# installed package alike (gpucluster/stacks/, gpucluster/templates/: see pyproject.toml).
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
 
 

@@ -11,9 +11,10 @@ import pulumi_aws as aws
 from gpucluster.errors import InputError
 from gpucluster.spec import Cluster
 from gpucluster.spec.models import AwsTarget
-from stacks.components import aws as comp
-from stacks.components.common import MANAGEMENT_PORTS, node_tags, pools, ssh_keys, stack_outputs
-from stacks.components.userdata import NodeData, render_cloud_init
+
+from ..components import aws as comp
+from ..components.common import MANAGEMENT_PORTS, node_tags, pools, ssh_keys, stack_outputs
+from ..components.userdata import NodeData, render_cloud_init
 
 SSH_USER = "ubuntu"  # the Deep Learning Base AMI (Ubuntu) and Canonical's Ubuntu AMIs
 UBUNTU_FILTER = "ubuntu/images/hvm-ssd-gp3/ubuntu-jammy-22.04-amd64-server-*"

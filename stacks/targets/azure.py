@@ -7,9 +7,10 @@ from typing import Any
 from gpucluster.errors import InputError
 from gpucluster.spec import Cluster
 from gpucluster.spec.models import AzureTarget
-from stacks.components import azure as comp
-from stacks.components.common import node_tags, pools, ssh_keys, stack_outputs
-from stacks.components.userdata import Interface, NodeData, render_cloud_init, with_prefix
+
+from ..components import azure as comp
+from ..components.common import node_tags, pools, ssh_keys, stack_outputs
+from ..components.userdata import Interface, NodeData, render_cloud_init, with_prefix
 
 SSH_USER = "azureuser"
 IB_INTERFACE = "ib0"

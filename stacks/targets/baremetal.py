@@ -7,9 +7,10 @@ from typing import Any
 
 from gpucluster.spec import Cluster, Node
 from gpucluster.spec.models import BareMetalNode, BaremetalTarget
-from stacks.components import baremetal as comp
-from stacks.components.common import pools, ssh_keys, stack_outputs
-from stacks.components.userdata import (
+
+from ..components import baremetal as comp
+from ..components.common import pools, ssh_keys, stack_outputs
+from ..components.userdata import (
     Interface,
     NodeData,
     render_autoinstall,

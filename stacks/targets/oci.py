@@ -9,9 +9,10 @@ import pulumi_oci as oci
 
 from gpucluster.spec import Cluster
 from gpucluster.spec.models import OciTarget
-from stacks.components import oci as comp
-from stacks.components.common import node_tags, pools, ssh_keys, stack_outputs
-from stacks.components.userdata import NodeData, render_cloud_init
+
+from ..components import oci as comp
+from ..components.common import node_tags, pools, ssh_keys, stack_outputs
+from ..components.userdata import NodeData, render_cloud_init
 
 SSH_USER = "ubuntu"
 

@@ -6,6 +6,7 @@ import pytest
 
 from gpucluster.conformance import nccl_tests
 from gpucluster.conformance.bandwidth import AllReduceRun, judge
+from gpucluster.conformance.fabric import PAIR_STATUS_REASON, fault_key, verdict_sentence
 from gpucluster.conformance.pairs import PairSearch
 
 pytestmark = pytest.mark.gpu
@@ -30,7 +31,7 @@ def test_allreduce_intra(node):
     node.figure("busbw_gbps", v.busbw_gbps)
     node.figure("floor_gbps", v.floor_gbps)
     node.figure("series", [_series(run)])
-    assert v.ok, v.message
+    assert v.ok, verdict_sentence(f"the all-reduce across the node's {node.info.gpu_count} GPUs", run, v, large)
 
 
 @pytest.mark.check("GC-AR-002")
@@ -49,12 +50,18 @@ def test_allreduce_inter(node, fabric):
     node.figure("busbw_gbps", v.busbw_gbps)
     node.figure("floor_gbps", v.floor_gbps)
     node.figure("series", [_series(run)])
+    if data.get("log"):
+        node.attach(data["log"])
+    message = verdict_sentence(f"the ring all-reduce across {len(run.nodes)} nodes ({run.engine}, {run.ranks} ranks)",
+                               run, v, int(data["large_bytes"]))
     if not v.ok:
         search = fabric.pair_search()
-        slow = PairSearch.from_json(search["search"]).slow if "search" in search else []
+        found = PairSearch.from_json(search["search"]) if "search" in search else None
+        slow = found.slow if found else []
         if slow and node.name not in slow:
-            pytest.skip(f"{v.message}; attributed to the slow node(s) {', '.join(slow)} named by the pair search")
-    assert v.ok, v.message
+            pytest.skip(f"{message}; attributed to the slow node(s) {', '.join(slow)} named by the pair search")
+        node.cause(fault_key(found, node.name) if found else "fabric-ring")
+    assert v.ok, message
 
 
 @pytest.mark.check("GC-AR-003")
@@ -68,10 +75,20 @@ def test_allreduce_pairs(node, fabric):
     search = PairSearch.from_json(data["search"])
     mine = search.nodes[node.name]
     node.figure("pair_status", mine.status)
+    node.figure("floor_gbps", node.info.floor("allreduce_inter_busbw_gbps"))
     for p in mine.pairs:
         node.figure(f"pair_busbw_gbps_{p['peer']}", p["busbw_gbps"])
     node.figure("series", [{"label": r["label"], "points": [[q["size_bytes"], q["busbw_gbps"]] for q in r["points"]]}
                            for r in data["runs"] if node.name in r["nodes"]])
+    for r in data["runs"]:
+        if node.name in r["nodes"] and r["label"] in data.get("logs", {}):
+            node.attach(data["logs"][r["label"]])
     if mine.status == "untested":
         pytest.skip(mine.message)
-    assert mine.status == "ok", mine.message
+    if mine.status != "ok":
+        node.cause(fault_key(search, node.name))
+    floor = node.info.floor("allreduce_inter_busbw_gbps")
+    low = ", ".join(f"{p['peer']} " + ("not measured" if p["busbw_gbps"] is None else f"{p['busbw_gbps']:.3g} GB/s")
+                    for p in mine.pairs if not p["ok"])
+    assert mine.status == "ok", (f"pair all-reduce busbw with {low} < floor {floor:g} GB/s: "
+                                 f"{PAIR_STATUS_REASON.get(mine.status, mine.message)}")

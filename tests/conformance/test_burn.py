@@ -47,7 +47,8 @@ def test_gpu_burn(node, burn_options):
         except json.JSONDecodeError:
             out = {"status": "unreadable", "results": []}
         if out.get("status") not in ("ok", "failed"):
-            problems.append(f"burn_torch: {out.get('status')} {out.get('reason', '')} {res.stderr.strip()[-200:]}")
+            last_err = (res.stderr.strip().splitlines() or [""])[-1]
+            problems.append(f"burn_torch: {out.get('status')} {out.get('reason', '')} {last_err}".rstrip())
         rows += [dict(x, engine="burn_torch") for x in out.get("results", [])]
         tel = gpu_burn.parse_samples(remote.run(f"cat {gpu_burn.SAMPLES_PATH}").stdout)
         node.figure("burn_torch_max_temp_c", max(tel.max_temp_c.values(), default=None))

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 
 def _query(node):
     res = node.run("nvidia-smi -q 2>&1")
-    assert res.rc == 0, f"nvidia-smi -q failed (rc {res.rc}): {res.stdout.strip()[:200]}"
+    assert res.rc == 0, f"nvidia-smi -q failed (rc {res.rc}): {res.stdout.strip()}"
     return parse("nvidia-smi", res.stdout)
 
 
@@ -88,7 +88,8 @@ def test_no_xid(node):
     res = node.run("journalctl -k -b --no-pager 2>/dev/null | grep 'NVRM: Xid' | tail -5")
     lines = [x for x in res.stdout.splitlines() if x.strip()]
     node.figure("xid_lines", len(lines))
-    assert not lines, f"Xid errors since boot, last: {lines[-1][:200] if lines else ''}"
+    assert not lines, (f"{len(lines)} Xid error line(s) since boot (at most 5 counted), the last: "
+                       f"{lines[-1] if lines else ''}")
 
 
 @pytest.mark.check("GC-GPU-008")
@@ -98,7 +99,7 @@ def test_nvlinks_up(node):
     if not node.profile["gpu"].get("nvswitch"):
         pytest.skip(f"profile {node.info.profile_name} has no NVSwitch")
     res = node.run("nvidia-smi nvlink -s 2>&1")
-    assert res.rc == 0, f"nvidia-smi nvlink -s failed: {res.stdout.strip()[:200]}"
+    assert res.rc == 0, f"nvidia-smi nvlink -s failed: {res.stdout.strip()}"
     problems = nvlink_problems(parse("nvidia-smi", res.stdout)["gpus"], int(node.profile["gpu"]["nvlinks_per_gpu"]))
     assert not problems, "; ".join(problems)
 
@@ -141,7 +142,7 @@ def test_container_runtime_sees_gpus(node):
     """The NVIDIA container toolkit MUST see every GPU of the node."""
     node.require_gpus()
     res = node.run("nvidia-container-cli info 2>&1")
-    assert res.rc == 0, f"nvidia-container-cli info failed: {res.stdout.strip()[:200]}"
+    assert res.rc == 0, f"nvidia-container-cli info failed: {res.stdout.strip()}"
     seen = len(re.findall(r"^Device Index:", res.stdout, re.M))
     node.figure("gpus_seen", seen)
     assert seen == node.info.gpu_count, f"the container runtime sees {seen} GPUs of {node.info.gpu_count}"

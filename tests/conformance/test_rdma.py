@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpucluster.conformance.fabric import PAIR_STATUS_REASON, fault_key
 from gpucluster.conformance.pairs import PairSearch
 
 pytestmark = pytest.mark.gpu
@@ -18,9 +19,14 @@ def test_ib_write_bw(node, fabric):
     data = fabric.rdma()
     if "skip" in data:
         pytest.skip(data["skip"])
-    mine = PairSearch.from_json(data["search"]).nodes[node.name]
+    search = PairSearch.from_json(data["search"])
+    mine = search.nodes[node.name]
     for p in mine.pairs:
         node.figure(f"min_hca_gbps_{p['peer']}", p["busbw_gbps"])
     if mine.status == "untested":
         pytest.skip(mine.message)
-    assert mine.status == "ok", mine.message + "; " + "; ".join(p["message"] for p in mine.pairs if not p["ok"])
+    if mine.status != "ok":
+        node.cause(fault_key(search, node.name))
+    # Each failing pair's own message holds its per-HCA figures (Gb/s) and the floor.
+    assert mine.status == "ok", ("ib_write_bw " + "; ".join(p["message"] for p in mine.pairs if not p["ok"])
+                                 + f": {PAIR_STATUS_REASON.get(mine.status, mine.message)}")

@@ -12,6 +12,12 @@ from gpucluster.ceph.parse import parse_health, parse_osd_tree, parse_quorum_sta
 from gpucluster.ceph.suite import ceph, quote, require_admin, storage_spec
 
 
+def _tail(text: str, lines: int = 3) -> str:
+    """The last lines of a tool's output, whole: a message never starts mid-word."""
+    return " | ".join(line.strip() for line in (text or "").strip().splitlines()[-lines:])
+
+
+
 @pytest.mark.check("GC-CEPH-001")
 @pytest.mark.storage
 def test_ceph_health(node):
@@ -88,7 +94,7 @@ def test_ceph_cephfs_mounted_writable(node):
         f"ceph-fuse runs as client.admin: {who.strip()}")
     probe = f"{path}/.gc-ceph-005-{node.name}"
     res = node.run(f"echo {quote(node.name)} > {quote(probe)} && cat {quote(probe)} && rm -f {quote(probe)}", timeout=60)  # noqa: E501
-    assert res.ok and res.stdout.strip() == node.name, f"cannot write and read {probe}: {res.stderr.strip()[-300:]}"
+    assert res.ok and res.stdout.strip() == node.name, f"cannot write and read {probe}: {_tail(res.stderr)}"
 
 
 @pytest.mark.check("GC-CEPH-006")
@@ -103,13 +109,13 @@ def test_ceph_cephfs_cross_node_checksum(node):
     writer = node.remote().__class__(writer_name, node.ssh_config)
     name = f"{path}/.gc-ceph-006-{node.name}-{secrets.token_hex(4)}"
     wrote = writer.run(f"head -c 8388608 /dev/urandom > {quote(name)} && sync {quote(name)} && sha256sum {quote(name)}")
-    assert wrote.ok, f"{writer_name}: cannot write {name}: {wrote.stderr.strip()[-300:]}"
+    assert wrote.ok, f"{writer_name}: cannot write {name}: {_tail(wrote.stderr)}"
     try:
         got = node.run(f"sha256sum {quote(name)}")
     finally:
         writer.run(f"rm -f {quote(name)}")
     want = wrote.stdout.split()[0]
-    assert got.ok, f"cannot read {name} written on {writer_name}: {got.stderr.strip()[-300:]}"
+    assert got.ok, f"cannot read {name} written on {writer_name}: {_tail(got.stderr)}"
     assert got.stdout.split()[0] == want, f"written on {writer_name} with sha256 {want}, read here as {got.stdout.split()[0]}"  # noqa: E501
 
 
@@ -124,10 +130,10 @@ def test_ceph_rados_bench(node):
     pool = quote(pools[0])
     try:
         w = node.run(f"rados bench -p {pool} 5 write -b 4M -t 16 --no-cleanup --run-name gc-ceph-007", timeout=180)
-        assert w.ok, f"rados bench write exited {w.rc}: {(w.stderr or w.stdout).strip()[-300:]}"
+        assert w.ok, f"rados bench write exited {w.rc}: {_tail(w.stderr or w.stdout)}"
         write = parse_rados_bench(w.stdout)
         r = node.run(f"rados bench -p {pool} 5 seq -t 16 --run-name gc-ceph-007", timeout=180)
-        assert r.ok, f"rados bench seq exited {r.rc}: {(r.stderr or r.stdout).strip()[-300:]}"
+        assert r.ok, f"rados bench seq exited {r.rc}: {_tail(r.stderr or r.stdout)}"
         read = parse_rados_bench(r.stdout)
     finally:
         node.run(f"rados -p {pool} cleanup --run-name gc-ceph-007", timeout=180)

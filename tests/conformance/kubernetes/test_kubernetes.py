@@ -7,8 +7,14 @@ import time
 import pytest
 
 from gpucluster.kube.manifests import GPU_RESOURCE
+from gpucluster.kube.suite import Kube
 from gpucluster.kube.workloads import allreduce_job, nvidia_smi_pod, parse_allreduce_verdict
-from tests.conformance.kubernetes.conftest import Kube
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    """The last lines of a tool's output, whole: a message never starts mid-word."""
+    return " | ".join(line.strip() for line in (text or "").strip().splitlines()[-lines:])
+
 
 
 def _wait_pod(kube: Kube, name: str, timeout_s: int) -> str:
@@ -57,8 +63,8 @@ def test_pod_runs_nvidia_smi(kube, inventory):
     try:
         phase = _wait_pod(kube, pod["metadata"]["name"], 300)
         log = kube.run("-n", kube.namespace, "logs", pod["metadata"]["name"]).stdout
-        assert phase == "Succeeded", f"pod {phase}: {log[-500:]}"
-        assert "GPU 0:" in log, log[-500:]
+        assert phase == "Succeeded", f"pod {phase}: {_tail(log)}"
+        assert "GPU 0:" in log, _tail(log)
     finally:
         kube.delete([pod])
 
@@ -80,7 +86,7 @@ def test_indexed_job_allreduce(kube, inventory):
         res = kube.run("-n", kube.namespace, "wait", "--for=condition=Complete", "job/gc-k8s-004-allreduce",
                        "--timeout=900s", timeout=960)
         log = kube.run("-n", kube.namespace, "logs", "job/gc-k8s-004-allreduce").stdout
-        assert res.returncode == 0, f"the job did not complete: {res.stderr.strip()[-300:]} {log[-500:]}"
+        assert res.returncode == 0, f"the job did not complete: {_tail(res.stderr)} {_tail(log)}"
         verdict = parse_allreduce_verdict(log)
         assert verdict.world_size == len(nodes) * gpus
         assert verdict.passes(floor), f"busbw {verdict.busbw_gbps:.1f} GB/s, floor {floor}, correct {verdict.correct}"

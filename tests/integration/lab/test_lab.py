@@ -22,6 +22,7 @@ import yaml
 from gpucluster.lab.host import host_problem, os_release
 from gpucluster.lab.layout import LabLayout, layout_lab
 from gpucluster.lab.state import claim
+from gpucluster.paths import resolve
 from gpucluster.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -182,12 +183,19 @@ def test_apt_installs_through_the_proxy(lab3: Lab) -> None:
 
 
 def test_outputs_and_inventory(lab3: Lab) -> None:
-    outputs = json.loads(lab3.plan.outputs_file.read_text())
+    """`lab up` exports outputs like any target; the inventory beside them is the hand-off's."""
+    where = resolve(lab3.stack)
+    assert lab3.result["outputs_file"] == str(where.outputs_file) == str(lab3.plan.outputs_file)
+    outputs = json.loads(where.outputs_file.read_text())
+    assert outputs == lab3.result["outputs"]
     assert outputs["target"] == "lab" and outputs["ssh_private_key_file"] == str(lab3.plan.key_file)
-    inv = subprocess.run([*CLI, "inventory", "--outputs", str(lab3.plan.outputs_file), "--stack",
+    assert outputs["capabilities"]["heavy_packages"] is False and outputs["capabilities"]["fuse_device"] is False
+    inv = subprocess.run([*CLI, "inventory", "--outputs", str(where.outputs_file), "--stack",
                           str(lab3.stack)], capture_output=True, text=True, check=False)
     assert inv.returncode == 0, inv.stderr
-    assert inv.stdout == lab3.plan.inventory_file.read_text()
+    assert lab3.result["inventory_file"] == str(where.inventory_file)
+    assert inv.stdout == where.inventory_file.read_text()
+    assert "gpucluster_capabilities:\n      heavy_packages: false" in inv.stdout
 
 
 def test_status_reports_a_healthy_lab(lab3: Lab) -> None:
@@ -195,6 +203,7 @@ def test_status_reports_a_healthy_lab(lab3: Lab) -> None:
     assert st.returncode == 0, st.stdout + st.stderr
     found = json.loads(st.stdout)
     assert found["healthy"] and found["proxy"]["running"] and all(n["ssh"] for n in found["nodes"])
+    assert found["inventory_file"] == str(resolve(lab3.stack).inventory_file)
 
 
 def test_second_up_changes_nothing_and_is_quick(lab3: Lab) -> None:

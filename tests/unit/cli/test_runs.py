@@ -221,3 +221,16 @@ def test_a_run_started_by_the_holder_works_under_its_lock_and_no_other(tmp_path:
             stranger.kill()
             stranger.wait()
         assert other.stdout.startswith("cluster busy"), other.stdout + other.stderr
+
+
+def test_a_tag_matches_its_whole_value_only() -> None:
+    run_id = runs.new_run_id()
+    child = subprocess.Popen(["sleep", "309"], env=dict(os.environ, GPUCLUSTER_CONVERGE_RUN=run_id),
+                             start_new_session=True)
+    try:
+        assert runs.tagged_pids(f"GPUCLUSTER_CONVERGE_RUN={run_id}") == [child.pid]
+        assert runs.tagged_pids(f"GPUCLUSTER_CONVERGE_RUN={run_id[:-1]}") == []
+        assert runs.tagged_pids("GPUCLUSTER_CONVERGE_RUN") == []  # a name alone is no tag
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()

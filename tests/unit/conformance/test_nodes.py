@@ -4,13 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.conformance.nodes import (
-    load_inventory,
-    nccl_conf_settings,
-    parse_conf_settings,
-    parse_inventory,
-    required_services,
-)
+from gpucluster.conformance.nodes import load_inventory, parse_inventory
 from gpucluster.errors import InputError
 from gpucluster.inventory import parse_inventory_text
 
@@ -28,21 +22,6 @@ def test_lab_inventory_view():
     assert [n.name for n in inv.limited(["gpu-2"]).nodes] == ["gpu-2"]
     with pytest.raises(InputError, match="no such host"):
         inv.limited(["nope"])
-
-
-def test_expectations_from_profile_and_spec():
-    inv = load_inventory(GOLDEN)
-    n = inv.node("gpu-1")
-    assert required_services(n, inv) == ["ssh", "chrony", "nftables", "prometheus-node-exporter"]
-    assert nccl_conf_settings(n, inv) == {"NCCL_SOCKET_IFNAME": "fab0", "NCCL_IB_DISABLE": "1"}
-    roce = dict(inv.all_vars["gpucluster_fabric"], type="roce", gid_index=3,
-                roce_qos={"traffic_class": 106, "pfc_priority": 3})
-    data = parse_inventory_text(GOLDEN.read_text())
-    data["all"]["vars"]["gpucluster_fabric"] = roce
-    inv2 = parse_inventory(data, "x")
-    assert nccl_conf_settings(inv2.node("gpu-1"), inv2) == {
-        "NCCL_SOCKET_IFNAME": "fab0", "NCCL_IB_TIMEOUT": "20", "NCCL_IB_GID_INDEX": "3", "NCCL_IB_TC": "106"}
-    assert parse_conf_settings("# managed\nNCCL_A=1\n\n NCCL_B = x \n") == {"NCCL_A": "1", "NCCL_B": "x"}
 
 
 def test_bad_inventories_list_every_problem(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpucluster import verify
 from gpucluster.cli import main
@@ -42,6 +43,18 @@ class LocalRemote:
         proc = subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, text=True, timeout=timeout,
                               check=False)
         return CommandResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+class Recorder:
+    """Answers every command with success, running none."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.commands: list[str] = []
+
+    def run(self, command: str, *, stdin: str | None = None, timeout: float = 120.0) -> CommandResult:
+        self.commands.append(command)
+        return CommandResult(0, "", "")
 
 
 class Unreachable:
@@ -72,19 +85,30 @@ def _inventory_with(tmp_path: Path, host_dir: str | None = None, all_dir: str | 
 
 
 def test_the_folder_is_the_monitoring_roles_own():
-    default = publish.role_default_dir()
     role = yaml.safe_load((REPO / "roles" / "monitoring" / "defaults" / "main.yml").read_text())
-    assert default == role["monitoring_textfile_dir"] == "/var/lib/prometheus/node-exporter"
+    assert role[publish.TEXTFILE_DIR_VAR] == publish.TEXTFILE_DIR_DEFAULT == "/var/lib/prometheus/node-exporter"
     # node_exporter is pointed at that same variable, so the two cannot drift apart.
     template = (REPO / "roles" / "monitoring" / "templates" / "prometheus-node-exporter.default.j2").read_text()
     assert "--collector.textfile.directory={{ monitoring_textfile_dir }}" in template
 
 
-def test_a_templated_or_missing_default_is_not_guessed(tmp_path):
-    f = tmp_path / "main.yml"
-    f.write_text("monitoring_textfile_dir: \"{{ some_var }}/textfiles\"\n")
-    assert publish.role_default_dir(f) is None
-    assert publish.role_default_dir(tmp_path / "absent.yml") is None
+def test_the_default_folder_needs_no_checkout(tmp_path, monkeypatch):
+    # Installed from a wheel there is no roles/ folder beside the package: nothing may read one.
+    inv = load_inventory(GOLDEN)
+    write_all(_report(), tmp_path / "run")
+    opened: list[Path] = []
+    real = Path.read_text
+
+    def read_text(self: Path, *args, **kwargs) -> str:
+        opened.append(self.resolve())
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    remote = Recorder("gpu-1")  # records the command line: nothing is written on this machine
+    [done] = publish.publish(inv, ["gpu-1"], tmp_path / "run", lambda _: remote)
+    assert done.path == f"{publish.TEXTFILE_DIR_DEFAULT}/{PROM_FILE}"
+    assert f"mktemp {publish.TEXTFILE_DIR_DEFAULT}/." in remote.commands[0]
+    assert opened and not [p for p in opened if p.is_relative_to(REPO / "roles")]
 
 
 def test_the_inventory_overrides_the_role_default_host_first(tmp_path):
@@ -148,8 +172,10 @@ def test_publish_reads_each_nodes_file_from_the_run_folder(tmp_path):
     done = publish.publish(inv, ["gpu-1", "gpu-2", "ghost"], tmp_path / "run", remotes.__getitem__,
                            default_dir=str(folder))
     by = {r.node: r for r in done}
-    assert by["gpu-1"].ok and 'gpucluster_conformance_pass{cluster="lab",node="gpu-1"} 1' in (
-        folder / PROM_FILE).read_text()
+    assert by["gpu-1"].ok
+    families = {f.name: f for f in text_string_to_metric_families((folder / PROM_FILE).read_text())}
+    assert [(s.labels, s.value) for s in families["gpucluster_conformance_pass"].samples] == [
+        ({"cluster": "lab", "node": "gpu-1"}, 1.0)]
     assert not by["gpu-2"].ok and "not reachable" in by["gpu-2"].message
     assert not by["ghost"].ok and "not in the inventory" in by["ghost"].message
 
@@ -161,7 +187,7 @@ def test_verify_records_the_outcome_and_keeps_the_verdicts(tmp_path, monkeypatch
     before = json.loads((run_dir / "results.json").read_text())
     folder = tmp_path / "textfile"
     folder.mkdir()
-    monkeypatch.setattr(publish, "role_default_dir", lambda: str(folder))
+    monkeypatch.setattr(publish, "TEXTFILE_DIR_DEFAULT", str(folder))
     monkeypatch.setattr(verify, "SshRemote", lambda name, cfg: LocalRemote(name) if name != "stor-1"
                         else Unreachable(name))
     report = Report.from_json(before)

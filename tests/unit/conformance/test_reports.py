@@ -4,7 +4,7 @@ import json
 import re
 from xml.etree import ElementTree as ET
 
-from gpucluster.conformance.reports import Report, Series, prometheus_textfile, svg_plot, write_all
+from gpucluster.conformance.reports import Report, add_failure_types, write_all
 from gpucluster.conformance.verdict import CheckResult
 
 SERIES = [{"label": "inter:a,b,c", "points": [[1024, 0.01], [1 << 20, 0.8], [1 << 24, 1.9]]}]
@@ -28,8 +28,9 @@ def report() -> Report:
 
 def test_run_folder_has_every_report(tmp_path):
     paths = write_all(report(), tmp_path)
-    for key in ("json", "junit", "markdown", "html", "prom:a", "prom:b"):
+    for key in ("json", "markdown", "html", "prom:a", "prom:b"):
         assert paths[key].exists()
+    assert "junit" not in paths  # junit.xml is pytest's own (--junitxml), written by the suite
     data = json.loads(paths["json"].read_text())
     assert data["exit_code"] == 1
     assert [(v["node"], v["verdict"]) for v in data["verdicts"]] == [("a", "pass"), ("b", "fail")]
@@ -38,15 +39,34 @@ def test_run_folder_has_every_report(tmp_path):
     assert again.nodes == ["a", "b"] and len(again.results) == 6 and again.exit_code == 1
 
 
-def test_junit_one_suite_per_node(tmp_path):
-    root = ET.fromstring(write_all(report(), tmp_path)["junit"].read_text())
-    suites = {s.get("name"): s for s in root.iter("testsuite")}
-    assert suites["a"].get("skipped") == "1" and suites["a"].get("failures") == "0"
-    assert suites["b"].get("failures") == "1" and suites["b"].get("errors") == "1"
-    failure = next(suites["b"].iter("failure"))
-    assert "MTU 1500" in failure.get("message")
-    names = [c.get("name") for c in suites["b"].iter("testcase")]
-    assert "GC-SYS-003[chrony] Required services" in names
+# What pytest's --junitxml writes for a failed call, an error in setup and a skip (pytest gives
+# <failure> and <error> no type; <skipped> has one).
+PYTEST_JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests"><testsuite name="s" errors="1"
+failures="3" skipped="1" tests="5" time="1.0" timestamp="2026-01-01T00:00:00+00:00" hostname="ctl"><testcase
+classname="test_os" name="test_a[gpu-1]" time="0.1"><failure message="assert 1500 == 9000">longrepr</failure>
+</testcase><testcase classname="test_os" name="test_b[gpu-1]" time="0.1"><failure
+message="Failed: kubectl get nodes failed: refused">x</failure></testcase><testcase classname="test_os"
+name="test_c[gpu-1]" time="0.1"><failure message="subprocess.TimeoutExpired: Command timed out">x</failure>
+</testcase><testcase classname="test_os" name="test_d[gpu-2]" time="0.0"><error
+message="failed on setup with &quot;Failed: node unreachable: timed out&quot;">x</error></testcase><testcase
+classname="test_os" name="test_e[gpu-1]" time="0.0"><skipped type="pytest.skip" message="no GPU">x</skipped>
+</testcase></testsuite></testsuites>"""
+
+
+def test_failures_in_pytests_junit_get_a_type(tmp_path):
+    path = tmp_path / "junit.xml"
+    path.write_text(PYTEST_JUNIT)
+    add_failure_types(path)
+    root = ET.fromstring(path.read_text())
+    types = {c.get("name"): next(iter(c)).get("type") for c in root.iter("testcase")}
+    assert types == {"test_a[gpu-1]": "AssertionError", "test_b[gpu-1]": "pytest.fail",
+                     "test_c[gpu-1]": "subprocess.TimeoutExpired", "test_d[gpu-2]": "pytest.fail",
+                     "test_e[gpu-1]": "pytest.skip"}
+    suite = next(root.iter("testsuite"))
+    assert suite.get("hostname") == "ctl" and suite.get("failures") == "3"  # the rest is pytest's, untouched
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    add_failure_types(tmp_path / "absent.xml")  # no JUnit file asked for: nothing to do
+    assert not (tmp_path / "absent.xml").exists()
 
 
 def test_markdown_and_html_tables(tmp_path):
@@ -57,26 +77,6 @@ def test_markdown_and_html_tables(tmp_path):
     html = paths["html"].read_text()
     assert "<svg" in html and "<polyline" in html and 'class="fail"' in html
     ET.fromstring(re.search(r"<svg.*</svg>", html, re.S).group(0))  # the plot is well-formed XML
-
-
-def test_svg_scales_points_inside_the_frame():
-    svg = svg_plot([Series("x", [(1024, 1.0), (1 << 24, 10.0)])], width=400, height=200)
-    pts = re.search(r'points="([^"]+)"', svg).group(1).split()
-    xs = [float(p.split(",")[0]) for p in pts]
-    ys = [float(p.split(",")[1]) for p in pts]
-    assert xs[0] < xs[1] and ys[0] > ys[1] and all(0 <= y <= 200 for y in ys)
-    assert "No all-reduce" in svg_plot([])
-
-
-def test_prometheus_textfile_format():
-    text = prometheus_textfile(report(), "b")
-    assert 'gpucluster_conformance_pass{cluster="conf",node="b"} 0' in text
-    assert 'gpucluster_conformance_check{check="GC-NET-002",outcome="failed"} 1' in text
-    assert 'gpucluster_conformance_figure{check="GC-NET-002",name="mtu"} 1500' in text
-    sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_]\w*="[^"]*",?)*\})? -?[0-9.e+]+$')
-    for line in text.splitlines():
-        assert line.startswith("# HELP ") or line.startswith("# TYPE ") or sample.match(line), line
-    assert 'node="a"} 1' in prometheus_textfile(report(), "a")
 
 
 def test_a_check_module_that_did_not_load_is_never_a_pass(tmp_path):

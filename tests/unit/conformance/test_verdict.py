@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from gpucluster.conformance.verdict import CheckResult, exit_code, node_verdicts
+from gpucluster.conformance.reports import Report
+from gpucluster.conformance.verdict import CLUSTER, CheckResult, exit_code, node_verdicts
 
 
 def r(node, cid, outcome, msg=""):
@@ -34,3 +35,24 @@ def test_json_round_trip():
     x = CheckResult("a", "GC-SYS-003", "failed", "chrony is inactive", {"state": "inactive"}, 0.5, "t", "chrony")
     assert CheckResult.from_json(x.to_json()) == x
     assert x.label == "GC-SYS-003[chrony]"
+
+
+def test_a_failed_cluster_level_check_fails_the_run_in_a_row_of_its_own():
+    results = [r("a", "GC-OS-001", "passed"), r(CLUSTER, "GC-K8S-001", "failed", "not Ready: ['a']"),
+               r(CLUSTER, "GC-K8S-003", "skipped", "no GPU")]
+    vs = node_verdicts(results, ["a"])
+    assert [(v.node, v.verdict) for v in vs] == [("a", "pass"), (CLUSTER, "fail")]
+    assert vs[1].failed[0].check_id == "GC-K8S-001" and exit_code(vs) == 1
+    report = Report(meta={"cluster": "c"}, nodes=["a"], results=results)
+    assert report.exit_code == 1
+    data = report.to_json()
+    assert [v["node"] for v in data["verdicts"]] == ["a", CLUSTER] and len(data["results"]) == 3
+    again = Report.from_json(data)
+    assert again.nodes == ["a"] and again.exit_code == 1  # the row is no host: nothing is published to it
+
+
+def test_cluster_level_checks_that_all_skipped_fail_nothing():
+    vs = node_verdicts([r("a", "GC-OS-001", "passed"), r(CLUSTER, "GC-K8S-001", "skipped", "no kubeconfig")], ["a"])
+    assert [(v.node, v.verdict) for v in vs] == [("a", "pass"), (CLUSTER, "pass")]
+    assert vs[1].skipped and exit_code(vs) == 0
+    assert [v.node for v in node_verdicts([r("a", "GC-OS-001", "passed")], ["a"])] == ["a"]  # no row when none ran

@@ -19,6 +19,7 @@ import pytest
 from gpucluster.cli import main
 from gpucluster.errors import InputError
 from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
+from gpucluster.lab.layout import layout_lab
 from gpucluster.outputs import build_outputs, load_outputs, parse_outputs
 from gpucluster.spec import load_spec
 
@@ -30,7 +31,7 @@ ANSIBLE_INVENTORY = str(_VENV_TOOL) if _VENV_TOOL.exists() else shutil.which("an
 
 # (stack, ssh user, fabric interface, key file) as each target would export them.
 STACKS = {
-    "lab": ("Pulumi.lab.yaml", "root", "fab0", "/var/lib/gpucluster/lab/lab/ssh/id_ed25519"),
+    "lab": ("Pulumi.lab.yaml", "root", "fab0", str(layout_lab(load_spec(REPO / "Pulumi.lab.yaml")).key_file)),
     "aws-h100": ("Pulumi.aws-h100.yaml", "ubuntu", None, None),
     "onprem-h100-ib": ("Pulumi.onprem-h100-ib.yaml", "ubuntu", "ib0", None),
     "onprem-h100-roce": ("Pulumi.onprem-h100-roce.yaml", "ubuntu", "ens1f0np0", None),

@@ -20,7 +20,7 @@ from gpucluster.lab.proxy import render_config
 from gpucluster.lab.rootfs import DEFAULT_PACKAGES, rootfs_key, sources_list
 from gpucluster.lab.ssh import known_hosts_text, ssh_argv
 from gpucluster.lab.state import atomic_write, locked, other_labs, read_state, write_state
-from gpucluster.outputs import parse_outputs
+from gpucluster.outputs import LAB_CAPABILITIES, parse_outputs
 from gpucluster.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[3]
@@ -155,7 +155,9 @@ def test_outputs_have_the_shape_of_every_target(plan: LabLayout) -> None:
     assert outputs.target == "lab" and outputs.ssh_private_key_file == str(plan.key_file)
     assert {n.fabric_interface for n in outputs.nodes} == {"eth1"}
     assert {n.ssh_user for n in outputs.nodes} == {"root"}
-    assert "stor-1" in inputs.inventory
+    # What a lab node cannot do travels with the outputs, for the inventory to state.
+    assert outputs.capabilities == LAB_CAPABILITIES
+    assert not outputs.capabilities.heavy_packages and not outputs.capabilities.nvidia_repo
 
 
 def test_state_round_trip_and_other_labs(stack_file: StackFile, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -71,3 +72,32 @@ def test_a_node_whose_container_exits_is_reported_with_the_reason_in_its_log(
     assert not ready.ok and "exited during boot" in ready.system_state
     tail = node.log_tail(plan, plan.nodes[0])
     assert "Failed to register machine" in tail and "ended, exit code 1" in tail
+
+
+def test_find_matches_the_program_and_the_marker(tmp_path: Path) -> None:
+    marker = str(tmp_path / "nodes" / "gpu-1")
+    # "; :" keeps sh from exec-ing sleep: the process stays sh with the marker among its arguments.
+    pid = process.spawn(["sh", "-c", "sleep 60; :", marker], tmp_path / "boot.log")
+    try:
+        assert process.find("sh", marker) == [pid]
+        assert process.find("sh", str(tmp_path / "nodes" / "gpu-2")) == []
+        assert process.find("bash", marker) == []
+        assert process.alive(pid)
+    finally:
+        process.stop([pid], grace_s=5)
+    assert process.find("sh", marker) == []
+
+
+def test_a_zombie_is_not_alive(tmp_path: Path) -> None:
+    marker = str(tmp_path / "zombie")
+    proc = subprocess.Popen(["sh", "-c", "exit 0; :", marker])  # not reaped until wait()
+    try:
+        deadline = time.monotonic() + 10
+        while process.alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert Path(f"/proc/{proc.pid}").exists(), "the process was reaped: no zombie to look at"
+        assert not process.alive(proc.pid)
+        assert process.find("sh", marker) == []
+    finally:
+        proc.wait()
+    assert not process.alive(proc.pid)

@@ -61,6 +61,20 @@ FACTS: dict[str, Any] = {
 }
 
 
+COLLECTION_FILTERS = REPO / "collections/ansible_collections/gpucluster/cluster/plugins/filter"
+
+
+def collection_filters() -> dict[str, Any]:
+    """The project collection's filters under their full names, as roles call them."""
+    from tests.unit.loading import load_file
+
+    out: dict[str, Any] = {}
+    for path in sorted(COLLECTION_FILTERS.glob("*.py")):
+        module = load_file(path, f"gpucluster_cluster_filter_{path.stem}_for_render")
+        out.update({f"gpucluster.cluster.{k}": v for k, v in module.FilterModule().filters().items()})
+    return out
+
+
 def _env(native: bool) -> jinja2.Environment:
     cls = NativeEnvironment if native else jinja2.Environment
     env = cls(undefined=jinja2.StrictUndefined, trim_blocks=True, keep_trailing_newline=True,
@@ -68,6 +82,7 @@ def _env(native: bool) -> jinja2.Environment:
     # Jinja's own `default` copes with StrictUndefined; Ansible's wraps it for its own undefined type.
     env.filters.update({k: v for k, v in FilterModule().filters().items() if k not in ("d", "default")})
     env.filters.update(MathFilters().filters())
+    env.filters.update(collection_filters())
     env.tests.update(TestModule().tests())
     env.tests.update(MathTests().tests())
     return env

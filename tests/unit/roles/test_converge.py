@@ -153,7 +153,7 @@ def test_heavy_sets_the_extra_var(tmp_path: Path, inventory_file: Path) -> None:
 
 def test_load_inventory_names_each_problem(tmp_path: Path) -> None:
     path = tmp_path / "inv.yml"
-    path.write_text(yaml.safe_dump({"all": {"vars": {"gpucluster_inventory_schema": 1, "gpucluster_target": "lab",
+    path.write_text(yaml.safe_dump({"all": {"vars": {"gpucluster_inventory_schema": 2, "gpucluster_target": "lab",
                                                      "gpucluster_profiles": {"cpu-lab": {}}},
                                             "hosts": {"n1": {"gpucluster_profile": "nope"}}}}))
     with pytest.raises(InputError) as err:
@@ -166,10 +166,10 @@ def test_load_inventory_names_each_problem(tmp_path: Path) -> None:
 
 def test_an_inventory_of_another_schema_is_refused_with_the_remedy(tmp_path: Path) -> None:
     data = parse_inventory_text((REPO / "tests" / "golden" / "inventory" / "lab.yml").read_text())
-    data["all"]["vars"]["gpucluster_inventory_schema"] = 2
+    data["all"]["vars"]["gpucluster_inventory_schema"] = 1
     path = tmp_path / "inv.yml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(InputError, match="reads version 1; write the inventory again"):
+    with pytest.raises(InputError, match="reads version 2; write the inventory again"):
         load_inventory(path)
 
 
@@ -182,7 +182,8 @@ def test_cli_bad_inventory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_cli_non_lab_stack_needs_an_inventory(capsys: pytest.CaptureFixture[str]) -> None:
     repo = Path(__file__).resolve().parents[3]
     assert main(["converge", "--stack", str(repo / "Pulumi.aws-h100.yaml")]) == 2
-    assert "not the lab" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no inventory at" in err and "gpucluster inventory --outputs" in err
 
 
 def test_extra_vars_reach_the_runner_with_heavy(tmp_path: Path, inventory_file: Path) -> None:
@@ -477,8 +478,9 @@ def test_ctrl_c_stops_ansible_playbook_and_keeps_the_recap(tmp_path: Path) -> No
     assert stopped_in < 20
     time.sleep(0.5)
     assert fakessh.pids_running(f"sleep {seconds}") == [], "the task's process outlived the converge"
-    assert runs.tagged_pids(converge_module.RUN_TAG) == []  # nothing of any converge left (name only: no value)
     summary = json.loads(next(runs_dir.glob("*-converge/summary.json")).read_text())
+    assert summary["run_id"]
+    assert runs.tagged_pids(f"{converge_module.RUN_TAG}={summary['run_id']}") == []  # nothing of this run left
     assert summary["interrupted"] is True and summary["exit_code"] == 130 and summary["status"] == "canceled"
     assert summary["hosts"]["gpu-1"]["ok"] == 1, summary["hosts"]  # "Say hello" finished
     assert "interrupted" in err and "Traceback" not in err

@@ -33,7 +33,6 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ("common", "hosts.j2", "gpu", {}),
     ("common", "sshd-hardening.conf.j2", "gpu", {}),
     ("common", "limits-memlock.conf.j2", "gpu", {}),
-    ("rdma_fabric", "nccl.conf.j2", "gpu", {"__rdma_fabric_hcas": None}),
     ("container_runtime", "config.toml.j2", "gpu", {"__container_runtime_nvidia_present": True}),
     ("monitoring", "prometheus-node-exporter.default.j2", "gpu", {}),
     ("cuda_toolkit", "cuda.sh.j2", "gpu", {}),
@@ -68,10 +67,6 @@ def _render(fabric: str, role: str, template: str, group: str, extra: dict[str, 
     inventory = inventory_for(fabric)
     ctx = host_context(inventory, first_host(inventory, group))
     variables = role_vars(role, ctx)
-    if extra.get("__rdma_fabric_hcas", "") is None:
-        # What detect.yml derives on a node whose devices are not visible: the profile's count.
-        count = int(variables["rdma_fabric_hca_count"])
-        extra = {**extra, "__rdma_fabric_hcas": [f"mlx5_{i}" for i in range(count)]}
     variables.update(extra)
     return render_template(role, template, variables)
 
@@ -100,11 +95,3 @@ def test_firewall_admits_ssh_only_from_management() -> None:
     assert "policy drop" in text and "flush ruleset" not in text
 
 
-def test_nccl_conf_per_fabric() -> None:
-    ib = _render("infiniband", "rdma_fabric", "nccl.conf.j2", "gpu", {"__rdma_fabric_hcas": None})
-    assert "NCCL_IB_HCA=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7" in ib
-    assert "NCCL_SOCKET_IFNAME=ib0" in ib and "NCCL_IB_TIMEOUT=20" in ib
-    roce = _render("roce", "rdma_fabric", "nccl.conf.j2", "gpu", {"__rdma_fabric_hcas": None})
-    assert "NCCL_IB_GID_INDEX=3" in roce and "NCCL_IB_TC=106" in roce
-    eth = _render("ethernet", "rdma_fabric", "nccl.conf.j2", "gpu", {"__rdma_fabric_hcas": None})
-    assert "NCCL_IB_DISABLE=1" in eth and "NCCL_IB_HCA" not in eth

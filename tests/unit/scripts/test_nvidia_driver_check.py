@@ -49,7 +49,8 @@ def test_check_mode_reports_what_this_host_has_and_changes_nothing(tmp_path: Pat
     assert summary["exit_code"] == 0 and summary["changed_total"] == 0
     assert summary["hosts"]["gpu-host"]["failed"] == 0
     findings = (out / "findings.txt").read_text()
-    assert f"Report the driver found on this node: {_nvidia_gpus()} NVIDIA GPU(s);" in findings
+    report = "Report the driver found on this node and the steps it skips"
+    assert f"{report}: ['{_nvidia_gpus()} NVIDIA GPU(s); " in findings
     pin = yaml.safe_load((REPO / "gpucluster/data/bom.yaml").read_text())["nvidia_driver"]["version"]
     assert f"pin {pin}" in findings
     inventory = (out / "inventory.yml").read_text()

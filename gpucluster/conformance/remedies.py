@@ -1,0 +1,344 @@
+"""What to do next when a conformance check fails: one entry per check ID of the registry.
+
+The table sits beside :mod:`gpucluster.conformance.checks` and is kept in step with it by a unit
+test (exactly one entry per registered check, none for an unknown ID). The reports quote it
+under each finding, and ``docs/troubleshooting.md`` is generated from it::
+
+    python -m gpucluster.conformance.remedies --markdown > docs/troubleshooting.md
+
+``INV`` in a step stands for the inventory the run used and ``NODE`` for the failing node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+from gpucluster.conformance import checks
+
+
+@dataclass(frozen=True)
+class Remedy:
+    check_id: str
+    steps: tuple[str, ...]  # in the order to try them
+
+    @property
+    def first(self) -> str:
+        return self.steps[0]
+
+
+_CONVERGE = "gpucluster converge --inventory INV --limit NODE --tags {tag}"
+
+_REMEDIES = (
+    Remedy("GC-OS-001", (
+        "Compare `/etc/os-release` on the node with `debian.suite` in the BOM (`gpucluster/data/bom.yaml`).",
+        "A node on another release was imaged wrong: reinstall it from the pinned Debian image; the roles do not "
+        "upgrade between releases.",
+    )),
+    Remedy("GC-OS-002", (
+        "Run `uname -r` and `ls /lib/modules/$(uname -r)` on the node.",
+        "A missing modules folder means the running kernel's package was removed: reinstall "
+        "`linux-image-$(uname -r)` or reboot into the installed kernel.",
+        "An older kernel: install Debian's current `linux-image-amd64` and reboot, then rerun the driver role "
+        f"(`{_CONVERGE.format(tag='nvidia_driver')}`) so the module is built for it.",
+    )),
+    Remedy("GC-SYS-001", (
+        "Run `chronyc tracking` and `chronyc sources -v` on the node: a leap status other than Normal or no `*` "
+        "source means chrony has no usable server.",
+        "Check that the NTP servers the common role configured are reachable from the node (UDP 123 through the "
+        f"firewall), then rerun `{_CONVERGE.format(tag='common_time')}`.",
+        "A large offset with a good source: `chronyc makestep` once, then watch `chronyc tracking` settle.",
+    )),
+    Remedy("GC-SYS-002", (
+        "Run `systemctl status nftables` and `nft list ruleset` on the node: the input chain must have "
+        "`policy drop`.",
+        "Check `/etc/nftables.conf` with `nft -c -f /etc/nftables.conf`; a syntax error leaves no ruleset loaded.",
+        f"Rerun `{_CONVERGE.format(tag='common_firewall')}` to rewrite and reload the ruleset.",
+    )),
+    Remedy("GC-SYS-003", (
+        "Run `systemctl status SERVICE` and `journalctl -u SERVICE -b --no-pager | tail -50` on the node "
+        "(SERVICE is the check's parameter).",
+        "Rerun the role that owns the service on the node (`gpucluster converge --inventory INV --limit NODE`); "
+        "its handler restarts the service and waits until it is ready.",
+    )),
+    Remedy("GC-SYS-004", (
+        "Run `systemctl status prometheus-node-exporter` and `ss -ltnp | grep 9100` on the node.",
+        "`curl -s http://MGMT_IP:9100/metrics | grep collector=\\\"textfile\\\"`: without the textfile collector, "
+        "check `--collector.textfile.directory` against `monitoring_textfile_dir`.",
+        f"Rerun `{_CONVERGE.format(tag='monitoring')}`.",
+    )),
+    Remedy("GC-GPU-001", (
+        "Run `cat /proc/driver/nvidia/version` and `dpkg -l | grep -E 'nvidia-(driver|kernel)'` on the node; "
+        "compare with `nvidia_driver` in the BOM.",
+        "Nothing loaded: `dkms status` and `journalctl -k -b | grep -i nvidia` show a module that failed to build "
+        "or load (Secure Boot, a kernel without headers).",
+        "Another version: the package is held at the old pin; upgrade it with the rolling upgrade "
+        "(`gpucluster converge --inventory INV --playbook playbooks/upgrade-rolling.yml "
+        "-e upgrade_rolling_components=[driver]`), or on a drained node "
+        f"`{_CONVERGE.format(tag='nvidia_driver')} -e nvidia_driver_upgrade_enabled=true "
+        "-e nvidia_driver_reboot_enabled=true`.",
+    )),
+    Remedy("GC-GPU-002", (
+        "Run `nvidia-smi -L` and `lspci -d 10de: | wc -l` on the node: a GPU on the PCI bus but not in "
+        "nvidia-smi has fallen off the bus (see `journalctl -k -b | grep -E 'Xid|fallen off'`).",
+        "Reset it with `nvidia-smi -r -i N` on an idle node or reboot; a GPU missing from `lspci` needs a reseat "
+        "or an RMA with the hardware vendor.",
+        "If the node really has another GPU count, its hardware profile in the inventory is wrong.",
+    )),
+    Remedy("GC-GPU-003", (
+        "Run `nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv` on the node.",
+        "The wrong model in a node is a hardware or ordering matter; a whole node of another model needs another "
+        "hardware profile in the spec.",
+    )),
+    Remedy("GC-GPU-004", (
+        "Run `nvidia-smi --query-gpu=index,memory.total --format=csv` on the node.",
+        "Less memory than the profile on one GPU: check `nvidia-smi -q -d ROW_REMAPPER,PAGE_RETIREMENT`; a GPU "
+        "with retired memory past the vendor's limit goes to RMA.",
+        "MIG partitions also show less memory: `nvidia-smi -mig 0` when the profile expects whole GPUs.",
+    )),
+    Remedy("GC-GPU-005", (
+        "Run `systemctl status nvidia-persistenced` and `nvidia-smi -q | grep -i persistence` on the node.",
+        f"Rerun `{_CONVERGE.format(tag='nvidia_driver')}` (with `nvidia_driver_persistenced_enabled: true`).",
+    )),
+    Remedy("GC-GPU-006", (
+        "Run `nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT` on the node and note the GPU's serial "
+        "(`nvidia-smi -q | grep Serial`).",
+        "Pending row remaps or retired pages clear with a GPU reset: drain the node, `nvidia-smi -r -i N` or "
+        "reboot, and run verify again.",
+        "ECC disabled: `nvidia-smi -e 1` then reboot. Uncorrectable errors that come back after a reset, or a "
+        "row-remapping failure, mean RMA: open a case with the vendor, attaching `nvidia-bug-report.sh` output "
+        "and the serial.",
+    )),
+    Remedy("GC-GPU-007", (
+        "Run `journalctl -k -b | grep 'NVRM: Xid'` on the node and look up each Xid code in NVIDIA's Xid "
+        "catalogue (48: double-bit ECC, 79: fallen off the bus, 13/31/43: usually the application).",
+        "Hardware Xids (48, 63, 64, 74, 79, 92, 94, 95): drain the node, run `nvidia-smi -q -d ECC`, reset or "
+        "reboot, and RMA the GPU if they return.",
+        "The check reads the log since boot: a reboot clears it once the cause is dealt with.",
+    )),
+    Remedy("GC-GPU-008", (
+        "Run `nvidia-smi nvlink -s` and `nvidia-smi topo -m` on the node.",
+        "Links down on every GPU: check `systemctl status nvidia-fabricmanager` (GC-GPU-009) and reboot.",
+        "Links down on one GPU: drain, reset the GPU or reboot; persisting, RMA the GPU or the baseboard.",
+    )),
+    Remedy("GC-GPU-009", (
+        "Run `systemctl status nvidia-fabricmanager` and `journalctl -u nvidia-fabricmanager -b` on the node: "
+        "its version must equal the driver's.",
+        f"Rerun `{_CONVERGE.format(tag='nvidia_driver')}`, which installs and starts the fabric manager where "
+        "the profile needs it.",
+    )),
+    Remedy("GC-GPU-010", (
+        "Run `cat /usr/local/cuda/version.json` and `dpkg -l | grep cuda-toolkit` on the node; compare with "
+        "`cuda.version` in the BOM.",
+        f"Rerun `{_CONVERGE.format(tag='cuda_toolkit')}` (on the lab add `--heavy`).",
+    )),
+    Remedy("GC-GPU-011", (
+        "Run `dpkg-query -W libnccl2` on the node; compare with `nccl.version` in the BOM.",
+        f"Rerun `{_CONVERGE.format(tag='nccl')}`; a held package at another version is replaced there.",
+    )),
+    Remedy("GC-GPU-012", (
+        "Run `nvidia-container-cli info` and `nvidia-ctk --version` on the node.",
+        "An error about the driver means GC-GPU-001 fails too: fix the driver first.",
+        f"Rerun `{_CONVERGE.format(tag='container_runtime')}` to reinstall the toolkit and its runtime "
+        "configuration.",
+    )),
+    Remedy("GC-BURN-001", (
+        "Open the check's log: it names the GPU, the precision and whether results were wrong, throughput was "
+        "under the floor, or a GPU throttled.",
+        "Wrong results or Xids during the burn: drain the node, `nvidia-smi -q -d ECC`, and RMA the GPU if a "
+        "rerun fails again.",
+        "Under the floor or throttled: `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER` during a rerun; check "
+        "cooling, power caps (`nvidia-smi -pl`) and clocks (`nvidia-smi -q -d CLOCK`).",
+    )),
+    Remedy("GC-NET-001", (
+        "Run `ip -br addr show` and `ip -s link show DEV` on the node (DEV: the inventory's fabric interface).",
+        "Link down: check the cable and the switch port (`ethtool DEV` or `ibstat`).",
+        f"Address missing: rerun `{_CONVERGE.format(tag='rdma_fabric')}`, which configures the fabric interface.",
+    )),
+    Remedy("GC-NET-002", (
+        "Run `ip link show DEV` on the node and compare its MTU with the spec's fabric MTU.",
+        f"Rerun `{_CONVERGE.format(tag='rdma_fabric')}`; if it will not hold, the switch port's MTU is lower "
+        "(`ping -M do -s MTU-28 PEER_FABRIC_IP` finds the largest that passes).",
+    )),
+    Remedy("GC-NET-003", (
+        "Run `ibv_devices` and `lspci | grep -i mellanox` on the node.",
+        "An HCA on the PCI bus but not in `ibv_devices`: `lsmod | grep mlx5`, then rerun "
+        f"`{_CONVERGE.format(tag='rdma_fabric')}`; one missing from `lspci` needs a reseat or an RMA.",
+    )),
+    Remedy("GC-NET-004", (
+        "Run `ibstat` (or `cat /sys/class/infiniband/*/ports/*/{state,rate}`) on the node.",
+        "Ports not ACTIVE: InfiniBand needs a subnet manager (`sminfo`); RoCE needs the Ethernet link up.",
+        "Active at a lower rate: a degraded cable or transceiver; `mlxlink -d DEVICE` shows the lane errors; swap "
+        "the cable.",
+    )),
+    Remedy("GC-NET-005", (
+        "Run `mlnx_qos -i DEV` on the node: trust state and the PFC row.",
+        f"Rerun `{_CONVERGE.format(tag='rdma_fabric')}` (RoCE QoS); the switch must have PFC on the same "
+        "priority.",
+    )),
+    Remedy("GC-NET-006", (
+        "Run `cat /etc/nccl.conf` on the node; the check's message names each setting that differs.",
+        f"Rerun `{_CONVERGE.format(tag='nccl')}`; a hand edit is overwritten there.",
+    )),
+    Remedy("GC-AR-001", (
+        "Open the check's log for the per-size figures. Check `nvidia-smi topo -m` and `nvidia-smi nvlink -s` "
+        "(GC-GPU-008) on the node.",
+        "Rerun nccl-tests by hand: `/opt/nccl-tests/build/all_reduce_perf -b 8 -e 512M -f 2 -g NGPUS` with "
+        "`NCCL_DEBUG=INFO` to see the transport chosen.",
+        "Wrong results: drain the node and burn its GPUs (GC-BURN-001).",
+    )),
+    Remedy("GC-AR-002", (
+        "Read GC-AR-003's verdicts first: a slow node or link named there is the cause, and this check names it.",
+        "With no node singled out, open the run's log in `logs/` (mpirun's own output) for an error such as "
+        "a refused connection or a wrong interface.",
+        "Measure node to node on the fabric addresses (`iperf3 -s` on one, `iperf3 -c FABRIC_IP -P 8` on the "
+        "other; `ib_write_bw` on RDMA fabrics) to find the slow path.",
+    )),
+    Remedy("GC-AR-003", (
+        "Measure the two fabric addresses of the slow pair directly: `iperf3 -s` on one node, "
+        "`iperf3 -c PEER_FABRIC_IP -P 8 -t 10` on the other (on RDMA fabrics `ib_write_bw -d HCA` on one and "
+        "`ib_write_bw -d HCA PEER_FABRIC_IP` on the other).",
+        "On both nodes look at `ip -s link show DEV` (errors, drops) and `tc qdisc show dev DEV` (a shaping or "
+        "netem qdisc left behind: `tc qdisc del dev DEV root`).",
+        "Add a third node to the run (`--limit` with one more GPU node) so the pair search can tell a slow node "
+        "from a slow link, then check that node's cable, switch port and NIC firmware.",
+    )),
+    Remedy("GC-RDMA-001", (
+        "Rerun the pair by hand: `ib_write_bw -d HCA --report_gbits` on the peer, `ib_write_bw -d HCA "
+        "--report_gbits PEER_FABRIC_IP` on the node, for the HCA the message names.",
+        "Check the HCA's port (`ibstat`: rate and state; GC-NET-004) and its error counters (`perfquery` on "
+        "InfiniBand, `ethtool -S DEV | grep -i -E 'err|discard'` on RoCE).",
+        "A slow HCA on every pair: its cable or transceiver; on one pair only: the switch path between them.",
+    )),
+    Remedy("GC-K8S-001", (
+        "Run `kubectl get nodes -o wide` and `kubectl describe node NODE`: the conditions say why it is not "
+        "Ready (kubelet stopped, network plugin not ready, disk or memory pressure).",
+        "On the node: `systemctl status kubelet` and `journalctl -u kubelet -b | tail -50`.",
+        "A node missing from the list never joined: rerun `gpucluster converge --inventory INV --playbook "
+        "playbooks/deploy-kubernetes.yml --limit NODE`.",
+    )),
+    Remedy("GC-K8S-002", (
+        "Run `kubectl describe node NODE | grep -A8 Allocatable` and "
+        "`kubectl -n kube-system get pods -o wide | grep nvidia-device-plugin`.",
+        "A device plugin pod not running on the node: read its log (`kubectl -n kube-system logs POD`); it needs "
+        "the container toolkit (GC-GPU-012) and the driver (GC-GPU-001).",
+    )),
+    Remedy("GC-K8S-003", (
+        "Run `kubectl -n gpucluster-conformance describe pod gc-k8s-003-nvidia-smi` during a rerun: Pending with "
+        "`Insufficient nvidia.com/gpu` points at GC-K8S-002; a failed container at the runtime (GC-GPU-012).",
+    )),
+    Remedy("GC-K8S-004", (
+        "Run `kubectl -n gpucluster-conformance describe job gc-k8s-004-allreduce` and read the pods' logs.",
+        "A completed job under the floor is the fabric: read GC-AR-002 and GC-AR-003 for the slow node or link.",
+    )),
+    Remedy("GC-CEPH-001", (
+        "Run `ceph health detail` on a storage node: each code (OSD_DOWN, PG_DEGRADED, MON_DOWN, "
+        "MDS_ALL_DOWN...) names what is wrong; `ceph health mute CODE` is no fix.",
+        "A warning that is expected on this cluster belongs in the spec's `storage.allowed_health_warnings`.",
+    )),
+    Remedy("GC-CEPH-002", (
+        "Run `ceph osd tree` and, on the host the message names, `systemctl status ceph-osd@ID` and "
+        "`journalctl -u ceph-osd@ID -b | tail -50`.",
+        "An OSD out but up: `ceph osd in ID`. A dead disk: replace it and recreate the OSD (deploy-ceph.yml).",
+    )),
+    Remedy("GC-CEPH-003", (
+        "Run `ceph pg dump_stuck` and `ceph health detail`: stuck PGs usually follow a down OSD (GC-CEPH-002).",
+        "Backfilling or recovering PGs settle by themselves: watch `ceph -s` and run verify again.",
+    )),
+    Remedy("GC-CEPH-004", (
+        "Run `ceph quorum_status -f json-pretty` and `ceph mon stat`; on the monitor out of quorum "
+        "`systemctl status ceph-mon@HOST` and its clock (`chronyc tracking`, GC-SYS-001: skew breaks quorum).",
+    )),
+    Remedy("GC-CEPH-005", (
+        "Run `findmnt MOUNT_PATH` and `journalctl -b | grep -i ceph` on the node.",
+        f"Rerun `{_CONVERGE.format(tag='ceph_client')}`, which writes the node's own client key and mounts "
+        "CephFS.",
+        "Mounted but not writable: `ceph fs status` and `ceph health detail` (MDS or full pools).",
+    )),
+    Remedy("GC-CEPH-006", (
+        "Run `sha256sum` on the same file from both nodes and `ceph fs status`; a difference points at a "
+        "client caching issue: remount (`umount MOUNT_PATH && mount MOUNT_PATH`) and report it.",
+    )),
+    Remedy("GC-CEPH-007", (
+        "Run `rados bench -p POOL 10 write --no-cleanup` by hand, then `ceph -s` and `ceph osd perf` for slow "
+        "OSDs; `ceph health detail` for full or read-only pools.",
+    )),
+)
+
+REMEDIES: dict[str, Remedy] = {r.check_id: r for r in _REMEDIES}
+
+# Not a check: every check of a node the run could not reach fails for this one reason.
+UNREACHABLE = Remedy("unreachable", (
+    "Run `ssh -F RUN_DIR/ssh/probe/ssh_config NODE true` from this machine: the error names a refused "
+    "connection, a timeout or a changed host key.",
+    "A changed host key after a reinstall: remove the old one with the `ssh-keygen -R` command the message "
+    "gives, then run verify again.",
+))
+
+
+def remedy(check_id: str) -> Remedy:
+    try:
+        return REMEDIES[check_id]
+    except KeyError:
+        raise KeyError(f"no remedy for check {check_id!r}") from None
+
+
+def anchor(check_id: str) -> str:
+    """The heading anchor of the check in docs/troubleshooting.md (GitHub's slug of the heading)."""
+    return check_id.lower()
+
+
+def markdown() -> str:
+    """docs/troubleshooting.md: the registry's checks by area, each with its next steps."""
+    out = [
+        "# Troubleshooting",
+        "",
+        "<!-- Generated by `python -m gpucluster.conformance.remedies --markdown` from",
+        "     gpucluster/conformance/remedies.py; edit the table there, not this file. -->",
+        "",
+        "## When verify fails",
+        "",
+        "`gpucluster verify` prints one line per finding: the checks and nodes it concerns, the cause "
+        "and the measured figure against the expected one. Failures that share a root cause (the same "
+        "slow node or link, the same message on several nodes, an unreachable node) are one finding. "
+        "The run folder holds the rest:",
+        "",
+        "- `summary.md` and `summary.html`: the findings first, each with its next steps from the table below;",
+        "- `results.json`: `findings` (cause, checks, figure, remedy, log) beside every check's result;",
+        "- `logs/checks/<node>/<check>.log`: one per failing check, with the full message, its figures, "
+        "pytest's report and the tail of the tool's own log (`logs/allreduce-*.log` for mpirun);",
+        "- `junit.xml`: the same figures, log path and log tail in each failing test case's `<system-out>`.",
+        "",
+        "In the steps below `INV` is the inventory, `NODE` the failing node and `DEV` its fabric interface.",
+        "",
+        "### A node is unreachable",
+        "",
+    ]
+    out += [f"{i}. {step}" for i, step in enumerate(UNREACHABLE.steps, 1)]
+    for area, title in checks.AREAS.items():
+        ids = [c for c in checks.CHECKS.values() if c.area == area]
+        if not ids:
+            continue
+        out += ["", f"### {title}"]
+        for c in ids:
+            out += ["", f"#### {c.id}", "", f"**{c.title}.** {c.must}", ""]
+            out += [f"{i}. {step}" for i, step in enumerate(REMEDIES[c.id].steps, 1)]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gpucluster.conformance.remedies",
+                                description="Print the remediation table.")
+    p.add_argument("--markdown", action="store_true", help="as docs/troubleshooting.md")
+    args = p.parse_args(argv)
+    if args.markdown:
+        sys.stdout.write(markdown())
+    else:
+        for r in _REMEDIES:
+            sys.stdout.write(f"{r.check_id}: {r.first}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""NCCL's settings for one node: what the nccl role writes to /etc/nccl.conf and GC-NET-006 expects.
+
+Inputs are a node's inventory variables: the spec's fabric (``gpucluster_fabric``), the node's
+hardware profile (``gpucluster_profiles[gpucluster_profile]``) and its fabric interface
+(``gpucluster_fabric_interface``). The role calls :func:`nccl_settings` through the filter
+``gpucluster.cluster.nccl_settings``; the conformance check calls it directly.
+
+What each fabric gets:
+
+- InfiniBand and RoCE: NCCL's own IB verbs transport on the profile's compute rails, named
+  exactly (``NCCL_IB_HCA==mlx5_0:1,...``), plus the spec's IB timeout, GID index and, with RoCE
+  QoS, traffic class.
+- EFA: the aws-ofi-nccl net plugin over libfabric's ``efa`` provider. No ``NCCL_IB_*``: EFA is
+  not reached through NCCL's IB transport. ``FI_EFA_USE_DEVICE_RDMA=1`` only on instance types
+  whose EFA does RDMA read.
+- Ethernet (the lab, RDMA-less sites): NCCL's socket transport, ``NCCL_IB_DISABLE=1``.
+
+NCCL sets every ``KEY=VALUE`` line of /etc/nccl.conf in its process environment, whatever the
+prefix (``setEnvFile`` in https://github.com/NVIDIA/nccl/blob/master/src/misc/param.cc), so the
+libfabric variables reach the plugin from the same file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+NCCL_CONF_PATH = "/etc/nccl.conf"
+FABRIC_TYPES = ("infiniband", "roce", "efa", "ethernet")
+
+# NCCL matches the names in NCCL_IB_HCA and NCCL_SOCKET_IFNAME as prefixes unless the list begins
+# with "=": "using mlx5_1 without a preceding = will select mlx5_1 as well as mlx5_10 to mlx5_19,
+# if they exist" (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-ib-hca;
+# "=eth0 : Use only interface eth0" under NCCL_SOCKET_IFNAME on the same page).
+EXACT = "="
+# The port NCCL uses on each rail: port 1, the form of NCCL's own example ("=mlx5_0:1,mlx5_1:1 :
+# Use ports 1 of cards mlx5_0 and mlx5_1", same page). A profile whose rails use another port
+# would need it named in the profile.
+HCA_PORT = 1
+
+# EFA instance types whose EFA supports RDMA read ("RDMA read support: Yes" in
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html#efa-instance-types), limited to
+# the GPU instance types. FI_EFA_USE_DEVICE_RDMA=1 makes libfabric use the device's RDMA and abort
+# the application where the device has none
+# (https://ofiwg.github.io/libfabric/main/man/fi_efa.7.html, FI_EFA_USE_DEVICE_RDMA), so a node
+# whose instance lacks it fails loudly instead of running without GPUDirect RDMA. AWS's NCCL guide
+# sets it for p4d.24xlarge ("uses the device's RDMA functionality for one-sided and two-sided
+# transfer", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start-nccl.html).
+EFA_RDMA_READ_INSTANCE_TYPES = frozenset({
+    "p4d.24xlarge",
+    "p4de.24xlarge",
+    "p5.4xlarge",
+    "p5.48xlarge",
+    "p5e.48xlarge",
+    "p5en.48xlarge",
+    "p6-b200.48xlarge",
+    "p6-b300.48xlarge",
+    "p6e-gb200.36xlarge",
+    "g6.8xlarge",
+    "g6.12xlarge",
+    "g6.16xlarge",
+    "g6.24xlarge",
+    "g6.48xlarge",
+    "g6e.8xlarge",
+    "g6e.12xlarge",
+    "g6e.16xlarge",
+    "g6e.24xlarge",
+    "g6e.48xlarge",
+})
+
+_DEVICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]{0,31}$")
+_IFNAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$")
+
+
+def compute_hcas(profile: Mapping[str, Any]) -> list[str]:
+    """The RDMA devices NCCL uses on a node of ``profile``: its compute rails, in order.
+
+    Profiles carry a count of compute HCAs and no device names, so the rails are taken to be
+    ``mlx5_0`` .. ``mlx5_<count-1>``. On a system whose storage or in-band NICs are numbered
+    among the compute rails this list is wrong; such a system needs the rails' names in its
+    profile (a field the profiles do not have yet).
+    """
+    count = int(profile["hca"]["count"])
+    if count < 0:
+        raise ValueError(f"hca.count must not be negative (got {count})")
+    return [f"mlx5_{i}" for i in range(count)]
+
+
+def ib_hca_value(devices: Sequence[str], port: int = HCA_PORT) -> str:
+    """``NCCL_IB_HCA`` naming exactly ``devices`` on ``port``: ``=mlx5_0:1,mlx5_1:1``."""
+    if not devices:
+        raise ValueError("NCCL_IB_HCA needs at least one device")
+    bad = [d for d in devices if not _DEVICE.match(d)]
+    if bad:
+        raise ValueError(f"not an RDMA device name: {bad[0]!r}")
+    if not 1 <= port <= 255:
+        raise ValueError(f"not an HCA port: {port}")
+    return EXACT + ",".join(f"{d}:{port}" for d in devices)
+
+
+def socket_ifname_value(name: str) -> str:
+    """``NCCL_SOCKET_IFNAME`` naming exactly the interface ``name``."""
+    if not _IFNAME.match(name):
+        raise ValueError(f"not an interface name: {name!r}")
+    return EXACT + name
+
+
+def efa_device_rdma(profile: Mapping[str, Any]) -> bool:
+    """Whether the profile's AWS instance type has EFA RDMA read (see EFA_RDMA_READ_INSTANCE_TYPES)."""
+    instance_type = (profile.get("instance_types") or {}).get("aws")
+    return instance_type in EFA_RDMA_READ_INSTANCE_TYPES
+
+
+def nccl_settings(fabric: Mapping[str, Any], profile: Mapping[str, Any],
+                  fabric_interface: str | None) -> dict[str, str]:
+    """The NCCL settings, in file order, for a node with ``profile`` on ``fabric``.
+
+    ``fabric_interface`` is the node's fabric interface from the inventory; the spec's
+    ``fabric.socket_ifname`` takes its place when set. Socket traffic (NCCL's bootstrap, and
+    the data path on Ethernet) is pinned to that interface where one is known.
+    """
+    kind = fabric.get("type")
+    if kind not in FABRIC_TYPES:
+        raise ValueError(f"fabric type {kind!r} is not one of {', '.join(FABRIC_TYPES)}")
+    settings: dict[str, str] = {}
+    ifname = fabric.get("socket_ifname") or fabric_interface
+    if ifname:
+        settings["NCCL_SOCKET_IFNAME"] = socket_ifname_value(str(ifname))
+    if kind in ("infiniband", "roce"):
+        hcas = compute_hcas(profile)
+        if hcas:
+            settings["NCCL_IB_HCA"] = ib_hca_value(hcas)
+        settings["NCCL_IB_TIMEOUT"] = str(int(fabric.get("ib_timeout", 20)))
+        # Only when the spec names one: left unset, NCCL (2.21 and later; the BOM pins 2.27)
+        # selects the GID itself for the address family NCCL_IB_ADDR_FAMILY, default AF_INET
+        # (NCCL_IB_GID_INDEX "The default value is -1", NCCL_IB_ADDR_FAMILY,
+        # https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-ib-gid-index).
+        if fabric.get("gid_index") is not None:
+            settings["NCCL_IB_GID_INDEX"] = str(int(fabric["gid_index"]))
+        qos = fabric.get("roce_qos")
+        if kind == "roce" and qos:
+            settings["NCCL_IB_TC"] = str(int(qos.get("traffic_class", 106)))
+    elif kind == "efa":
+        # "FI_PROVIDER="efa" - specifies the fabric interface provider. This must be set to
+        # "efa"" (AWS, Get started with EFA and NCCL, base AMI:
+        # https://github.com/awsdocs/amazon-ec2-user-guide/blob/master/doc_source/efa-start-nccl-base.md).
+        settings["FI_PROVIDER"] = "efa"
+        if efa_device_rdma(profile):
+            settings["FI_EFA_USE_DEVICE_RDMA"] = "1"
+    else:
+        # "Define and set to 1 to disable the use of InfiniBand Verbs for communication (and
+        # force another method, e.g. IP sockets)" (NCCL_IB_DISABLE,
+        # https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html).
+        settings["NCCL_IB_DISABLE"] = "1"
+    return settings
+
+
+def parse_nccl_conf(text: str) -> dict[str, str]:
+    """``KEY=VALUE`` lines of an nccl.conf as NCCL reads them: comment lines skipped, the value
+    everything after the first ``=`` (``=mlx5_0:1`` keeps its leading ``=``)."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        out[key.strip()] = value.strip()
+    return out

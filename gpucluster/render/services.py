@@ -1,0 +1,29 @@
+"""The systemd services a node's roles must leave running: what GC-SYS-003 checks, per node.
+
+A function of the node's inventory groups and hardware profile, so the roles that start the
+services and the check that expects them read one answer (filter
+``gpucluster.cluster.required_services``, called with ``group_names`` and the node's profile).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# common: sshd, chrony (time), nftables (firewall); monitoring: node_exporter.
+BASE_SERVICES = ("ssh", "chrony", "nftables", "prometheus-node-exporter")
+# nvidia_driver on GPU nodes: the persistence daemon; the fabric manager where the profile's
+# GPUs sit on NVSwitch and need it (profile gpu.fabric_manager).
+GPU_SERVICES = ("nvidia-persistenced", "nvidia-fabricmanager")
+ALL_SERVICES = BASE_SERVICES + GPU_SERVICES
+
+
+def required_services(groups: Sequence[str], profile: Mapping[str, Any]) -> list[str]:
+    """The services a node in ``groups`` with ``profile`` must run, in ALL_SERVICES order."""
+    services = list(BASE_SERVICES)
+    gpu = profile.get("gpu") or {}
+    if "gpu" in groups and int(gpu.get("count", 0)) > 0:
+        services.append("nvidia-persistenced")
+        if gpu.get("fabric_manager"):
+            services.append("nvidia-fabricmanager")
+    return services

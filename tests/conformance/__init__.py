@@ -1,0 +1,1 @@
+"""The conformance checks; installed, this package is ``gpucluster.suite`` (see pyproject.toml)."""

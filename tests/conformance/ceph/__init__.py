@@ -1,0 +1,1 @@
+"""Ceph checks (GC-CEPH)."""

@@ -1,0 +1,1 @@
+"""Kubernetes checks (GC-K8S), run from the controller with kubectl."""

@@ -1,0 +1,184 @@
+"""The suite's pytest plugin run for real: every check that runs is counted, cluster-level ones
+included, and junit.xml is pytest's own with each check's ID, node and figures as properties.
+
+The SSH client is the stand-in of tests/unit/cli/fakessh.py (every node answers, on this machine);
+kubectl is a stand-in too, for a cluster whose nodes never became Ready.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from gpucluster.conformance.verdict import CLUSTER
+
+REPO = Path(__file__).resolve().parents[3]
+SUITE = REPO / "tests" / "conformance"
+GOLDEN = REPO / "tests" / "golden" / "inventory" / "lab.yml"
+
+SYNTHETIC_CONFTEST = 'pytest_plugins = ["gpucluster.conformance.plugin"]\n'
+SYNTHETIC_CHECKS = '''
+import pytest
+
+
+@pytest.mark.check("GC-OS-001")
+def test_every_node_passes(node):
+    """Every node MUST pass."""
+    node.figure("mtu", 9000)
+
+
+@pytest.mark.check("GC-K8S-001")
+def test_the_cluster_fails(inventory):
+    """The cluster MUST pass."""
+    assert len(inventory.nodes) == 0, "not Ready or not registered: every node"
+
+
+@pytest.mark.check("GC-K8S-003")
+def test_a_cluster_check_that_skips():
+    """Skipped: nothing to check."""
+    pytest.skip("no GPU node")
+'''
+
+# kubectl for a cluster whose API answers but none of whose nodes registered.
+FAKE_KUBECTL = """#!/bin/sh
+case "$*" in
+  *" get nodes "*) echo '{"items": []}' ;;
+  *" get node "*) echo '{"status": {"allocatable": {}}}' ;;
+esac
+exit 0
+"""
+
+
+def _pytest(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider",
+                           "-p", "no:hypothesispytest"], capture_output=True, text=True, cwd=cwd, timeout=180,
+                          check=False, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def _synthetic_suite(tmp_path: Path) -> Path:
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(SYNTHETIC_CONFTEST)
+    (suite / "test_synthetic.py").write_text(textwrap.dedent(SYNTHETIC_CHECKS))
+    return suite
+
+
+def _testcases(junit: Path) -> list[ET.Element]:
+    return list(ET.parse(junit).getroot().iter("testcase"))
+
+
+def _props(case: ET.Element) -> dict[str, str]:
+    return {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+
+
+def test_a_failed_cluster_level_check_fails_the_run_beside_passing_nodes(tmp_path: Path, ssh_stub: Path) -> None:
+    suite = _synthetic_suite(tmp_path)
+    run = tmp_path / "run"
+    out = _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(GOLDEN), "--run-dir", str(run)], tmp_path)
+    data = json.loads((run / "results.json").read_text())
+    verdicts = {v["node"]: v for v in data["verdicts"]}
+    nodes = [n for n in verdicts if n != CLUSTER]
+    # Every node passed its own check; the cluster row alone fails the run.
+    assert nodes and all(verdicts[n]["verdict"] == "pass" for n in nodes), out.stdout[-3000:]
+    assert verdicts[CLUSTER]["verdict"] == "fail"
+    assert [f["check"] for f in verdicts[CLUSTER]["failed"]] == ["GC-K8S-001"]
+    assert [s["check"] for s in verdicts[CLUSTER]["skipped"]] == ["GC-K8S-003"]
+    assert data["exit_code"] == 1
+    # Every test pytest ran is in every report: one per node for the node check, one per cluster check.
+    assert len(data["results"]) == len(nodes) + 2
+    assert len(_testcases(run / "junit.xml")) == len(data["results"])
+    assert re.search(rf"^\| {re.escape(CLUSTER)} \| FAIL \|", (run / "summary.md").read_text(), re.M)
+    assert re.search(rf"^{re.escape(CLUSTER)}\s+FAIL\s+0 passed, 1 failed, 1 skipped", out.stdout, re.M)
+    # The failure is one line above the table: check, node, cause, and where its log is.
+    assert re.search(rf"^FAIL GC-K8S-001 on {re.escape(CLUSTER)}: not Ready or not registered: every node; "
+                     r"log logs/checks/cluster/GC-K8S-001\.log$", out.stdout, re.M)
+
+
+def test_the_real_kubernetes_checks_are_counted_as_the_clusters(tmp_path: Path, ssh_stub: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    kubectl = ssh_stub / "bin" / "kubectl"
+    kubectl.write_text(FAKE_KUBECTL)
+    kubectl.chmod(0o755)
+    kubeconfig = tmp_path / "admin.conf"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    monkeypatch.setenv("GPUCLUSTER_KUBECONFIG", str(kubeconfig))
+    run = tmp_path / "run"
+    out = _pytest([str(SUITE / "kubernetes"), "-c", str(SUITE / "pytest.ini"), "--rootdir", str(SUITE),
+                   "--inventory", str(GOLDEN), "--run-dir", str(run)], tmp_path)
+    data = json.loads((run / "results.json").read_text())
+    mine = {r["check_id"]: r for r in data["results"] if r["node"] == CLUSTER}
+    assert set(mine) == {"GC-K8S-001", "GC-K8S-003", "GC-K8S-004"}
+    assert mine["GC-K8S-001"]["outcome"] == "failed" and "not Ready" in mine["GC-K8S-001"]["message"]
+    assert data["exit_code"] == 1 and CLUSTER in {v["node"] for v in data["verdicts"]}
+    # pytest's summary line counts what ran; results.json and junit.xml hold as many.
+    counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error)", out.stdout)}
+    assert counts.get("failed") and sum(counts.values()) == len(data["results"]) == len(_testcases(run / "junit.xml"))
+
+    # junit.xml is pytest's: a suite with timestamp and hostname, cases with the check's properties.
+    root = ET.parse(run / "junit.xml").getroot()
+    suite = next(root.iter("testsuite"))
+    assert suite.get("name") == "gpucluster-conformance" and suite.get("timestamp") and suite.get("hostname")
+    cases = {c.get("name"): c for c in _testcases(run / "junit.xml")}
+    ready = cases["test_every_node_ready"]
+    assert _props(ready)["check_id"] == "GC-K8S-001" and _props(ready)["node"] == CLUSTER
+    failure = ready.find("failure")
+    assert failure is not None and failure.get("type") == "AssertionError" and "not Ready" in failure.get("message", "")
+    per_node = [c for name, c in cases.items() if name.startswith("test_allocatable_gpus_equal_profile[")]
+    assert per_node and all(_props(c)["node"] in c.get("name", "") for c in per_node)
+
+
+def test_node_figures_reach_junit_as_json(tmp_path: Path, ssh_stub: Path) -> None:
+    suite = _synthetic_suite(tmp_path)
+    run = tmp_path / "run"
+    _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(GOLDEN), "--run-dir", str(run),
+             "-k", "every_node", "-o", "junit_family=xunit1"], tmp_path)
+    cases = _testcases(run / "junit.xml")
+    assert cases and all(json.loads(_props(c)["figures"]) == {"mtu": 9000} for c in cases)
+    data = json.loads((run / "results.json").read_text())
+    assert all(r["figures"] == {"mtu": 9000} for r in data["results"])
+
+
+def test_checks_selects_by_id_or_pattern_and_refuses_a_pattern_matching_nothing(
+        tmp_path: Path, ssh_stub: Path) -> None:
+    suite = _synthetic_suite(tmp_path)
+    run = tmp_path / "run"
+    _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(GOLDEN), "--run-dir", str(run),
+             "--checks", "GC-K8S-*"], tmp_path)
+    ran = {r["check_id"] for r in json.loads((run / "results.json").read_text())["results"]}
+    assert ran == {"GC-K8S-001", "GC-K8S-003"}
+    bad = _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(GOLDEN), "--run-dir",
+                   str(tmp_path / "run2"), "--checks", "GC-NOPE-*"], tmp_path)
+    assert bad.returncode != 0 and "GC-NOPE-* matches no check ID" in bad.stdout + bad.stderr
+
+
+def test_rerun_failed_takes_the_checks_and_nodes_that_failed_last(tmp_path: Path) -> None:
+    from gpucluster import verify
+    from gpucluster.errors import InputError
+
+    runs_dir = tmp_path / "runs"
+    with pytest.raises(InputError, match="no earlier verify run"):
+        verify.last_failures(runs_dir)
+    older = runs_dir / "20261101T000000Z-aaaaaa-verify"
+    newer = runs_dir / "20261102T000000Z-bbbbbb-verify"
+    for folder, results in (
+        (older, [{"node": "gpu-9", "check_id": "GC-OS-001", "outcome": "failed"}]),
+        (newer, [{"node": "gpu-1", "check_id": "GC-AR-002", "outcome": "failed"},
+                 {"node": "gpu-2", "check_id": "GC-AR-002", "outcome": "passed"},
+                 {"node": "gpu-2", "check_id": "GC-GPU-005", "outcome": "error"},
+                 {"node": CLUSTER, "check_id": "GC-K8S-001", "outcome": "failed"}]),
+    ):
+        folder.mkdir(parents=True)
+        (folder / "results.json").write_text(json.dumps({"results": results}))
+    assert verify.last_failures(runs_dir) == (("GC-AR-002", "GC-GPU-005", "GC-K8S-001"), ("gpu-1", "gpu-2"))
+    (newer / "results.json").write_text(json.dumps({"results": [{"node": "gpu-1", "check_id": "GC-OS-001",
+                                                                 "outcome": "passed"}]}))
+    with pytest.raises(InputError, match="nothing failed"):
+        verify.last_failures(runs_dir)

@@ -1,0 +1,129 @@
+"""The inventory's cross-field rules live in the model (gpucluster/inventory_model.py); the validate
+play keeps only what Ansible alone sees, and runs for real here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucluster.errors import InputError
+from gpucluster.inventory import SCHEMA_VERSION, dump_inventory, parse_inventory_text
+from gpucluster.inventory_model import BOM_KEYS, validate_inventory
+
+REPO = Path(__file__).resolve().parents[3]
+GOLDEN = REPO / "tests" / "golden" / "inventory"
+PLAY = REPO / "playbooks" / "validate-inventory.yml"
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+
+def _golden(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = parse_inventory_text((GOLDEN / f"{name}.yml").read_text())
+    return data
+
+
+def _problems(data: dict[str, Any]) -> list[str]:
+    with pytest.raises(InputError) as err:
+        validate_inventory(data, "inv.yml")
+    return list(err.value.problems)
+
+
+@pytest.mark.parametrize("name", ["lab", "aws-h100", "onprem-h100-ib", "onprem-h100-roce"])
+def test_every_golden_inventory_passes(name: str) -> None:
+    validate_inventory(_golden(name), name)
+
+
+def test_an_infiniband_fabric_a_cloud_manages_needs_no_subnet_manager_of_its_own() -> None:
+    data = _golden("onprem-h100-ib")
+    data["all"]["vars"]["gpucluster_fabric"]["subnet_managers"] = []
+    validate_inventory(data, "inv.yml")
+
+
+def _fabric(change: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+    return lambda root: change(root["vars"]["gpucluster_fabric"])
+
+
+CASES: list[tuple[str, str, Callable[[dict[str, Any]], Any], str]] = [
+    ("lab", "bom", lambda r: r["vars"]["gpucluster_bom"].pop("nccl"), "all.vars.gpucluster_bom: no nccl"),
+    ("lab", "type", _fabric(lambda f: f.update(type="omnipath")), "all.vars.gpucluster_fabric.type: 'omnipath'"),
+    ("lab", "mtu", _fabric(lambda f: f.update(mtu=576)), "all.vars.gpucluster_fabric.mtu: 576"),
+    ("lab", "cidr", _fabric(lambda f: f.update(fabric_cidr="10.77.1.0")), "fabric_cidr: '10.77.1.0' is not"),
+    ("onprem-h100-ib", "stranger", _fabric(lambda f: f.update(subnet_managers=["ghost"])),
+     "subnet_managers: ghost not in all.hosts"),
+    ("onprem-h100-roce", "roce qos", _fabric(lambda f: f.update(roce_qos=None)), "a RoCE fabric needs its QoS"),
+    ("lab", "same address", lambda r: r["hosts"]["gpu-2"].update(gpucluster_management_ip="10.77.0.10"),
+     "all.hosts.gpu-2.gpucluster_management_ip: 10.77.0.10 is also gpu-1's"),
+]
+
+
+@pytest.mark.parametrize(("name", "case", "damage", "expected"), CASES, ids=[c[1] for c in CASES])
+def test_each_rule_names_its_problem(name: str, case: str, damage: Callable[[dict[str, Any]], Any],
+                                     expected: str) -> None:
+    data = _golden(name)
+    damage(data["all"])
+    assert any(expected in p for p in _problems(data)), _problems(data)
+
+
+def test_rule_and_type_problems_come_together() -> None:
+    data = _golden("lab")
+    data["all"]["vars"]["gpucluster_bom"] = {k: v for k, v in data["all"]["vars"]["gpucluster_bom"].items()
+                                             if k not in BOM_KEYS[:2]}
+    data["all"]["hosts"]["gpu-1"]["ansible_port"] = "22"
+    text = "\n".join(_problems(data))
+    assert "no nvidia_driver, cuda" in text and "all.hosts.gpu-1.ansible_port" in text
+
+
+# --- the validate play: what only Ansible sees ------------------------------------------------
+
+
+def test_the_play_reads_the_schema_the_writer_writes() -> None:
+    play = yaml.safe_load(PLAY.read_text())
+    assert len(play) == 1 and play[0]["hosts"] == "localhost"
+    assert play[0]["vars"]["__validate_schema"] == SCHEMA_VERSION
+
+
+def test_site_validates_first() -> None:
+    site = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
+    assert site[0]["ansible.builtin.import_playbook"] == "validate-inventory.yml"
+
+
+def _play(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    if not ANSIBLE_PLAYBOOK.is_file():
+        pytest.skip("ansible-playbook is not installed in this environment")
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(dump_inventory(_golden("lab")))
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_DEPRECATION_WARNINGS": "0",
+           "NO_COLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "0", "ANSIBLE_PYTHON_INTERPRETER": sys.executable}
+    return subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(inventory), *args, str(PLAY)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_play_passes_on_an_inventory_the_writer_wrote(tmp_path: Path) -> None:
+    proc = _play(tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    proc = _play(tmp_path, "-e", "gpucluster_heavy_packages=true")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_the_play_refuses_a_host_from_another_inventory_source(tmp_path: Path) -> None:
+    other = tmp_path / "other.ini"
+    other.write_text("stray-1 ansible_host=192.0.2.9\n")
+    proc = _play(tmp_path, "-i", str(other))
+    assert proc.returncode != 0
+    assert "stray-1: not a node of cluster lab" in proc.stdout
+
+
+def test_the_play_refuses_an_overridden_schema(tmp_path: Path) -> None:
+    proc = _play(tmp_path, "-e", "gpucluster_inventory_schema=1")
+    assert proc.returncode != 0 and "gpucluster_inventory_schema is 1, not 2" in proc.stdout
+
+
+def test_the_play_refuses_heavy_packages_that_are_no_boolean(tmp_path: Path) -> None:
+    proc = _play(tmp_path, "-e", "gpucluster_heavy_packages=maybe")
+    assert proc.returncode != 0 and "gpucluster_heavy_packages is maybe: pass true or false" in proc.stdout

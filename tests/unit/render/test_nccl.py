@@ -1,0 +1,136 @@
+"""gpucluster.render.nccl: NCCL's settings per fabric, and NCCL_IB_HCA's exact-match form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpucluster.render.nccl import (
+    EFA_RDMA_READ_INSTANCE_TYPES,
+    NCCL_CONF_PATH,
+    compute_hcas,
+    ib_hca_value,
+    nccl_settings,
+    parse_nccl_conf,
+    socket_ifname_value,
+)
+from gpucluster.spec.loader import load_profiles
+
+
+def _profile(hcas: int, aws: str | None = None) -> dict[str, Any]:
+    return {"hca": {"count": hcas, "rate_gbps": 400}, "instance_types": {"aws": aws}}
+
+
+def _fabric(kind: str, **extra: Any) -> dict[str, Any]:
+    return {"type": kind, "mtu": 4092, "ib_timeout": 20, "gid_index": None, "roce_qos": None,
+            "socket_ifname": None, **extra}
+
+
+def _selects(value: str, device: str, port: int = 1) -> bool:
+    """Whether NCCL_IB_HCA=``value`` selects ``device`` port ``port``, by the rules NCCL documents:
+    a leading ``=`` makes each token an exact name, otherwise a prefix; ``:n`` names a port
+    (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-ib-hca)."""
+    exact = value.startswith("=")
+    for token in value.removeprefix("=").split(","):
+        name, _, want_port = token.partition(":")
+        if (device == name if exact else device.startswith(name)) and (not want_port or int(want_port) == port):
+            return True
+    return False
+
+
+def test_ib_hca_names_each_rail_exactly_so_mlx5_1_is_not_mlx5_10() -> None:
+    value = nccl_settings(_fabric("infiniband"), _profile(2), "ib0")["NCCL_IB_HCA"]
+    assert value == "=mlx5_0:1,mlx5_1:1"
+    assert _selects(value, "mlx5_1") and _selects(value, "mlx5_0")
+    assert not _selects(value, "mlx5_10") and not _selects(value, "mlx5_11")
+    # Without the "=", the same list would also take mlx5_10 (what NCCL's documentation warns of).
+    assert _selects(value.removeprefix("="), "mlx5_10")
+
+
+def test_twelve_rails_list_each_once_and_nothing_else() -> None:
+    value = ib_hca_value(compute_hcas(_profile(12)))
+    devices = [f"mlx5_{i}" for i in range(16)]
+    assert [d for d in devices if _selects(value, d)] == devices[:12]
+    assert not _selects(value, "mlx5_1", port=2)
+
+
+def test_infiniband() -> None:
+    assert nccl_settings(_fabric("infiniband"), _profile(8), "ib0") == {
+        "NCCL_SOCKET_IFNAME": "=ib0",
+        "NCCL_IB_HCA": "=" + ",".join(f"mlx5_{i}:1" for i in range(8)),
+        "NCCL_IB_TIMEOUT": "20",
+    }
+
+
+def test_roce_adds_gid_index_and_traffic_class() -> None:
+    fabric = _fabric("roce", gid_index=3, roce_qos={"dscp_trust": True, "pfc_priority": 3, "ecn": True,
+                                                     "traffic_class": 106})
+    got = nccl_settings(fabric, _profile(2), "ens1f0np0")
+    assert got == {"NCCL_SOCKET_IFNAME": "=ens1f0np0", "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1",
+                   "NCCL_IB_TIMEOUT": "20", "NCCL_IB_GID_INDEX": "3", "NCCL_IB_TC": "106"}
+
+
+def test_efa_uses_the_plugin_not_the_ib_transport() -> None:
+    got = nccl_settings(_fabric("efa"), _profile(8, aws="p5.48xlarge"), None)
+    assert got == {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}
+    assert not any(k.startswith("NCCL_IB_") for k in got)
+
+
+def test_efa_device_rdma_only_where_the_instance_has_rdma_read() -> None:
+    # g5: "RDMA read support: No" in AWS's EFA instance table; setting the variable there aborts.
+    got = nccl_settings(_fabric("efa"), _profile(0, aws="g5.48xlarge"), "ens32")
+    assert got == {"NCCL_SOCKET_IFNAME": "=ens32", "FI_PROVIDER": "efa"}
+    assert {"p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge"} <= EFA_RDMA_READ_INSTANCE_TYPES
+
+
+def test_every_gpu_profile_on_aws_gets_device_rdma() -> None:
+    """The AWS instance types of the GPU profiles (p4de, p5, p5e, g6e) all have EFA RDMA read."""
+    for profile in load_profiles().values():
+        aws = profile.instance_types.get("aws")
+        if aws and profile.gpu.count:
+            assert aws in EFA_RDMA_READ_INSTANCE_TYPES, f"{profile.name}: {aws}"
+
+
+def test_ethernet_disables_ib_and_pins_the_socket_interface() -> None:
+    assert nccl_settings(_fabric("ethernet"), _profile(0), "fab0") == {
+        "NCCL_SOCKET_IFNAME": "=fab0", "NCCL_IB_DISABLE": "1"}
+
+
+def test_the_spec_socket_ifname_wins_over_the_node_interface() -> None:
+    got = nccl_settings(_fabric("ethernet", socket_ifname="bond0"), _profile(0), "fab0")
+    assert got["NCCL_SOCKET_IFNAME"] == "=bond0"
+
+
+def test_no_interface_known_leaves_nccl_to_choose() -> None:
+    assert "NCCL_SOCKET_IFNAME" not in nccl_settings(_fabric("ethernet"), _profile(0), None)
+    assert "NCCL_SOCKET_IFNAME" not in nccl_settings(_fabric("ethernet"), _profile(0), "")
+
+
+@pytest.mark.parametrize(("fabric", "profile", "iface", "message"), [
+    (_fabric("omnipath"), _profile(1), "ib0", "fabric type 'omnipath'"),
+    (_fabric("infiniband"), _profile(1), "ib0; rm -rf /", "not an interface name"),
+])
+def test_bad_input_is_refused(fabric: dict[str, Any], profile: dict[str, Any], iface: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        nccl_settings(fabric, profile, iface)
+
+
+def test_bad_device_names_and_ports_are_refused() -> None:
+    with pytest.raises(ValueError, match="not an RDMA device"):
+        ib_hca_value(["mlx5_0,mlx5_1"])
+    with pytest.raises(ValueError, match="at least one"):
+        ib_hca_value([])
+    with pytest.raises(ValueError, match="not an HCA port"):
+        ib_hca_value(["mlx5_0"], port=0)
+    with pytest.raises(ValueError, match="not an interface"):
+        socket_ifname_value("=ib0")
+
+
+def test_parse_keeps_the_exact_match_prefix() -> None:
+    text = "#\n# managed\n#\nNCCL_IB_HCA==mlx5_0:1\n\nNCCL_SOCKET_IFNAME==ib0\nnot a setting\n"
+    assert parse_nccl_conf(text) == {"NCCL_IB_HCA": "=mlx5_0:1", "NCCL_SOCKET_IFNAME": "=ib0"}
+
+
+def test_the_conf_path_is_nccls() -> None:
+    assert NCCL_CONF_PATH == "/etc/nccl.conf"

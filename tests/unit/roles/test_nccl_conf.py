@@ -1,0 +1,170 @@
+"""The nccl role's /etc/nccl.conf and conformance check GC-NET-006 agree on every example stack.
+
+For each GPU node of every ``Pulumi.*.yaml`` at the repository root, the role's template is
+rendered the way Ansible renders it (the role's defaults resolved against the node's inventory
+variables, the collection's filter called by its fully qualified name), and the check's own body
+(tests/conformance/test_fabric.py::test_nccl_conf) is run against a node whose /etc/nccl.conf
+is that rendering: the check must pass. The inventory is built by the project's hand-off
+(build_outputs -> build_inventory -> the inventory file's text), as tests/unit/inventory does.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pytest
+import yaml
+
+from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, parse_inventory
+from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
+from gpucluster.outputs import StackOutputs, build_outputs
+from gpucluster.render import nccl as render_nccl
+from gpucluster.spec import load_spec
+from tests.unit.loading import load_file
+from tests.unit.roles.render import ANSIBLE_MANAGED, REPO, ROLES, TEXT, host_context, role_vars
+
+FILTERS = REPO / "collections" / "ansible_collections" / "gpucluster" / "cluster" / "plugins" / "filter"
+STACKS = sorted(REPO.glob("Pulumi.*.yaml"))
+# The fabric interface each target exports for its GPU nodes (stacks/targets/*.py: the lab's
+# fab0, ib0 on Azure's and bare metal's InfiniBand, none on AWS and OCI), and a named one for
+# the fabrics whose target exports none, so both branches of NCCL_SOCKET_IFNAME are rendered.
+INTERFACES = {"ethernet": ("fab0",), "infiniband": ("ib0",), "roce": (None, "ens1f0np0"), "efa": (None, "ens32")}
+
+
+def _env() -> jinja2.Environment:
+    env = TEXT.overlay()
+    plugin = load_file(FILTERS / "render.py", "gpucluster_cluster_render_filters")
+    env.filters = {**TEXT.filters, **{f"gpucluster.cluster.{k}": v for k, v in plugin.FilterModule().filters().items()}}
+    return env
+
+
+ENV = _env()
+with warnings.catch_warnings():
+    # The suite's markers (check, gpu) are registered by its own conftest, not loaded here.
+    warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+    CHECK = load_file(REPO / "tests" / "conformance" / "test_fabric.py", "gpucluster_conformance_test_fabric")
+
+
+@dataclass
+class _Result:
+    rc: int
+    stdout: str
+    stderr: str = ""
+
+
+@dataclass
+class _Node:
+    """The part of the conformance suite's ``node`` fixture GC-NET-006 uses, with one file on it."""
+
+    info: NodeInfo
+    inv: ClusterInventory
+    files: dict[str, str]
+
+    def run(self, command: str) -> _Result:
+        path = command.removeprefix("cat ")
+        if path in self.files:
+            return _Result(0, self.files[path])
+        return _Result(1, "", f"cat: {path}: No such file or directory")
+
+
+def _inventory(stack: Path, interface: str | None) -> dict[str, Any]:
+    cluster = load_spec(stack)
+    outputs = StackOutputs.model_validate(build_outputs(cluster, ssh_user="root", fabric_interface=interface))
+    data: dict[str, Any] = parse_inventory_text(dump_inventory(build_inventory(cluster, outputs)))
+    return data
+
+
+def _cases() -> list[Any]:
+    out = []
+    for stack in STACKS:
+        kind = yaml.safe_load(stack.read_text())["config"]["gpucluster:fabric"]["type"]
+        for interface in INTERFACES[kind]:
+            out.append(pytest.param(stack, interface, id=f"{stack.stem.removeprefix('Pulumi.')}-{interface}"))
+    return out
+
+
+def render_nccl_conf(data: dict[str, Any], host: str) -> str:
+    variables = role_vars("nccl", host_context(data, host))
+    source = (ROLES / "nccl" / "templates" / "nccl.conf.j2").read_text()
+    return ENV.from_string(source).render(variables)
+
+
+def test_every_stack_is_covered() -> None:
+    kinds = {yaml.safe_load(s.read_text())["config"]["gpucluster:fabric"]["type"] for s in STACKS}
+    assert kinds == set(render_nccl.FABRIC_TYPES), kinds
+
+
+@pytest.mark.parametrize(("stack", "interface"), _cases())
+def test_the_check_expects_what_the_role_writes(stack: Path, interface: str | None) -> None:
+    data = _inventory(stack, interface)
+    inv = parse_inventory(data, str(stack))
+    gpu_nodes = inv.in_groups(("gpu",))
+    assert gpu_nodes
+    for info in gpu_nodes:
+        text = render_nccl_conf(data, info.name)
+        assert text.startswith(f"#\n# {ANSIBLE_MANAGED}\n#\n")
+        assert "{{" not in text and "{%" not in text
+        settings = [line for line in text.splitlines() if line and not line.startswith("#")]
+        want = render_nccl.nccl_settings(inv.fabric, info.profile, info.fabric_interface)
+        assert settings == [f"{k}={v}" for k, v in want.items()], info.name
+        CHECK.test_nccl_conf(_Node(info, inv, {render_nccl.NCCL_CONF_PATH: text}))
+
+
+def test_the_check_fails_on_the_settings_the_role_used_to_write() -> None:
+    """A node keeping the old file (prefix-matched HCAs, NCCL_NET_GDR_LEVEL on EFA) fails GC-NET-006."""
+    for stack, old in (
+        ("Pulumi.onprem-h100-ib.yaml", "NCCL_SOCKET_IFNAME=ib0\nNCCL_IB_HCA=mlx5_0,mlx5_1\nNCCL_IB_TIMEOUT=20\n"),
+        ("Pulumi.aws-h100.yaml", "NCCL_NET_GDR_LEVEL=PHB\n"),
+    ):
+        data = _inventory(REPO / stack, None)
+        inv = parse_inventory(data, stack)
+        info = inv.in_groups(("gpu",))[0]
+        with pytest.raises(AssertionError, match="expected"):
+            CHECK.test_nccl_conf(_Node(info, inv, {render_nccl.NCCL_CONF_PATH: old}))
+
+
+def test_a_missing_file_fails_the_check() -> None:
+    data = _inventory(REPO / "Pulumi.lab.yaml", "fab0")
+    inv = parse_inventory(data, "lab")
+    with pytest.raises(AssertionError, match="missing"):
+        CHECK.test_nccl_conf(_Node(inv.node("gpu-1"), inv, {}))
+
+
+def test_the_lab_gets_the_socket_transport_on_its_fabric_interface() -> None:
+    data = _inventory(REPO / "Pulumi.lab.yaml", "fab0")
+    for host in ("gpu-1", "gpu-2"):
+        conf = render_nccl.parse_nccl_conf(render_nccl_conf(data, host))
+        assert conf == {"NCCL_SOCKET_IFNAME": "=fab0", "NCCL_IB_DISABLE": "1"}
+
+
+def test_ib_and_roce_name_the_compute_rails_exactly() -> None:
+    """h100-sxm-8 lists 8 HCAs; the profiles carry no storage NICs, so all 8 are compute rails."""
+    rails = "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
+    for stack in ("Pulumi.onprem-h100-ib.yaml", "Pulumi.onprem-h100-roce.yaml", "Pulumi.azure-h100.yaml",
+                  "Pulumi.oci-h100.yaml"):
+        data = _inventory(REPO / stack, None)
+        host = next(iter(data["all"]["children"]["gpu"]["hosts"]))
+        assert render_nccl.parse_nccl_conf(render_nccl_conf(data, host))["NCCL_IB_HCA"] == rails
+
+
+def test_efa_writes_the_provider_and_device_rdma() -> None:
+    data = _inventory(REPO / "Pulumi.aws-h100.yaml", None)
+    conf = render_nccl.parse_nccl_conf(render_nccl_conf(data, "gpu-1"))
+    assert conf == {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}
+
+
+def test_the_role_writes_where_nccl_reads() -> None:
+    internal = yaml.safe_load((ROLES / "nccl" / "vars" / "main.yml").read_text())
+    assert internal["__nccl_conf_path"] == render_nccl.NCCL_CONF_PATH
+    task = yaml.safe_load((ROLES / "nccl" / "tasks" / "configure.yml").read_text())[0]
+    assert task["ansible.builtin.template"]["src"] == "nccl.conf.j2"
+    assert task["ansible.builtin.template"]["dest"] == "{{ __nccl_conf_path }}"
+
+
+def test_the_filter_is_the_renderer() -> None:
+    plugin = load_file(FILTERS / "render.py", "gpucluster_cluster_render_filters_identity")
+    assert plugin.FilterModule().filters()["nccl_settings"] is render_nccl.nccl_settings
