@@ -130,6 +130,8 @@ class ConvergeOptions:
     debug_no_log: bool = False
     # Run over Mitogen's linear strategy instead of the stock one (opt-in; gpucluster/mitogen.py).
     mitogen: bool = False
+    # One line per host for each skipped task, instead of one line per task naming the hosts.
+    show_skipped: bool = False
 
 
 @dataclass
@@ -244,7 +246,7 @@ class Progress:
                "runner_on_skipped": "skipped", "runner_on_async_failed": "failures"}
 
     def __init__(self, out: TextIO, events: TextIO | runs.RunFile, log: TextIO | runs.RunFile, *,
-                 show_skipped: bool = True) -> None:
+                 show_skipped: bool = False) -> None:
         self.out = out
         self.events = events
         self.log = log
@@ -254,6 +256,8 @@ class Progress:
         self.stats: dict[str, Any] | None = None
         # Counted from the events as they come: the recap of a run that ends before its own.
         self.counted: dict[str, dict[str, int]] = {}
+        # Hosts that skipped the task now running, printed as one line when the next one starts.
+        self._skipped_here: list[str] = []
 
     def __call__(self, event: dict[str, Any]) -> bool:
         self.events.write(json.dumps(event, default=str, sort_keys=True) + "\n")
@@ -262,8 +266,14 @@ class Progress:
             self.log.write(text + "\n")
         kind = event.get("event", "")
         data = event.get("event_data") or {}
+        if kind in ("playbook_on_play_start", "playbook_on_task_start", "playbook_on_stats"):
+            self._flush_skipped()
         if kind == "playbook_on_play_start":
             self._line(f"PLAY {data.get('play', '')}")
+        elif kind == "playbook_on_task_start":
+            # Each task says when it starts, with its role: a long one is visible while it runs.
+            role = str(data.get("role") or "").strip()
+            self._line(f"TASK {role + ' : ' if role else ''}{str(data.get('task', '')).strip()}")
         elif kind == "playbook_on_stats":
             self.stats = data
         elif kind in self._STATES:
@@ -287,6 +297,13 @@ class Progress:
             changed = self.counted.setdefault("changed", {})
             changed[host] = changed.get(host, 0) + 1
 
+    def _flush_skipped(self) -> None:
+        if self._skipped_here:
+            hosts = self._skipped_here
+            shown = ", ".join(hosts[:6]) + (f" and {len(hosts) - 6} more" if len(hosts) > 6 else "")
+            self._line(f"{'':<16} {'skipped':<11} on {len(hosts)} host(s): {shown}")
+            self._skipped_here = []
+
     def _line(self, text: str) -> None:
         elapsed = time.monotonic() - self.started
         self.out.write(f"[{elapsed:7.1f}s] {text}\n")
@@ -300,6 +317,7 @@ class Progress:
         if state == "ok" and res.get("changed"):
             state = "changed"
         if state == "skipped" and not self.show_skipped:
+            self._skipped_here.append(host)
             return
         detail = ""
         if state in ("FAILED", "UNREACHABLE"):
@@ -475,7 +493,7 @@ def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[.
     started = time.monotonic()
     with runs.RunFile(run_dir / "events.jsonl") as events, runs.RunFile(run_dir / "converge.log") as log, \
             runs.Interrupts() as stops:
-        progress = Progress(progress_out, events, log)
+        progress = Progress(progress_out, events, log, show_skipped=options.show_skipped)
         progress._line(f"converge {options.playbook.name} on {options.inventory}"
                        f"{' --check' if options.check else ''}{' --limit ' + options.limit if options.limit else ''}"
                        f" (run folder {run_dir})")

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpucluster import hostkeys, runs
-from gpucluster.conformance import publish
+from gpucluster.conformance import progress, publish
 from gpucluster.conformance.nodes import ClusterInventory, load_inventory
 from gpucluster.conformance.remote import RUN_ID_ENV, SshRemote, cleanup_nodes, write_ssh_config
 from gpucluster.conformance.reports import JUNIT_XML, RESULTS_JSON, Report, console_lines, write_all
@@ -77,11 +77,11 @@ def inventory_for_stack(stack: str | Path) -> Path:
     return paths.existing_inventory(paths.resolve(stack))
 
 
-def default_run_dir() -> Path:
+def default_run_dir(runs_dir: Path | None = None) -> Path:
     """A new run folder under ``runs/``, this run's alone (see :func:`gpucluster.runs.new_run_dir`)."""
     from gpucluster import paths
 
-    return runs.new_run_dir(paths.RUNS_DIR, "verify")
+    return runs.new_run_dir(runs_dir or paths.RUNS_DIR, "verify")
 
 
 def bytecode_env(env: dict[str, str]) -> dict[str, str]:
@@ -101,7 +101,7 @@ def bytecode_env(env: dict[str, str]) -> dict[str, str]:
 
 def pytest_argv(opts: VerifyOptions, inv: ClusterInventory) -> list[str]:
     suite = suite_dir()
-    hosts = len(inv.nodes) if not opts.limit else len(opts.limit)
+    hosts = len(inv.limited(list(opts.limit)).nodes) if opts.limit else len(inv.nodes)
     run_dir = opts.run_dir.resolve()
     # Hypothesis' pytest plugin (installed for the unit tests) costs a second or more of imports
     # in the controller and in every worker; the suite has no use for it. The suite's own
@@ -242,6 +242,8 @@ def _run_suite(opts: VerifyOptions, inv: ClusterInventory, run_id: str) -> Repor
         proc = subprocess.Popen(pytest_argv(opts, inv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=env, cwd=str(opts.run_dir.resolve()), process_group=0)
         stopper.started(proc)
+        # Long measurements say what they measure and their budget: on stderr, so --json keeps stdout.
+        follower = progress.Follower(opts.run_dir, sys.stderr).start()
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -253,6 +255,7 @@ def _run_suite(opts: VerifyOptions, inv: ClusterInventory, run_id: str) -> Repor
                     sys.stderr.write(line)
             rc = proc.wait()
         finally:
+            follower.stop()
             stopper.done.set()
     interrupted = stopper.signals.interrupted or rc == 2
     report = None if rc in (3, 4) and not interrupted else _read_report(results)

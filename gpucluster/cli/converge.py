@@ -26,6 +26,9 @@ DEFAULT_STACK = "Pulumi.lab.yaml"
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "converge",
+        epilog="examples:\n  gpucluster converge --inventory inventory.yml\n"
+               "  gpucluster converge --stack Pulumi.lab.yaml --limit gpu --tags nccl --check",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         help="run the Ansible roles on the cluster's nodes (playbooks/site.yml through ansible-runner)",
         description="Converge every node. Without --inventory, use the inventory of --stack "
                     f"(default {DEFAULT_STACK}) where `gpucluster paths` names it (`gpucluster lab up` "
@@ -55,6 +58,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--mitogen", action="store_true",
                    help="run over Mitogen's linear strategy (faster; opt-in, it follows ansible-core's "
                         "internals; also GPUCLUSTER_MITOGEN=1)")
+    p.add_argument("--show-skipped", action="store_true",
+                   help="print a line per host for each skipped task (default: one line per task naming the hosts)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.set_defaults(func=_converge)
 
@@ -74,6 +79,7 @@ def _converge(args: argparse.Namespace) -> int:
         extra_vars=parse_extra_vars(args.extra_vars),
         debug_no_log=args.debug_no_log,
         mitogen=args.mitogen,
+        show_skipped=args.show_skipped,
     )
     result = converge(options, progress_out=sys.stderr)
     if args.json:

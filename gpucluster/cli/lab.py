@@ -29,7 +29,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
 
     def verb(name: str, help_: str) -> argparse.ArgumentParser:
-        v = verbs.add_parser(name, help=help_)
+        node = " gpu-1 -- uptime" if name == "ssh" else ""
+        v = verbs.add_parser(name, help=help_,
+                             epilog=f"example: sudo .venv/bin/gpucluster lab {name} --stack {DEFAULT_STACK}{node}")
         v.add_argument("--stack", default=DEFAULT_STACK, metavar="STACK_FILE",
                        help=f"the lab's stack file (default {DEFAULT_STACK})")
         return v

@@ -21,6 +21,7 @@ from gpucluster.parsers import PARSERS, NotToolOutput, parse
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "parse",
+        epilog="example: gpucluster parse nccl-tests all_reduce.log --json",
         help="parse a GPU-cluster tool's output and report ok/failed/incomplete",
         description=__doc__.splitlines()[0] if __doc__ else None,
     )

@@ -13,6 +13,7 @@ FIELDS = ("folder", "outputs_file", "inventory_file", "runs_dir", "lab_dir", "la
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("paths", help="where a stack's outputs, inventory, run folders and lab state live",
+                       epilog="example: gpucluster paths --stack Pulumi.aws-h100.yaml inventory_file",
                        description="Name the stack's files (nothing is created or read but the stack file).")
     p.add_argument("--stack", required=True, metavar="STACK_FILE", help="the Pulumi.<stack>.yaml")
     out = p.add_mutually_exclusive_group()

@@ -6,6 +6,7 @@ import argparse
 import json
 from collections import Counter
 
+from gpucluster.cli.spec import stack_args, stack_file
 from gpucluster.errors import EXIT_CHECK_FAILED, EXIT_OK
 from gpucluster.plan import NOT_A_DIFF, Plan, plan_stack
 
@@ -29,9 +30,10 @@ _KEY_PROPS = (
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
-        "plan", help="run the Pulumi program under mocks: resources it would create and the policy results"
+        "plan", help="run the Pulumi program under mocks: resources it would create and the policy results",
+        epilog="example: gpucluster plan --stack Pulumi.aws-h100.yaml --json",
     )
-    parser.add_argument("stack_file", metavar="STACK_FILE")
+    stack_args(parser)
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(func=_plan)
 
@@ -62,7 +64,7 @@ def _print_text(plan: Plan) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    plan = plan_stack(args.stack_file)
+    plan = plan_stack(stack_file(args))
     if args.json:
         print(json.dumps(plan.as_dict(), indent=2, default=str))
     else:

@@ -26,10 +26,13 @@ def register(sub: Any) -> None:
     src.add_argument("--inventory", metavar="FILE", help="inventory written by `gpucluster inventory` or the lab")
     src.add_argument("--stack", metavar="FILE",
                      help="a stack file: the inventory `gpucluster inventory` or `lab up` wrote for it")
-    p.add_argument("--run-dir", metavar="DIR", help="run folder (default: runs/verify-<UTC time>)")
+    p.add_argument("--runs-dir", metavar="DIR",
+                   help="where run folders go, each <UTC time>-<6 hex>-verify (default runs/, as converge)")
+    p.add_argument("--run-dir", metavar="DIR", help="this exact run folder instead of a new one under --runs-dir")
     p.add_argument("--no-burn", action="store_true", help="skip the GPU burn")
     p.add_argument("--burn-seconds", type=int, default=60, metavar="N", help="burn time per precision (default 60)")
-    p.add_argument("--limit", metavar="HOSTS", help="comma-separated host names")
+    p.add_argument("--limit", "-l", metavar="PATTERN",
+                   help="only these hosts or groups, comma-separated (as converge's --limit): gpu-1,storage")
     p.add_argument("--workers", type=int, default=8, metavar="N", help="hosts checked at once (default 8)")
     p.add_argument("--no-publish", action="store_true",
                    help="do not copy each node's Prometheus textfile onto the node (node_exporter's textfile "
@@ -64,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
     if kubeconfig is not None and not kubeconfig.is_file():
         raise InputError(f"--kubeconfig {kubeconfig}: no such file")
-    run_dir = Path(args.run_dir) if args.run_dir else verify.default_run_dir()
+    run_dir = Path(args.run_dir) if args.run_dir else verify.default_run_dir(
+        Path(args.runs_dir) if args.runs_dir else None)
     made = None if args.run_dir else run_dir
     opts = verify.VerifyOptions(
         inventory=inventory,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpucluster.conformance import allreduce_mpi, ib_write_bw, nccl_tests
+from gpucluster.conformance import allreduce_mpi, ib_write_bw, nccl_tests, progress
 from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, judge
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo
 from gpucluster.conformance.pairs import PairResult, PairSearch, find_slow, ring_pairs, rounds
@@ -137,6 +137,9 @@ class Fabric:
             problems = allreduce_mpi.ship_script([self.remote(n) for n in names])
             if problems:
                 return AllReduceRun("mpi-cpu", label, names, 0, status="incomplete", notes=problems)
+        budget = 600.0 if nccl else allreduce_mpi.MpiSettings(sizes=(large,)).timeout_s
+        progress.note(f"all-reduce {label.replace(':', ' ', 1).replace('+', '/')} ({self.engine(nodes)}, sizes up to "
+                      f"{_size(2 * large)})", budget_s=budget)
         key = self._place_key(nodes[0])
         try:
             if nccl:
@@ -225,6 +228,8 @@ class Fabric:
                     floor = min(float(a.floor("ib_write_bw_gbps")), float(b.floor("ib_write_bw_gbps")))
                     per_hca = []
                     for i in range(min(len(hcas[a_name]), len(hcas[b_name]))):
+                        progress.note(f"ib_write_bw {a_name}/{b_name} on {hcas[a_name][i]}",
+                                      budget_s=self.options.ib_seconds + 60)
                         parsed = ib_write_bw.run_pair(self.remote(b_name), self.remote(a_name), str(b.fabric_ip),
                                                       hcas[a_name][i], hcas[b_name][i], self.options.ib_seconds)
                         per_hca.append(parsed)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpucluster.conformance import progress
 from gpucluster.conformance.remote import Remote
 from gpucluster.parsers import parse
 
@@ -63,6 +64,7 @@ def xid_count(remote: Remote) -> int | None:
 def run_gpu_burn(remote: Remote, seconds: int, install_dir: str = DEFAULT_DIR) -> tuple[dict[str, Any], Telemetry, str]:
     """Run gpu-burn (FP32) for ``seconds``; returns the parsed result, telemetry and the raw log."""
     cmd = f"{sampler_command(seconds)} cd {install_dir} && ./gpu_burn {int(seconds)} 2>&1"
+    progress.note(f"gpu-burn on {getattr(remote, 'name', 'a node')} for {int(seconds)} s", budget_s=seconds + 180)
     res = remote.run(cmd, timeout=seconds + 180)
     parsed = parse("gpu-burn", res.stdout)
     tel = parse_samples(remote.run(f"cat {SAMPLES_PATH}", timeout=30).stdout)

@@ -68,10 +68,15 @@ class ClusterInventory:
         return [n for n in self.nodes if set(n.groups) & set(groups)]
 
     def limited(self, names: list[str]) -> ClusterInventory:
-        """Only the named nodes (``--limit``); unknown names are bad input."""
-        unknown = [n for n in names if n not in {x.name for x in self.nodes}]
+        """Only the named nodes (``--limit``), as converge's --limit reads them: host names or
+        inventory groups (``gpu``, ``pool_gpu``), comma- or colon-separated; unknown ones are bad input."""
+        hosts = {x.name for x in self.nodes}
+        items = [i for name in names for i in name.replace(":", ",").split(",") if i]
+        unknown = [i for i in items if i not in hosts and i not in self.groups]
         if unknown:
-            raise InputError(f"--limit: no such host(s) in the inventory: {', '.join(unknown)}", source=self.path)
+            raise InputError(f"--limit: no such host or group in the inventory: {', '.join(unknown)}",
+                             source=self.path)
+        names = sorted({h for i in items for h in ((i,) if i in hosts else self.groups[i]) if h in hosts})
         keep = tuple(n for n in self.nodes if n.name in names)
         groups = {g: tuple(h for h in hs if h in names) for g, hs in self.groups.items()}
         return ClusterInventory(self.path, self.cluster_name, self.target, self.fabric, self.bom, keep, groups,

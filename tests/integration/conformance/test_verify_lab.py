@@ -25,6 +25,10 @@ def verify(lab, tmp_path: Path, name: str) -> tuple[int, dict]:
                  timeout=1200)
     lab.record(f"verify_{name}_s", time.monotonic() - t0)
     assert res.returncode in (0, 1), res.stderr[-2000:]
+    # --json: stdout is the JSON alone; what each long measurement does goes to stderr as it starts.
+    json.loads(res.stdout)
+    assert re.search(r"^verify: all-reduce pair node-\d/node-\d \(mpi-cpu, sizes up to .*\(budget \d+ s\)$",
+                     res.stderr, re.M), res.stderr[-2000:]
     return res.returncode, json.loads((run_dir / "results.json").read_text())
 
 

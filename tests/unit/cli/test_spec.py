@@ -74,3 +74,28 @@ def test_two_different_stacks_or_none_is_exit_2(capsys: pytest.CaptureFixture[st
     assert "two stack files" in capsys.readouterr().err
     assert main(["spec", "validate"]) == 2
     assert "--stack FILE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["plan"], ["preflight"], ["spec", "validate"], ["spec", "show"], ["up"]])
+def test_every_stack_command_takes_stack_and_the_positional_alias(command: list[str]) -> None:
+    from gpucluster.cli import build_parser
+    from gpucluster.cli.spec import stack_file
+
+    parser = build_parser()
+    assert stack_file(parser.parse_args([*command, "--stack", "Pulumi.x.yaml"])) == "Pulumi.x.yaml"
+    assert stack_file(parser.parse_args([*command, "Pulumi.x.yaml"])) == "Pulumi.x.yaml"
+
+
+def test_every_command_shows_an_example_in_its_help() -> None:
+    import argparse
+
+    from gpucluster.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = []
+    for name, cmd in sub.choices.items():
+        verbs = [a for a in cmd._actions if isinstance(a, argparse._SubParsersAction)]
+        leaves = list(verbs[0].choices.items()) if verbs else [(name, cmd)]
+        missing += [leaf for leaf, p in leaves if "example" not in (p.epilog or "")]
+    assert missing == []

@@ -20,7 +20,7 @@ def test_missing_inventory_exits_2(tmp_path, capsys):
 
 def test_unknown_limit_host_exits_2(tmp_path, capsys):
     assert main(["verify", "--inventory", str(GOLDEN), "--limit", "gpu-9", "--run-dir", str(tmp_path / "r")]) == 2
-    assert "no such host(s) in the inventory: gpu-9" in capsys.readouterr().err
+    assert "no such host or group in the inventory: gpu-9" in capsys.readouterr().err
 
 
 def test_non_lab_stack_exits_2(capsys):

@@ -20,8 +20,12 @@ def test_lab_inventory_view():
     assert [n.name for n in inv.in_groups(("storage",))] == ["stor-1"]
     assert len(inv.in_groups(())) == 3
     assert [n.name for n in inv.limited(["gpu-2"]).nodes] == ["gpu-2"]
-    with pytest.raises(InputError, match="no such host"):
+    with pytest.raises(InputError, match="no such host or group in the inventory: nope"):
         inv.limited(["nope"])
+    # As converge's --limit: groups too, comma- or colon-separated.
+    assert [n.name for n in inv.limited(["gpu"]).nodes] == ["gpu-1", "gpu-2"]
+    assert [n.name for n in inv.limited(["stor-1:gpu-2"]).nodes] == ["gpu-2", "stor-1"]
+    assert [n.name for n in inv.limited(["pool_gpu,stor-1"]).nodes] == ["gpu-1", "gpu-2", "stor-1"]
 
 
 def test_bad_inventories_list_every_problem(tmp_path):

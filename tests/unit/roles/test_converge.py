@@ -6,6 +6,7 @@ import errno
 import io
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -138,9 +139,28 @@ def test_converge_writes_events_log_and_summary(tmp_path: Path, inventory_file: 
     text = progress.getvalue()
     assert "gpu-1            changed     Install chrony" in text
     assert "gpu-2            FAILED      Write the firewall: failed to validate" in text
+    # A skipped task is one line naming its hosts, printed when the next task or the recap comes.
+    assert "skipping" not in text and "gpu-1            skipped" not in text
+    assert re.search(r"\bskipped\s+on 1 host\(s\): gpu-1$", text, re.M)
     assert runner.kwargs["cmdline"] == "--check --tags common"
     assert runner.kwargs["limit"] == "gpu,localhost"
     assert runner.kwargs["quiet"] is True
+
+
+def test_each_task_says_when_it_starts_with_its_role_and_skips_are_summarised() -> None:
+    out = io.StringIO()
+    progress = Progress(out, io.StringIO(), io.StringIO())
+    progress(_event(1, "playbook_on_task_start", "", task="Install chrony", role="common"))
+    for n, host in enumerate(("gpu-1", "gpu-2", "stor-1"), start=2):
+        progress(_event(n, "runner_on_skipped", "", host=host, task="Install chrony"))
+    progress(_event(5, "playbook_on_task_start", "", task="Write the firewall", role="common"))
+    lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
+    assert lines == ["TASK common : Install chrony", f"{'':<16} {'skipped':<11} on 3 host(s): gpu-1, gpu-2, stor-1",
+                     "TASK common : Write the firewall"]
+    shown = io.StringIO()
+    verbose = Progress(shown, io.StringIO(), io.StringIO(), show_skipped=True)
+    verbose(_event(1, "runner_on_skipped", "", host="gpu-1", task="Install chrony"))
+    assert "gpu-1            skipped     Install chrony" in shown.getvalue()
 
 
 def test_heavy_sets_the_extra_var(tmp_path: Path, inventory_file: Path) -> None:
