@@ -57,8 +57,13 @@ def failing(data: dict) -> dict[str, list[str]]:
 def test_healthy_lab_passes_with_gpu_checks_skipped(itest_lab, tmp_path):
     rc, data = verify(itest_lab, tmp_path, "healthy")
     assert failing(data) == {} and rc == 0
-    assert {v["node"] for v in data["verdicts"]} == {"node-1", "node-2", "node-3"}
+    assert {v["node"] for v in data["verdicts"]} == {"node-1", "node-2", "node-3", "(cluster)"}
+    cluster = next(v for v in data["verdicts"] if v["node"] == "(cluster)")
+    # No kubeconfig in the lab: the Kubernetes checks are the cluster's row, skipped with the reason.
+    assert not cluster["failed"] and all("kubeconfig" in s["reason"] for s in cluster["skipped"]), cluster
     for v in data["verdicts"]:
+        if v["node"] == "(cluster)":
+            continue
         skipped = {s["check"]: s["reason"] for s in v["skipped"]}
         assert "no GPU" in skipped["GC-GPU-001"] and "no HCA" in skipped["GC-RDMA-001"]
         assert {"GC-AR-002", "GC-AR-003", "GC-NET-002", "GC-SYS-002"} <= set(v["passed"])
