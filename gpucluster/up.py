@@ -107,12 +107,7 @@ def pulumi_provision(stack_file: Path, paths: StackPaths, out: TextIO) -> None:
 
 def write_private_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    runs.write_private(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def run_cli(argv: Sequence[str], out: TextIO) -> int:
