@@ -33,6 +33,12 @@ BEFORE_FEWER_TASKS = {"when": "2026-11-23T15:13:16+00:00", "first_8_s": 368.1, "
                       "noop_8_without_apt_fast_path_s": 153.6, "noop_8_over_mitogen_opt_in_s": 71.1,
                       "noop_host_tasks_total": 1112, "noop_host_tasks_gpu_node": 140,
                       "noop_host_tasks_storage_node": 131}
+# The figures on ansible-core 2.19.14 (Python 3.11), stock linear strategy, the same roles
+# (bench/results/converge.json of 2026-11-23T17:05Z, host load 4.6-5.6 from other work).
+BEFORE_ANSIBLE_CORE_2_21 = {"ansible_core": "2.19.14", "python": "3.11.7", "when": "2026-11-23T17:05:19+00:00",
+                            "first_8_s": 502.1, "noop_8_s": 113.1, "noop_8_without_apt_fast_path_s": 166.4,
+                            "noop_8_over_mitogen_opt_in_s": 55.5, "noop_host_tasks_total": 829,
+                            "host_load_avg_1m": [4.59, 5.61]}
 SETTINGS = {
     "forks": 50,
     "pipelining": True,
@@ -129,6 +135,13 @@ def _size(size: int, work: Path) -> dict[str, Any]:
         subprocess.run([*cli, "down", "--stack", str(stack)], capture_output=True, text=True)
 
 
+def _ansible_core_version() -> str:
+    """The ansible-core that ran the converges (ansible-playbook from this environment)."""
+    from ansible.release import __version__
+
+    return str(__version__)
+
+
 def run() -> dict[str, Any]:
     if os.geteuid() != 0:
         return {"target": f"no-op converge of 8 lab nodes < {TARGET_NOOP_8_S:.0f} s", "met": False,
@@ -147,6 +160,8 @@ def run() -> dict[str, Any]:
         "ansible_settings": SETTINGS,
         "before_stock_strategy": BEFORE_STOCK,
         "before_fewer_tasks": BEFORE_FEWER_TASKS,
+        "before_ansible_core_2_21": BEFORE_ANSIBLE_CORE_2_21,
+        "ansible_core": _ansible_core_version(),
         "host_load_avg_1m_at_start": round(load, 2),
         "host_load_avg_1m_at_end": round(os.getloadavg()[0], 2),
     }

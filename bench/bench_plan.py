@@ -28,6 +28,7 @@ def _stack(gpu_nodes: int, directory: Path) -> Path:
                 "kind": "aws",
                 "region": "us-east-1",
                 "availability_zone": "us-east-1a",
+                "ami_id": "ami-0123456789abcdef0",
                 "admin_cidrs": ["203.0.113.0/24"],
             },
             "gpucluster:node_pools": [

@@ -22,7 +22,8 @@ def _cloud_stack(nodes: int, directory: Path) -> Path:
     doc = {
         "config": {
             "gpucluster:name": "big",
-            "gpucluster:target": {"kind": "aws", "region": "us-east-1", "availability_zone": "us-east-1a"},
+            "gpucluster:target": {"kind": "aws", "region": "us-east-1", "availability_zone": "us-east-1a",
+                                  "ami_id": "ami-0123456789abcdef0"},
             "gpucluster:node_pools": [
                 {"name": f"gpu{i}", "count": nodes // 10, "roles": ["gpu"], "profile": "h100-sxm-8"}
                 for i in range(10)

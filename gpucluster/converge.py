@@ -340,7 +340,9 @@ def _failure_cause(res: Mapping[str, Any]) -> str:
         return NO_LOG_HINT
     msg = str(res.get("msg") or "").strip()
     stderr = str(res.get("stderr") or "").strip()
-    if stderr and (not msg or msg == "non-zero return code"):
+    # ansible-core's summary of a command's exit status: "non-zero return code" up to 2.19,
+    # "The command exited with a non-zero return code." from 2.20.
+    if stderr and (not msg or "non-zero return code" in msg.lower()):
         # A command's own words say more than Ansible's summary of its exit status.
         first = stderr.splitlines()[-1].strip()
         return f"rc {res.get('rc')}: {first}" if "rc" in res else first

@@ -3,7 +3,7 @@
 Groups: one per role (``gpu``, ``storage``, ``control_plane``), one per pool
 (``pool_<name>``) and, with a storage section, one per Ceph daemon kind (``ceph_mon``,
 ``ceph_mgr``, ``ceph_mds``, ``ceph_osd``). Host variables: the addresses and identity of the node. Cluster-wide
-variables: the resolved spec, the bill of materials, the hardware profiles in use and what the
+variables: the resolved spec, the bill of materials, the hardware profiles and platforms in use and what the
 target's nodes can do (``gpucluster_capabilities``, from the outputs), so roles and the conformance
 suite read expectations from the inventory alone and never ask which target they run on.
 """
@@ -21,12 +21,15 @@ from gpucluster.outputs import StackOutputs, load_outputs
 from gpucluster.spec import load_spec
 from gpucluster.spec.cluster import Cluster
 from gpucluster.spec.loader import capped
+from gpucluster.spec.os import ceph_source, pool_os
 
 ROLE_GROUPS = ("gpu", "storage", "control_plane")
 UNSAFE_TAG = "!unsafe"
 # The inventory contract's version (gpucluster/inventory_model.py reads only this one).
 # 2: cluster-wide gpucluster_capabilities, which the roles read instead of the target's kind.
-SCHEMA_VERSION = 2
+# 3: the profile holds the GPU part only; the network part is the platform (gpucluster_platforms,
+#    host variable gpucluster_platform); gpucluster_conformance carries how verify judges.
+SCHEMA_VERSION = 3
 
 
 def pool_group(pool: str) -> str:
@@ -96,6 +99,11 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
                 "gpucluster_pool": node.pool,
                 "gpucluster_roles": list(node.roles),
                 "gpucluster_profile": node.profile,
+                "gpucluster_platform": cluster.node(node.name).platform,
+                # The OS the spec declares for the node (its pool's, else the target's): the roles
+                # resolve packages from it and GC-OS-001 compares /etc/os-release with it.
+                "gpucluster_os": pool_os(cluster.spec, cluster.pool(node.pool)),
+                "gpucluster_preinstalled": cluster.pool(node.pool).preinstalled,
                 "gpucluster_management_ip": node.management_ip,
                 "gpucluster_fabric_ip": node.fabric_ip,
                 "gpucluster_fabric_interface": node.fabric_interface,
@@ -135,7 +143,16 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
         "gpucluster_kubernetes": spec["kubernetes"],
         "gpucluster_bom": resolved["software"],
         "gpucluster_profiles": resolved["profiles"],
+        "gpucluster_platforms": resolved["platforms"],
+        "gpucluster_conformance": spec["conformance"],
         "gpucluster_capabilities": outputs.capabilities.model_dump(),
+        # fabric.ofed: the RDMA stack rdma_fabric installs and nvidia_driver's peermem follows.
+        "gpucluster_ofed_flavour": cluster.spec.fabric.ofed,
+        # dcgm-exporter's one owner follows it: the GPU Operator in `operator` mode, the monitoring
+        # role otherwise (`device_plugin`, or `none` where Kubernetes is off).
+        "gpucluster_gpu_mode": (cluster.spec.kubernetes.gpu_mode
+                                if cluster.spec.kubernetes is not None and cluster.spec.kubernetes.enabled else "none"),
+        "gpucluster_ceph_source": ceph_source(cluster.spec),
         "gpucluster_nodes": [
             {
                 "name": n.name,

@@ -30,8 +30,8 @@ from gpucluster.spec.loader import validation_problems
 SCHEMA_VAR = "gpucluster_inventory_schema"
 _REGENERATE = "write the inventory again with `gpucluster inventory` (or `gpucluster lab up`)"
 
-__all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryCapabilities", "InventoryGroup", "InventoryHost",
-           "InventoryVars", "read_inventory", "validate_inventory"]
+__all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryCapabilities", "InventoryConformance",
+           "InventoryGroup", "InventoryHost", "InventoryVars", "read_inventory", "validate_inventory"]
 
 
 class _Open(BaseModel):
@@ -48,9 +48,12 @@ class InventoryHost(_Open):
     gpucluster_pool: str
     gpucluster_roles: list[str] = Field(min_length=1)
     gpucluster_profile: str
+    gpucluster_platform: str
     gpucluster_management_ip: str
     gpucluster_fabric_ip: str | None
     gpucluster_fabric_interface: str | None = None
+    gpucluster_os: Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
+    gpucluster_preinstalled: Literal["adopt_or_replace", "adopt_or_fail"]
 
 
 class InventoryCapabilities(BaseModel):
@@ -68,8 +71,16 @@ class InventoryCapabilities(BaseModel):
     small_disks: bool
 
 
+class InventoryConformance(BaseModel):
+    """How the conformance suite judges the nodes (the spec's ``conformance:``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    dcgm_diag_level: int = Field(ge=1, le=4)
+    fleet_margin: float = Field(ge=0.0, le=0.5)
+
+
 class InventoryVars(_Open):
-    gpucluster_inventory_schema: Literal[2]
+    gpucluster_inventory_schema: Literal[3]
     gpucluster_cluster_name: str
     gpucluster_stack: str
     gpucluster_target: Literal["aws", "azure", "oci", "baremetal", "lab"]
@@ -78,8 +89,13 @@ class InventoryVars(_Open):
     gpucluster_kubernetes: dict[str, Any] | None
     gpucluster_bom: dict[str, Any]
     gpucluster_profiles: dict[str, dict[str, Any]]
+    gpucluster_platforms: dict[str, dict[str, Any]]
+    gpucluster_conformance: InventoryConformance
     gpucluster_capabilities: InventoryCapabilities
     gpucluster_nodes: list[dict[str, Any]]
+    gpucluster_ofed_flavour: Literal["inbox", "doca"]
+    gpucluster_gpu_mode: Literal["operator", "device_plugin", "none"]
+    gpucluster_ceph_source: Literal["upstream", "distro"]
 
 
 class InventoryGroup(BaseModel):
@@ -119,15 +135,16 @@ def validate_inventory(data: Any, source: str) -> Inventory:
 
 
 def _reference_problems(root: dict[str, Any]) -> list[str]:
-    """Hosts whose profile the inventory does not carry, group members that are no host: checked
+    """Hosts whose profile or platform the inventory does not carry, group members that are no host: checked
     on the raw data, so they are reported beside any type problem, all at once."""
     hosts = _mapping(root.get("hosts"))
-    profiles = _mapping(root.get("vars")).get("gpucluster_profiles")
     problems = []
-    for name, hv in hosts.items():
-        profile = hv.get("gpucluster_profile") if isinstance(hv, dict) else None
-        if isinstance(profile, str) and isinstance(profiles, dict) and profile not in profiles:
-            problems.append(f"all.hosts.{name}.gpucluster_profile: {profile!r} is not in all.vars.gpucluster_profiles")
+    for var, table in (("gpucluster_profile", "gpucluster_profiles"), ("gpucluster_platform", "gpucluster_platforms")):
+        known = _mapping(root.get("vars")).get(table)
+        for name, hv in hosts.items():
+            value = hv.get(var) if isinstance(hv, dict) else None
+            if isinstance(value, str) and isinstance(known, dict) and value not in known:
+                problems.append(f"all.hosts.{name}.{var}: {value!r} is not in all.vars.{table}")
     children = _mapping(root.get("children"))
     for group, body in children.items():
         members = body.get("hosts") if isinstance(body, dict) else None

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpucluster import hostkeys, runs
-from gpucluster.conformance import progress, publish
+from gpucluster.conformance import fleet, progress, publish
 from gpucluster.conformance.nodes import ClusterInventory, load_inventory
 from gpucluster.conformance.remote import RUN_ID_ENV, SshRemote, cleanup_nodes, write_ssh_config
 from gpucluster.conformance.reports import JUNIT_XML, RESULTS_JSON, Report, console_lines, write_all
+from gpucluster.conformance.verdict import CLUSTER
 from gpucluster.errors import EXIT_BAD_INPUT, InputError
 
 SUITE_PACKAGE = "gpucluster.suite"
@@ -68,6 +69,7 @@ class VerifyOptions:
     publish: bool = True
     checks: tuple[str, ...] = ()
     kubeconfig: Path | None = None
+    fleet_margin: float | None = None  # None: the inventory's, else the default
 
 
 def inventory_for_stack(stack: str | Path) -> Path:
@@ -125,24 +127,42 @@ def pytest_argv(opts: VerifyOptions, inv: ClusterInventory) -> list[str]:
         argv += ["--limit", ",".join(opts.limit)]
     if opts.checks:
         argv += ["--checks", ",".join(opts.checks)]
+    if opts.fleet_margin is not None:
+        argv += ["--fleet-margin", repr(opts.fleet_margin)]
     return argv
 
 
 def last_failures(runs_dir: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The check IDs and nodes that failed in the newest verify run under ``runs_dir``."""
+    """The check IDs and nodes that failed in the newest verify run under ``runs_dir``, read
+    through :meth:`Report.from_json` like every other reader of results.json.
+
+    A fleet comparison that failed (GC-FLEET-001) is rerun as the check that measured its figure,
+    on every node of the fleet it was compared with: on the failing node alone there would be no
+    median to compare with, and the rerun would pass for want of one.
+    """
     newest = sorted(runs_dir.glob("*-verify/results.json"))
     if not newest:
         raise InputError(f"--rerun-failed: no earlier verify run under {runs_dir}/")
     try:
         data = json.loads(newest[-1].read_text(encoding="utf-8"))
-        failed = [r for r in data["results"] if r.get("outcome") in ("failed", "error")]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+            raise ValueError("no list of results")
+        report = Report.from_json(data)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"--rerun-failed: {newest[-1]} is not a verify report ({exc})") from None
+    failed = [r for r in report.results if r.outcome in ("failed", "error")]
     if not failed:
         raise InputError(f"--rerun-failed: nothing failed in {newest[-1].parent}")
-    ids = tuple(sorted({str(r["check_id"]) for r in failed}))
-    nodes = tuple(sorted({str(r["node"]) for r in failed if not str(r["node"]).startswith("(")}))
-    return ids, nodes
+    ids: set[str] = set()
+    nodes: set[str] = set()
+    for r in failed:
+        if r.check_id == fleet.FLEET_CHECK:
+            ids.add(str(r.figures.get("fleet_source") or r.check_id))
+            nodes.update(x for x in str(r.figures.get("fleet_members") or r.node).split(",") if x)
+        else:
+            ids.add(r.check_id)
+            nodes.add(r.node)
+    return tuple(sorted(ids)), tuple(sorted(n for n in nodes if n != CLUSTER))
 
 
 # After Ctrl-C the suite gets this long to stop and write its report before it is killed.

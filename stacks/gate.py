@@ -94,6 +94,10 @@ class PolicyGate:
 
     def verdict(self) -> list[PolicyResult]:
         self.results = [rule.check(self.records) for rule in self.rules]
+        # A warning (an image looked up rather than pinned) lets the run go on, said once, at the end.
+        for result in self.results:
+            if result.status == "warn":
+                pulumi.log.warn(f"policy {result.rule}: {result.message}: " + "; ".join(result.offenders))
         failed = [r for r in self.results if r.status == "fail"]
         if failed:
             _refuse(f"the stack breaks the cluster policy ({len(self.records)} resources judged)", failed)

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from gpucluster.plan import PolicyResult, Resource
 
-from .components.common import MANAGEMENT_PORTS, TAG_DISK_ENCRYPTION, TAG_PURPOSE, TAG_ROLES
+from .components.common import MANAGEMENT_PORTS, TAG_DISK_ENCRYPTION, TAG_IMAGE, TAG_PURPOSE, TAG_ROLES
 
 AWS_INSTANCE = "aws:ec2/instance:Instance"
 AWS_LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -409,6 +409,41 @@ def imds_v2_only(resources: Sequence[Resource]) -> PolicyResult:
     return PolicyResult(rule, "pass", f"{judged} instance(s)/template(s) answer only IMDSv2 / OCI /v2")
 
 
+# --- images pinned -----------------------------------------------------------------------------
+
+CLOUD_NODE_TYPES = (AWS_INSTANCE, AZURE_VM, OCI_INSTANCE)
+
+
+def image_pinned(resources: Sequence[Resource]) -> PolicyResult:
+    """Every cloud node boots an image the stack file pins. A node whose image was looked up
+    (``ami_lookup`` / ``image_lookup``) gets whatever was newest at ``pulumi up``, so two nodes of
+    one pool can differ: a warning, not a failure, since the stack file asked for it. A node that
+    does not say how its image was chosen (tag ``gpucluster-image``), or an Azure VM on the
+    ``latest`` version, fails."""
+    rule = "image-pinned"
+    judged, lookups, offenders = 0, [], []
+    for r in resources:
+        if r.type not in CLOUD_NODE_TYPES:
+            continue
+        judged += 1
+        source = r.tag(TAG_IMAGE)
+        version = _mapping(r.inputs.get("sourceImageReference")).get("version")
+        if r.type == AZURE_VM and str(version).lower() == "latest":
+            offenders.append(f"{_label(r)}: source_image_reference.version is 'latest'")
+        elif source == "lookup":
+            lookups.append(_label(r))
+        elif source != "pinned":
+            offenders.append(f"{_label(r)}: tag {TAG_IMAGE} is {source!r}, neither 'pinned' nor 'lookup'")
+    if not judged:
+        return PolicyResult(rule, "n/a", "no cloud instances")
+    if offenders:
+        return PolicyResult(rule, "fail", "image not pinned", tuple(offenders))
+    if lookups:
+        return PolicyResult(rule, "warn", "image looked up by name (ami_lookup / image_lookup), not pinned: "
+                            "nodes boot whatever image is newest at `pulumi up`", tuple(lookups))
+    return PolicyResult(rule, "pass", f"{judged} node(s) boot a pinned image")
+
+
 # --- disks encrypted ---------------------------------------------------------------------------
 
 
@@ -757,6 +792,13 @@ RULES: tuple[Rule, ...] = (
         "resource",
     ),
     Rule("no-public-ip-on-gpu-storage", "GPU and storage nodes MUST NOT get a public IP.", no_public_ips, "resource"),
+    Rule(
+        "image-pinned",
+        "Every cloud node SHOULD boot an image the stack file pins by ID; a looked-up image is a warning, "
+        "Azure's `latest` a failure.",
+        image_pinned,
+        "resource",
+    ),
 )
 
 

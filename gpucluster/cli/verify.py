@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster import verify
+from gpucluster.conformance import fleet
 from gpucluster.errors import InputError
 
 
@@ -45,6 +46,10 @@ def register(sub: Any) -> None:
     p.add_argument("--kubeconfig", metavar="FILE", default=os.environ.get("GPUCLUSTER_KUBECONFIG"),
                    help="kubeconfig for the Kubernetes checks (default $GPUCLUSTER_KUBECONFIG); without one "
                         "they are skipped with that reason")
+    p.add_argument("--fleet-margin", type=float, metavar="FRACTION",
+                   help="a node more than this fraction below the fleet median of a figure (burn TFLOP/s, "
+                        "all-reduce and RDMA bandwidth) fails, with 3 nodes or more (default: the inventory's "
+                        "gpucluster_conformance.fleet_margin, else 0.10)")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p.epilog = ("examples:\n  gpucluster verify --inventory inventory.yml\n"
                 "  gpucluster verify --stack Pulumi.lab.yaml --checks 'GC-NET-*' --no-burn\n"
@@ -56,6 +61,11 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.burn_seconds < 1 or args.workers < 1:
         raise InputError("--burn-seconds and --workers must be at least 1")
+    if args.fleet_margin is not None:
+        try:
+            fleet.check_margin(args.fleet_margin, "--fleet-margin")
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
     inventory = Path(args.inventory) if args.inventory else verify.inventory_for_stack(args.stack)
     checks = tuple(c.strip() for c in (args.checks or "").split(",") if c.strip())
     limit = tuple(x for x in (args.limit or "").split(",") if x)
@@ -78,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         limit=limit,
         checks=checks,
         kubeconfig=kubeconfig,
+        fleet_margin=args.fleet_margin,
         workers=args.workers,
         quiet=args.json,
         publish=not args.no_publish,

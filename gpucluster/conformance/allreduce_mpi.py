@@ -44,13 +44,29 @@ def emit(obj):
 def main(argv):
     sizes = [int(x) for x in argv[1].split(",")]
     iters, warmup, budget = int(argv[2]), int(argv[3]), float(argv[4])
+    # Seconds from now the whole run must end by (0: none). Rank 0 decides and tells the others,
+    # so every rank runs the same sizes and iterations.
+    deadline = float(argv[5]) if len(argv) > 5 else 0.0
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
+    start = MPI.Wtime()
     hosts = comm.allgather(MPI.Get_processor_name())
     if rank == 0:
         emit({"event": "start", "ranks": n, "hosts": hosts})
-    for size in sizes:
+    per_byte = 0.0  # seconds per byte of one all-reduce at the last size measured
+    for i, size in enumerate(sizes):
         count = max(1, size // 4)
+        left = deadline - (MPI.Wtime() - start) if deadline else 0.0
+        if deadline:
+            # The fewest iterations a size takes (warmup, the probe, one timed) at the last
+            # size's rate: a size that cannot end in time is not started.
+            need = (warmup + 2) * per_byte * count * 4
+            go = comm.bcast(left > need if rank == 0 else None, root=0)
+            if not go:
+                if rank == 0:
+                    emit({"event": "stopped", "size_bytes": count * 4, "left_s": round(left, 3),
+                          "need_s": round(need, 3)})
+                break
         send = array.array("f", [float(rank + 1)]) * count
         recv = array.array("f", [0.0]) * count
         expected = array.array("f", [float(n * (n + 1) // 2)]) * count
@@ -60,13 +76,19 @@ def main(argv):
         t0 = MPI.Wtime()
         comm.Allreduce([send, MPI.FLOAT], [recv, MPI.FLOAT], op=MPI.SUM)
         first = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
-        # As many iterations as fit the time budget (the same number on every rank).
-        k = max(1, min(iters, int(budget / first) if first > 0 else iters))
+        # As many iterations as fit the time budget (the same number on every rank); under a
+        # deadline, each size left gets an equal share of the time left.
+        share = budget
+        if deadline:
+            share = min(budget, max(0.0, deadline - (MPI.Wtime() - start)) / (len(sizes) - i))
+            share = comm.bcast(share if rank == 0 else None, root=0)
+        k = max(1, min(iters, int(share / first) if first > 0 else iters))
         comm.Barrier()
         t0 = MPI.Wtime()
         for _ in range(k):
             comm.Allreduce([send, MPI.FLOAT], [recv, MPI.FLOAT], op=MPI.SUM)
         elapsed = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+        per_byte = elapsed / k / (count * 4)
         wrong = 0
         if recv.tobytes() != expected.tobytes():
             wrong = sum(1 for a, b in zip(recv, expected) if a != b)
@@ -83,13 +105,17 @@ if __name__ == "__main__":
 '''
 
 
+# What mpirun takes to start its daemons over SSH and its ranks, not counted in a run's sizes.
+LAUNCH_S = 5.0
+
+
 @dataclass(frozen=True)
 class MpiSettings:
     sizes: tuple[int, ...]
     iters: int = 10
     warmup: int = 2
     budget_s: float = 2.0  # per size: iterations stop when the next would pass it
-    timeout_s: float = 240.0
+    timeout_s: float = 240.0  # the whole run: mpirun is killed, on every node, when it passes
     python: str = "python3"
     mpirun: str = "mpirun"
     ssh_key: str | None = None  # on the launcher: the run's key mpirun's ssh uses to reach the others
@@ -103,6 +129,18 @@ def sizes_up_to(large_bytes: int, start: int = 1024, factor: int = 4) -> tuple[i
         out.append(s)
         s *= factor
     return (*out, large_bytes, 2 * large_bytes)
+
+
+def ramp_to(verdict_bytes: int, steps: int = 2, factor: int = 4) -> tuple[int, ...]:
+    """The pair runs' sizes: ``steps`` smaller sizes leading up to the verdict's two, so that a
+    link too slow to reach the verdict sizes in its budget is still measured where it stopped."""
+    low = [verdict_bytes // factor ** i for i in range(steps, 0, -1) if verdict_bytes // factor ** i >= 1024]
+    return (*low, verdict_bytes, 2 * verdict_bytes)
+
+
+def deadline_s(settings: MpiSettings) -> float:
+    """Seconds the node script has once started: the run's limit less mpirun's start."""
+    return max(1.0, settings.timeout_s - min(LAUNCH_S, settings.timeout_s / 4))
 
 
 def mpirun_argv(launch_ips: list[str], fabric_cidr: str, settings: MpiSettings) -> list[str]:
@@ -123,6 +161,7 @@ def mpirun_argv(launch_ips: list[str], fabric_cidr: str, settings: MpiSettings) 
         "--mca", "plm_rsh_args", rsh,
         settings.python, SCRIPT_PATH,
         ",".join(str(s) for s in settings.sizes), str(settings.iters), str(settings.warmup), str(settings.budget_s),
+        f"{deadline_s(settings):.3f}",
     ]
 
 
@@ -145,6 +184,7 @@ def parse_output(text: str, label: str, nodes: tuple[str, ...], expected_sizes: 
     """The script's ``GCAR`` lines (mpirun and ssh chatter around them ignored)."""
     run = AllReduceRun(engine="mpi-cpu", label=label, nodes=nodes, ranks=0)
     ended = False
+    stopped: dict[str, object] | None = None
     for line in text.splitlines():
         idx = line.find("GCAR ")
         if idx < 0:
@@ -158,17 +198,23 @@ def parse_output(text: str, label: str, nodes: tuple[str, ...], expected_sizes: 
             run.ranks = int(obj["ranks"])
         elif obj.get("event") == "end":
             ended = True
+        elif obj.get("event") == "stopped":
+            stopped = obj
         elif "size_bytes" in obj and run.ranks:
             run.points.append(point(int(obj["size_bytes"]), float(obj["time_us"]), run.ranks, int(obj["wrong"])))
     if run.ranks and run.ranks != len(nodes):
         run.notes.append(f"{run.ranks} ranks ran, {len(nodes)} expected")
-    if not ended or len(run.points) != len(expected_sizes) or (run.ranks != len(nodes)):
+    if any(p.wrong for p in run.points):
+        run.status = "failed"
+        run.notes.append("wrong results")
+    elif stopped is not None and run.ranks == len(nodes):
+        run.status = "cut"
+        run.notes.append(f"stopped before {stopped.get('size_bytes')} B: {stopped.get('left_s')} s left of its "
+                         f"budget, the size needs {stopped.get('need_s')} s at the rate measured")
+    elif not ended or len(run.points) != len(expected_sizes) or (run.ranks != len(nodes)):
         run.status = "incomplete"
         if not ended:
             run.notes.append("the run did not finish")
-    elif any(p.wrong for p in run.points):
-        run.status = "failed"
-        run.notes.append("wrong results")
     else:
         run.status = "ok"
     return run
@@ -192,9 +238,15 @@ def run_allreduce(launcher: Remote, node_names: tuple[str, ...], launch_ips: lis
     """One all-reduce over ``node_names`` started from ``launcher``; returns the run and its raw log."""
     cmd = quote(mpirun_argv(launch_ips, fabric_cidr, settings)) + " 2>&1"
     res = launcher.run(cmd, timeout=settings.timeout_s)
-    log = res.stdout + res.stderr
+    # Output cut by a kill may end mid-line: ssh's own words go on a line of their own.
+    log = res.stdout + ("\n" if res.stdout and not res.stdout.endswith("\n") else "") + res.stderr
     run = parse_output(log, label, node_names, settings.sizes)
-    if res.rc != 0:
+    run.budget_s = settings.timeout_s
+    if res.rc == 124 and res.stderr.startswith("timed out after") and run.status != "failed":
+        # Killed at its budget in the middle of a size: what it measured until then stands.
+        run.status = "cut"
+        run.notes.append(f"killed at its budget of {settings.timeout_s:.0f} s")
+    elif res.rc != 0:
         run.notes.append(f"mpirun exited {res.rc}: {last_error_line(log)}")
         if run.status == "ok":
             run.status = "incomplete"

@@ -2,8 +2,13 @@
 
 Bus bandwidth is computed as nccl-tests computes it: algbw = size / time, busbw = algbw x
 ``busbw_factor`` (2(n-1)/n for all-reduce). The verdict uses the sizes at or above the
-profile's ``large_message_bytes`` (their mean bus bandwidth), never the all-size average,
-which small latency-bound sizes drag down.
+profile's verdict size (``allreduce_inter_verdict_bytes`` / ``allreduce_intra_verdict_bytes``,
+where the bus saturates; ``large_message_bytes`` until a profile sets them), their mean bus
+bandwidth, never the all-size average, which small latency-bound sizes drag down.
+
+A run has a time budget that a link at the floor finishes its sizes in with room to spare
+(:func:`budget_s`). A run its budget cut (status ``cut``) is slow, not an error: it is judged
+at the largest size it reached, whose size and bus bandwidth are kept as its figures.
 """
 
 from __future__ import annotations
@@ -39,8 +44,9 @@ class AllReduceRun:
     nodes: tuple[str, ...]
     ranks: int
     points: list[SizePoint] = field(default_factory=list)
-    status: str = "incomplete"  # ok | failed | incomplete, as the parsers say
+    status: str = "incomplete"  # ok | failed | incomplete as the parsers say, or cut (by its budget)
     notes: list[str] = field(default_factory=list)
+    budget_s: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -52,7 +58,7 @@ class AllReduceRun:
         return AllReduceRun(
             engine=d["engine"], label=d["label"], nodes=tuple(d["nodes"]), ranks=int(d["ranks"]),
             points=[SizePoint(**p) for p in d.get("points", [])], status=d.get("status", "incomplete"),
-            notes=list(d.get("notes", [])),
+            notes=list(d.get("notes", [])), budget_s=d.get("budget_s"),
         )
 
 
@@ -62,33 +68,64 @@ def large_busbw(points: list[SizePoint], large_bytes: int) -> float | None:
     return sum(big) / len(big) if big else None
 
 
+def floor_seconds(sizes: tuple[int, ...], nranks: int, floor_gbps: float, iterations: int) -> float:
+    """Seconds ``iterations`` all-reduces of each size take at exactly the floor's bus bandwidth."""
+    factor = busbw_factor("all_reduce", nranks)
+    return sum(iterations * s * factor / (floor_gbps * 1e9) for s in sizes)
+
+
+def budget_s(sizes: tuple[int, ...], nranks: int, floor_gbps: float, iterations: int, launch_s: float,
+             margin: float = 2.0) -> float:
+    """A run's time budget: ``margin`` times what its sizes take at the floor, plus the launch.
+    A run that does not end within it is slower than the floor, so cutting it there is a verdict."""
+    return launch_s + margin * floor_seconds(sizes, nranks, floor_gbps, iterations)
+
+
 @dataclass(frozen=True)
 class BandwidthVerdict:
     ok: bool
     busbw_gbps: float | None
     floor_gbps: float
     message: str
+    verdict_bytes: int = 0
+    reached_bytes: int | None = None  # the largest size measured, where a budget cut the run
+    floor_at_reached_gbps: float | None = None  # the floor holds from the verdict size up only
 
 
 def judge(run: AllReduceRun, floor_gbps: float, large_bytes: int) -> BandwidthVerdict:
-    """Pass: the run completed, no wrong results, large-size bus bandwidth >= floor."""
+    """Pass: the run completed, no wrong results, bus bandwidth at the verdict size (``large_bytes``)
+    and above >= floor. A run cut by its budget is slow at the size it reached."""
     wrong = sum(p.wrong or 0 for p in run.points)
     bw = large_busbw(run.points, large_bytes)
+    if run.status == "cut" and not wrong:
+        reached = run.points[-1] if run.points else None
+        budget = f"{run.budget_s:.0f} s" if run.budget_s else "its time"
+        at_floor = floor_gbps if reached and reached.size_bytes >= large_bytes else None
+        if reached is None:
+            return BandwidthVerdict(False, None, floor_gbps,
+                                    f"{run.label}: slow: no size finished within its budget of {budget}",
+                                    large_bytes)
+        return BandwidthVerdict(
+            False, reached.busbw_gbps, floor_gbps,
+            f"{run.label}: slow: the sizes up to {2 * large_bytes} B did not finish within its budget of {budget} "
+            f"(a link at the floor {floor_gbps:g} GB/s would); it reached {reached.size_bytes} B at busbw "
+            f"{reached.busbw_gbps:.3g} GB/s", large_bytes, reached.size_bytes, at_floor)
     if run.status == "incomplete" or not run.points:
         why = "; ".join(run.notes) or "no sizes measured"
-        return BandwidthVerdict(False, bw, floor_gbps, f"{run.label}: incomplete run ({why})")
+        return BandwidthVerdict(False, bw, floor_gbps, f"{run.label}: incomplete run ({why})", large_bytes)
     if wrong or run.status == "failed":
         why = "; ".join(run.notes)
-        return BandwidthVerdict(False, bw, floor_gbps, f"{run.label}: {wrong} wrong result(s) {why}".rstrip())
+        return BandwidthVerdict(False, bw, floor_gbps, f"{run.label}: {wrong} wrong result(s) {why}".rstrip(),
+                                large_bytes)
     if bw is None:
         return BandwidthVerdict(False, None, floor_gbps,
-                                f"{run.label}: no message size >= {large_bytes} bytes measured")
+                                f"{run.label}: no message size >= {large_bytes} bytes measured", large_bytes)
     if bw < floor_gbps:
         return BandwidthVerdict(False, bw, floor_gbps,
                                 f"{run.label}: busbw {bw:.3f} GB/s at >= {large_bytes} B is under the floor "
-                                f"{floor_gbps:g} GB/s")
+                                f"{floor_gbps:g} GB/s", large_bytes)
     return BandwidthVerdict(True, bw, floor_gbps,
-                            f"{run.label}: busbw {bw:.3f} GB/s >= floor {floor_gbps:g} GB/s")
+                            f"{run.label}: busbw {bw:.3f} GB/s >= floor {floor_gbps:g} GB/s", large_bytes)
 
 
 def from_nccl_result(parsed: dict[str, Any], engine: str, label: str, nodes: tuple[str, ...]) -> AllReduceRun:

@@ -30,13 +30,18 @@ AREAS = {
     "RDMA": "RDMA bandwidth",
     "K8S": "Kubernetes",
     "CEPH": "Ceph storage",
+    "FLEET": "Fleet comparison",
+    "DCGM": "DCGM diagnostics",
+    "PCIE": "PCIe links",
+    "IB": "InfiniBand and RoCE ports",
+    "EFA": "Elastic Fabric Adapter",
 }
 
 _CHECKS = (
     Check("GC-OS-001", "OS", "Operating system release",
-          "The node MUST run Debian with the codename the BOM pins (debian.suite)."),
+          "The node MUST run the OS release the spec declares for it (gpucluster_os, as the BOM's os table names it)."),
     Check("GC-OS-002", "OS", "Kernel",
-          "The running kernel MUST be Linux 6.1 or newer with its modules installed under /lib/modules/<release>."),
+          "The kernel MUST be the declared OS's series or newer, with its modules under /lib/modules/<release>."),
     Check("GC-SYS-001", "SYS", "Time in sync",
           "The system clock MUST be synchronised by chrony (leap status Normal, offset under 100 ms)."),
     Check("GC-SYS-002", "SYS", "Firewall active",
@@ -78,11 +83,12 @@ _CHECKS = (
     Check("GC-NET-002", "NET", "Fabric MTU",
           "The fabric interface MTU MUST equal the spec's fabric MTU.", ("gpu", "storage")),
     Check("GC-NET-003", "NET", "HCAs present",
-          "The node MUST show as many RDMA HCAs as its hardware profile lists.", ("gpu",)),
+          "The node MUST show every RDMA device its platform lists on its compute rails, and none that "
+          "no rail of the platform names.", ("gpu",)),
     Check("GC-NET-004", "NET", "HCA ports active at rate",
-          "Every HCA port MUST be ACTIVE at the profile's rate.", ("gpu",)),
+          "Every port of the platform's compute RDMA devices MUST be ACTIVE at its compute rail's rate.", ("gpu",)),
     Check("GC-NET-005", "NET", "RoCE QoS",
-          "On RoCE fabrics with QoS specified, the fabric interface MUST trust DSCP and have PFC on "
+          "On RoCE fabrics with QoS specified, every compute RoCE rail MUST trust DSCP and have PFC on "
           "exactly the specified priority.", ("gpu",)),
     Check("GC-NET-006", "NET", "NCCL configuration",
           "/etc/nccl.conf MUST hold exactly the settings the spec renders for the node.", ("gpu",)),
@@ -97,6 +103,37 @@ _CHECKS = (
           "reaches the inter-node floor, or the shortfall is another node's.", ("gpu",)),
     Check("GC-RDMA-001", "RDMA", "RDMA write bandwidth",
           "ib_write_bw between this node and a peer MUST reach the profile's floor on every HCA.", ("gpu",)),
+    Check("GC-GPU-013", "GPU", "NVSwitch fabric registered",
+          "On NVSwitch profiles every GPU MUST report the fabric State Completed and Status Success.", ("gpu",)),
+    Check("GC-GPU-014", "GPU", "NVLinks at speed",
+          "On NVLink profiles every NVLink of every GPU MUST be up at the profile's speed per link.", ("gpu",)),
+    Check("GC-GPU-015", "GPU", "NVLink error counters",
+          "Every NVLink MUST show zero replay, recovery and CRC errors.", ("gpu",)),
+    Check("GC-GPU-016", "GPU", "No thermal or power slowdown",
+          "Every GPU MUST be free of thermal and power slowdown among its active clocks event reasons.", ("gpu",)),
+    Check("GC-DCGM-001", "DCGM", "DCGM diagnostics",
+          "dcgmi diag at the configured level MUST pass with no failed or warning test on any GPU.", ("gpu",)),
+    Check("GC-PCIE-001", "PCIE", "GPU PCIe link",
+          "Every GPU's PCIe link MUST reach the profile's generation and run at the profile's width.", ("gpu",)),
+    Check("GC-PCIE-002", "PCIE", "HCA PCIe link",
+          "Every HCA a platform rail lists MUST run its PCIe link at the rail's generation and width.", ("gpu",)),
+    Check("GC-PCIE-003", "PCIE", "Host-device copy bandwidth",
+          "nvbandwidth host-to-device and device-to-host copies MUST reach the profile's floor on every GPU.",
+          ("gpu",)),
+    Check("GC-IB-001", "IB", "HCA ports at the platform rate",
+          "Every port of an HCA a platform rail lists MUST be ACTIVE at the rail's rate.", ("gpu",)),
+    Check("GC-IB-002", "IB", "HCA port error counters",
+          "Every HCA port MUST show zero symbol errors, link-downed events and receive errors, with none "
+          "rising during the run.", ("gpu",)),
+    Check("GC-IB-003", "IB", "HCA firmware uniform",
+          "Every HCA MUST run the firmware version that most HCAs of the fleet run.", ("gpu",)),
+    Check("GC-RDMA-002", "RDMA", "GPUDirect RDMA write bandwidth",
+          "ib_write_bw with GPU memory (--use_cuda) MUST reach the platform's RDMA write floor for every "
+          "GPU and HCA pair.", ("gpu",)),
+    Check("GC-EFA-001", "EFA", "EFA devices",
+          "fi_info -p efa MUST list as many EFA devices as the profile states.", ("gpu",)),
+    Check("GC-EFA-002", "EFA", "NCCL over the OFI plugin",
+          "An NCCL run on an EFA node MUST use the OFI plugin (AWS Libfabric) over the efa provider.", ("gpu",)),
     Check("GC-K8S-001", "K8S", "Nodes Ready",
           "Every GPU and control-plane node of the inventory MUST be registered and report Ready."),
     Check("GC-K8S-002", "K8S", "GPUs allocatable",
@@ -128,7 +165,16 @@ CEPH_CHECKS: tuple[Check, ...] = (
           "throughput are recorded as figures.", ("storage",)),
 )
 
-CHECKS: dict[str, Check] = {c.id: c for c in (*_CHECKS, *CEPH_CHECKS)}
+# Checks no test of the suite implements: the suite's controller derives their results from the
+# other checks' figures once every node has run (gpucluster.conformance.fleet).
+DERIVED_CHECKS: tuple[Check, ...] = (
+    Check("GC-FLEET-001", "FLEET", "Fleet comparison",
+          "Each node's GPU burn TFLOP/s per precision, intra-node all-reduce bus bandwidth and RDMA write "
+          "bandwidth MUST NOT fall more than the fleet margin (default 10 %) below the median of the nodes "
+          "that measured it, where at least 3 nodes did.", ("gpu",)),
+)
+
+CHECKS: dict[str, Check] = {c.id: c for c in (*_CHECKS, *CEPH_CHECKS, *DERIVED_CHECKS)}
 
 
 def get(check_id: str) -> Check:

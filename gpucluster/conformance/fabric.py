@@ -4,6 +4,12 @@ The conformance tests run per node in parallel worker processes; an inter-node a
 the pair search and the RDMA pairs involve many nodes at once. Whichever worker needs one
 first runs it under a lock in the run folder (one fabric benchmark at a time, so they do
 not disturb each other's figures) and leaves its result as JSON; the others read that.
+
+Every measurement is bounded by a time budget that a link at the floor meets with room to spare
+(:func:`gpucluster.conformance.bandwidth.budget_s`): a slow link ends in a verdict (slow, at the
+size it reached) instead of holding the run. Each carries a tag of its own on every node it
+reaches, and when it ends, whatever of it is left on any node (mpirun's remote daemons and
+ranks, ib_write_bw's server) is killed by that tag (:func:`~gpucluster.conformance.remote.kill_measurement`).
 """
 
 from __future__ import annotations
@@ -18,11 +24,25 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.conformance import allreduce_mpi, ib_write_bw, nccl_tests, progress
-from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, judge
+from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, budget_s, judge
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo
 from gpucluster.conformance.pairs import PairResult, PairSearch, find_slow, ring_pairs, rounds
-from gpucluster.conformance.remote import Remote, RunKey, SshRemote
+from gpucluster.conformance.rdma_checks import compute_hcas
+from gpucluster.conformance.remote import (
+    Remote,
+    RunKey,
+    SshRemote,
+    TaggedRemote,
+    kill_measurement,
+    new_measurement_tag,
+    revoke_script,
+)
 from gpucluster.hostkeys import HostKeyPolicy
+
+# nccl-tests' iterations per size (perf_args: -w 5 -n 20) and what NCCL takes to set up its
+# communicator across nodes before the first size, which the floor says nothing about.
+NCCL_ITERATIONS = 25
+NCCL_LAUNCH_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -30,19 +50,24 @@ class FabricOptions:
     mpi_iters: int = 10
     mpi_budget_s: float = 2.0
     ib_seconds: int = 5
+    # Every all-reduce's whole time budget; None: from the floor (bandwidth.budget_s), which a
+    # link at the floor meets with ``budget_margin`` to spare.
+    budget_s: float | None = None
+    budget_margin: float = 2.0
 
 
-class _Grant:
-    """The run key authorised on the nodes of one measurement; ``close`` takes it back."""
-
-    def __init__(self, key: RunKey, remotes: list[Remote]) -> None:
-        self.key = key
-        self.remotes = remotes
-        self.problems = [p for p in (key.grant(r) for r in remotes) if p]
-
-    def close(self) -> None:
-        for r in self.remotes:
-            self.key.revoke(r)
+def verdict_size(node: NodeInfo, scope: str) -> int:
+    """The message size the all-reduce verdict reads from (``scope``: "inter" or "intra"), where
+    the bus saturates: the intra-node one is the GPUs' (the profile's), the inter-node one the
+    network's (the platform's). A floor without its size is an error naming the file to fix."""
+    value = node.floor(f"allreduce_{scope}_verdict_bytes")
+    if value is None:
+        where = (f"gpucluster/data/profiles/{node.profile_name}.yaml" if scope == "intra"
+                 else f"gpucluster/data/platforms/{node.platform_name}.yaml")
+        raise ValueError(f"{where}: floors.allreduce_{scope}_verdict_bytes is not set, but node {node.name} "
+                         f"is judged against floors.allreduce_{scope}_busbw_gbps; set the message size "
+                         "the bus saturates at")
+    return int(value)
 
 
 class Fabric:
@@ -100,8 +125,19 @@ class Fabric:
         # Called under the fabric lock (``cached``): one key per run, made once.
         return RunKey.ensure(self.run_dir / "ssh" / "run-key", self.run_id)
 
-    def _grant(self, nodes: list[NodeInfo]) -> _Grant:
-        return _Grant(self.run_key(), [self.remote(n.name) for n in nodes])
+    def _grant(self, nodes: list[NodeInfo], tag: str) -> list[str]:
+        """The run key authorised on the nodes for one measurement, nodes at once; problems."""
+        key = self.run_key()
+        with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
+            found = pool.map(lambda n: key.grant(self.remote(n.name), tag), nodes)
+        return [p for p in found if p]
+
+    def _end(self, nodes: list[NodeInfo], tag: str) -> tuple[dict[str, int | str], list[str]]:
+        """Kill what is left of the measurement on every node and take the run key back, one
+        command per node; (node -> processes killed, or why not), and a note when any was."""
+        kills = kill_measurement([self.remote(n.name) for n in nodes], tag, extra=revoke_script(self.run_id))
+        left = [f"{n} {k}" for n, k in kills.items() if k != 0]
+        return kills, [f"processes of the run killed on its nodes: {', '.join(left)}"] if left else []
 
     def _place_key(self, launcher: NodeInfo) -> str | None:
         """The run key on the launcher, for mpirun's ssh to the other nodes; None when it could not be put."""
@@ -116,47 +152,70 @@ class Fabric:
         """GPU-group nodes whose profile sets an inter-node floor."""
         return [n for n in self.inv.in_groups(("gpu",)) if n.floor("allreduce_inter_busbw_gbps") is not None]
 
-    def large_bytes(self, nodes: list[NodeInfo]) -> int:
-        return max(int(n.floor("large_message_bytes")) for n in nodes)
+    def verdict_bytes(self, nodes: list[NodeInfo]) -> int:
+        return max(verdict_size(n, "inter") for n in nodes)
 
     def engine(self, nodes: list[NodeInfo]) -> str:
         return "nccl-tests" if nodes and all(n.gpu_count > 0 for n in nodes) else "mpi-cpu"
 
+    def budget(self, nodes: list[NodeInfo], sizes: tuple[int, ...]) -> float:
+        """The measurement's whole time budget (the option, or from the lowest floor of its nodes)."""
+        if self.options.budget_s is not None:
+            return self.options.budget_s
+        floor = min(float(n.floor("allreduce_inter_busbw_gbps")) for n in nodes)
+        if self.engine(nodes) == "nccl-tests":
+            ranks = len(nodes) * max(1, nodes[0].gpu_count)
+            return budget_s(sizes, ranks, floor, NCCL_ITERATIONS, NCCL_LAUNCH_S, self.options.budget_margin)
+        # The node script's fewest iterations per size: warmup, the probe, one timed.
+        return budget_s(sizes, len(nodes), floor, allreduce_mpi.MpiSettings(sizes).warmup + 2,
+                        allreduce_mpi.LAUNCH_S, self.options.budget_margin)
+
     def _allreduce(self, nodes: list[NodeInfo], label: str, sweep: bool = True) -> AllReduceRun:
-        """One all-reduce over ``nodes``. ``sweep``: every size up to twice the large size (the
-        plot's series); otherwise only the sizes the verdict reads (the pair runs)."""
+        """One all-reduce over ``nodes``. ``sweep``: every size up to twice the verdict size (the
+        plot's series); otherwise a short ramp to the sizes the verdict reads (the pair runs)."""
         names = tuple(n.name for n in nodes)
         # mpirun starts its daemons over SSH on the management network (the firewall
         # admits SSH from there only); the traffic measured is pinned to the fabric CIDR.
         ips = [n.address for n in nodes]
         cidr = str(self.inv.fabric["fabric_cidr"])
-        large = self.large_bytes(nodes)
-        launcher = self.remote(nodes[0].name)
+        verdict = self.verdict_bytes(nodes)
         nccl = self.engine(nodes) == "nccl-tests"
-        if not nccl:
+        if nccl:
+            first = 8 if sweep else verdict
+            sizes = tuple(first << i for i in range((2 * verdict // first).bit_length()) if first << i <= 2 * verdict)
+        else:
+            sizes = allreduce_mpi.sizes_up_to(verdict) if sweep else allreduce_mpi.ramp_to(verdict)
             problems = allreduce_mpi.ship_script([self.remote(n) for n in names])
             if problems:
                 return AllReduceRun("mpi-cpu", label, names, 0, status="incomplete", notes=problems)
-        budget = 600.0 if nccl else allreduce_mpi.MpiSettings(sizes=(large,)).timeout_s
+        budget = self.budget(nodes, sizes)
         progress.note(f"all-reduce {label.replace(':', ' ', 1).replace('+', '/')} ({self.engine(nodes)}, sizes up to "
-                      f"{_size(2 * large)})", budget_s=budget)
+                      f"{_size(2 * verdict)})", budget_s=budget)
+        tag = new_measurement_tag()
+        launcher = TaggedRemote(self.remote(nodes[0].name), tag)
+        problems = self._grant(nodes, tag)
         key = self._place_key(nodes[0])
         try:
             if nccl:
                 run, log = nccl_tests.run_inter(launcher, names, ips, nodes[0].gpu_count, cidr,
                                                 self.inv.fabric.get("socket_ifname") or nodes[0].fabric_interface,
-                                                2 * large, label, min_bytes=8 if sweep else large, ssh_key=key)
+                                                2 * verdict, label, min_bytes=sizes[0], ssh_key=key, timeout_s=budget)
             else:
-                sizes = allreduce_mpi.sizes_up_to(large) if sweep else (large, 2 * large)
-                settings = allreduce_mpi.MpiSettings(sizes=sizes,
-                                                     iters=self.options.mpi_iters, budget_s=self.options.mpi_budget_s,
+                settings = allreduce_mpi.MpiSettings(sizes=sizes, iters=self.options.mpi_iters,
+                                                     budget_s=self.options.mpi_budget_s, timeout_s=budget,
                                                      ssh_key=key)
                 run, log = allreduce_mpi.run_allreduce(launcher, names, ips, cidr, settings, label)
         finally:
             self._remove_key(nodes[0], key)
+            _, killed = self._end(nodes, tag)
+        run.budget_s = budget
+        if launcher.timed_out and run.status == "incomplete":
+            run.status = "cut"
+        run.notes += problems + killed
         # The command (first line of ``log``) stays in the log, never in a check's message.
         self._log(self.allreduce_log(label).split("/", 1)[1],
-                  f"# launcher {nodes[0].name}; status {run.status}; notes: {'; '.join(run.notes) or 'none'}\n{log}")
+                  f"# launcher {nodes[0].name}; status {run.status}; budget {budget:.1f} s; "
+                  f"notes: {'; '.join(run.notes) or 'none'}\n{log}")
         return run
 
     def inter_node(self) -> dict[str, Any]:
@@ -167,12 +226,10 @@ class Fabric:
             if len(nodes) < 2:
                 return {"skip": f"{len(nodes)} node(s) with an inter-node all-reduce floor: an inter-node "
                                 "all-reduce needs two"}
-            grant = self._grant(nodes)
-            try:
-                run = self._allreduce(nodes, "inter:" + ",".join(n.name for n in nodes))
-            finally:
-                grant.close()
-            return {"run": run.to_json(), "engine": run.engine, "large_bytes": self.large_bytes(nodes),
+            run = self._allreduce(nodes, "inter:" + ",".join(n.name for n in nodes))
+            verdict = self.verdict_bytes(nodes)
+            # "large_bytes": the name readers of earlier run folders know the verdict size by.
+            return {"run": run.to_json(), "engine": run.engine, "verdict_bytes": verdict, "large_bytes": verdict,
                     "log": self.allreduce_log(run.label)}
 
         return self.cached("inter_node", compute)
@@ -183,27 +240,23 @@ class Fabric:
             if len(nodes) < 2:
                 return {"skip": f"{len(nodes)} node(s) with an inter-node floor: pairs need two"}
             by_name = {n.name: n for n in nodes}
-            grant = self._grant(nodes)
             results: list[PairResult] = []
             runs: list[dict[str, Any]] = []
-            try:
-                for this_round in rounds(ring_pairs([n.name for n in nodes])):
-                    def one(pair: tuple[str, str]) -> tuple[PairResult, AllReduceRun]:
-                        a, b = by_name[pair[0]], by_name[pair[1]]
-                        run = self._allreduce([a, b], f"pair:{a.name}+{b.name}", sweep=False)
-                        floor = min(float(a.floor("allreduce_inter_busbw_gbps")),
-                                    float(b.floor("allreduce_inter_busbw_gbps")))
-                        v = judge(run, floor, self.large_bytes([a, b]))
-                        return PairResult(a.name, b.name, v.ok, v.busbw_gbps, v.message), run
+            for this_round in rounds(ring_pairs([n.name for n in nodes])):
+                def one(pair: tuple[str, str]) -> tuple[PairResult, AllReduceRun]:
+                    a, b = by_name[pair[0]], by_name[pair[1]]
+                    run = self._allreduce([a, b], f"pair:{a.name}+{b.name}", sweep=False)
+                    floor = min(float(a.floor("allreduce_inter_busbw_gbps")),
+                                float(b.floor("allreduce_inter_busbw_gbps")))
+                    v = judge(run, floor, self.verdict_bytes([a, b]))
+                    return PairResult(a.name, b.name, v.ok, v.busbw_gbps, v.message, v.reached_bytes), run
 
-                    with ThreadPoolExecutor(max_workers=len(this_round)) as pool:
-                        for pr, run in pool.map(one, this_round):
-                            results.append(pr)
-                            runs.append(run.to_json())
-            finally:
-                grant.close()
+                with ThreadPoolExecutor(max_workers=len(this_round)) as pool:
+                    for pr, run in pool.map(one, this_round):
+                        results.append(pr)
+                        runs.append(run.to_json())
             search = find_slow([n.name for n in nodes], results)
-            return {"search": search.to_json(), "runs": runs,
+            return {"search": search.to_json(), "runs": runs, "verdict_bytes": self.verdict_bytes(nodes),
                     "logs": {r["label"]: self.allreduce_log(r["label"]) for r in runs}}
 
         return self.cached("pair_search", compute)
@@ -215,23 +268,29 @@ class Fabric:
 
         def compute() -> dict[str, Any]:
             nodes = [n for n in self.inv.in_groups(("gpu",)) if n.hca_count > 0
-                     and n.floor("ib_write_bw_gbps") is not None]
+                     and n.floor("rdma_write_bw_gbps") is not None]
             if len(nodes) < 2:
                 return {"skip": f"{len(nodes)} node(s) with HCAs and an ib_write_bw floor: a pair needs two"}
             by_name = {n.name: n for n in nodes}
-            hcas = {n.name: ib_write_bw.list_hcas(self.remote(n.name)) for n in nodes}
+            # The compute rails' devices only: a DGX's storage ports are on another network.
+            hcas = {n.name: compute_hcas(n.platform, ib_write_bw.list_hcas(self.remote(n.name))) for n in nodes}
             results: list[PairResult] = []
             detail: list[dict[str, Any]] = []
             for this_round in rounds(ring_pairs([n.name for n in nodes])):
                 for a_name, b_name in this_round:
                     a, b = by_name[a_name], by_name[b_name]
-                    floor = min(float(a.floor("ib_write_bw_gbps")), float(b.floor("ib_write_bw_gbps")))
+                    floor = min(float(a.floor("rdma_write_bw_gbps")), float(b.floor("rdma_write_bw_gbps")))
                     per_hca = []
                     for i in range(min(len(hcas[a_name]), len(hcas[b_name]))):
                         progress.note(f"ib_write_bw {a_name}/{b_name} on {hcas[a_name][i]}",
                                       budget_s=self.options.ib_seconds + 60)
-                        parsed = ib_write_bw.run_pair(self.remote(b_name), self.remote(a_name), str(b.fabric_ip),
+                        # Server and client carry one tag: whichever outlives the other is killed after.
+                        tag = new_measurement_tag()
+                        parsed = ib_write_bw.run_pair(TaggedRemote(self.remote(b_name), tag),
+                                                      TaggedRemote(self.remote(a_name), tag), str(b.fabric_ip),
                                                       hcas[a_name][i], hcas[b_name][i], self.options.ib_seconds)
+                        kills = kill_measurement([self.remote(x) for x in (a_name, b_name)], tag)
+                        parsed["killed_after"] = {k: v for k, v in kills.items() if v != 0}
                         per_hca.append(parsed)
                     bws = [p.get("peak_gbps") for p in per_hca]
                     ok = bool(per_hca) and all(isinstance(x, int | float) and x >= floor for x in bws)
@@ -256,10 +315,15 @@ def fault_key(search: PairSearch, node: str) -> str:
 
     ``fabric-slow-node:N``: N is the node the pair search names slow (its link, NIC or cable);
     ``fabric-link:A+B``: the pair A, B fails while both pass with other nodes (the path between them);
-    ``fabric-ring``: the pairs single out nothing (two nodes, or every pair under the floor).
+    ``fabric-pair:A+B``: the pair of two nodes with no other peer is slow (nothing tells which side);
+    ``fabric-ring``: the pairs single out nothing (every pair under the floor).
     """
     if node in search.slow:
         return f"fabric-slow-node:{node}"
+    mine_status = search.nodes.get(node)
+    if mine_status is not None and mine_status.status == "pair_slow":
+        peers = sorted({node, *(p["peer"] for p in mine_status.pairs if not p["ok"])})
+        return f"fabric-pair:{'+'.join(peers)}"
     failing = [r for r in search.results if not r.ok and r.a not in search.slow and r.b not in search.slow]
     good = {n for r in search.results if r.ok for n in (r.a, r.b)}
     links = sorted("+".join(sorted((r.a, r.b))) for r in failing if r.a in good and r.b in good)
@@ -278,6 +342,8 @@ PAIR_STATUS_REASON = {
                "or a transient",
     "undetermined": "no pair of this node reached the floor and no peer is proven good, so no node or link can "
                     "be singled out",
+    "pair_slow": "the pair is under the floor and, with two nodes, nothing tells which side is slow: both are "
+                 "marked, neither is blamed",
 }
 
 
@@ -294,9 +360,17 @@ def verdict_sentence(what: str, run: AllReduceRun, v: BandwidthVerdict, large_by
     none. The command and mpirun's output are in the run's log, never here."""
     size = _size(large_bytes)
     notes = "; ".join(run.notes)
+    wrong = sum(p.wrong or 0 for p in run.points)
+    if run.status == "cut" and not wrong:
+        budget = f"{run.budget_s:.0f} s" if run.budget_s else "its time"
+        if v.reached_bytes is None:
+            return (f"{what}: slow: no size finished within its budget of {budget}; floor {v.floor_gbps:g} GB/s "
+                    f"at >= {size}")
+        return (f"{what}: slow: the sizes up to {_size(2 * large_bytes)} did not finish within its budget of {budget}, "
+                f"which a link at the floor {v.floor_gbps:g} GB/s meets; it reached {_size(v.reached_bytes)} at busbw "
+                f"{v.busbw_gbps:.3g} GB/s (the floor holds at >= {size})")
     if run.status == "incomplete" or not run.points:
         return f"{what} did not complete ({notes or 'no message size measured'})"
-    wrong = sum(p.wrong or 0 for p in run.points)
     if wrong or run.status == "failed":
         return f"{what} returned {wrong} wrong result(s)" + (f" ({notes})" if notes else "")
     if v.busbw_gbps is None:

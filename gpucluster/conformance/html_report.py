@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
-from gpucluster.conformance import checks, metrics
+from gpucluster.conformance import checks, fleet, metrics
 from gpucluster.conformance import reports as _reports
 from gpucluster.conformance.verdict import CheckResult
 
@@ -259,6 +259,8 @@ def figure_rows(report: Report) -> list[FigureRow]:
     """Every measured figure of every check, with the floor the check recorded beside it."""
     rows = []
     for r in sorted(report.results, key=lambda r: (r.node, r.label)):
+        if r.check_id == fleet.FLEET_CHECK:
+            continue  # the fleet comparison has a table of its own, the median beside each figure
         for m in metrics.measured(r.figures):
             if any(f.floor == m.key for f in metrics.FIGURES):
                 continue  # a floor is shown beside its figure, not as a figure of its own
@@ -266,6 +268,32 @@ def figure_rows(report: Report) -> list[FigureRow]:
             unit = f" {m.figure.unit}" if m.figure.unit else ""
             rows.append(FigureRow(r.node, r.label, m.title, number(m.value) + unit,
                                   "" if floor is None else number(floor) + unit, r.outcome))
+    return rows
+
+
+@dataclass(frozen=True)
+class FleetRow:
+    figure: str
+    node: str
+    value: str
+    median: str
+    margin: str
+    threshold: str
+    nodes: int
+    outcome: str  # passed, failed, or "no fleet verdict"
+    css: str  # the outcome's class: passed, failed, skipped
+
+
+def fleet_rows(report: Report) -> list[FleetRow]:
+    """Each node's figure beside the fleet median, the margin and the lowest figure that passes."""
+    rows = []
+    for c in fleet.comparisons(report.results):
+        unit = f" {c.unit}" if c.unit else ""
+        where = f" ({c.where})" if c.where else ""
+        rows.append(FleetRow(
+            c.figure, c.node, number(c.value) + unit + where, "" if c.median is None else number(c.median) + unit,
+            f"{number(c.margin * 100)} %", "" if c.threshold is None else number(c.threshold) + unit, c.nodes,
+            "no fleet verdict" if c.outcome == "skipped" else c.outcome, c.outcome))
     return rows
 
 
@@ -303,6 +331,8 @@ def render(report: Report) -> str:
         suite_errors=report.suite_errors,
         verdict_rows=_reports.verdict_table(report),
         figures=figure_rows(report),
+        fleet=fleet_rows(report),
+        fleet_min_nodes=fleet.MIN_NODES,
         skipped=skipped_groups(report),
         plots=plots(report),
         sections=node_sections(report),

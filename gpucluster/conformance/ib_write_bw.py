@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpucluster.conformance.remote import Remote, quote
-from gpucluster.parsers import NotToolOutput, parse
+from gpucluster.parsers import parse_run
 
 LIST_HCAS = "ls /sys/class/infiniband 2>/dev/null"
 
@@ -27,11 +27,12 @@ def run_pair(server: Remote, client: Remote, server_ip: str, device: str, peer_d
     server.run(f"(timeout {seconds + 30} {srv} > /var/tmp/gpucluster-ibwb-server.log 2>&1 &)", timeout=30)
     res = client.run("sleep 1; " + quote([*args(device, seconds), "-p", str(port), server_ip]) + " 2>&1",
                      timeout=seconds + 60)
-    try:
-        parsed = parse("ib_write_bw", res.stdout)
-    except NotToolOutput:
-        parsed = {"status": "incomplete", "peak_gbps": None, "rows": [],
-                  "notes": [f"no ib_write_bw output (rc {res.rc}): {res.stdout.strip()[-200:]}"]}
+    # The exit status counts: perftest exits 1 after a completion error, having printed good rows.
+    parsed = parse_run("ib_write_bw", res.stdout, res.rc)
+    if not parsed.get("rows"):
+        parsed.setdefault("peak_gbps", None)
+        parsed["rows"] = []
+        parsed["notes"] = [*parsed.get("notes", []), f"output (rc {res.rc}): {res.stdout.strip()[-200:]}"]
     parsed["device"] = device
     parsed["peer_device"] = peer_device
     return parsed

@@ -115,14 +115,34 @@ FIGURES: tuple[Figure, ...] = (
     Figure("(?P<direction>write|read)_latency_s", _f("rados_bench_latency_seconds"),
            "rados bench average latency.", 1, "s", "rados bench {direction} latency"),
     Figure("osds", _f("ceph_osds"), "OSDs in the Ceph OSD tree.", 1, "", "OSDs"),
+    # The fleet comparison (GC-FLEET-001): the node's figure and the fleet's median as one family per
+    # quantity, the statistic a label; which figure it is (burn precision and engine) is the check's
+    # parameter, in ``service`` like every per-check family.
+    Figure("fleet_(?P<statistic>node|median)_tflops", _f("fleet_floating_point_operations_per_second"),
+           "Burn throughput of the node's slowest GPU and the fleet's median of it.", TERA, "TFLOP/s",
+           "fleet {statistic} TFLOP/s"),
+    Figure("fleet_(?P<statistic>node|median)_busbw_gbps", _f("fleet_allreduce_busbw_bytes_per_second"),
+           "Intra-node all-reduce bus bandwidth of the node and the fleet's median of it.", GB, "GB/s",
+           "fleet {statistic} bus bandwidth"),
+    Figure("fleet_(?P<statistic>node|median)_hca_gbps", _f("fleet_rdma_write_bytes_per_second"),
+           "RDMA write bandwidth of the node's best pair (slowest HCA) and the fleet's median of it.", GB / 8,
+           "Gb/s", "fleet {statistic} RDMA write"),
+    Figure("fleet_margin", _f("fleet_margin_ratio"),
+           "How far below the fleet median a node's figure may fall (a fraction).", 1, "", "fleet margin"),
+    Figure("fleet_nodes", _f("fleet_nodes"), "Nodes that measured the figure the fleet median is taken over.", 1,
+           "", "fleet nodes"),
+    Figure("osds_up_in", _f("ceph_osds_up_in"), "OSDs both up and in.", 1, "", "OSDs up and in"),
     Figure("pgs", _f("ceph_placement_groups"), "Ceph placement groups.", 1, "", "placement groups"),
+    Figure("pgs_active_clean", _f("ceph_placement_groups_active_clean"), "Ceph placement groups active+clean.", 1,
+           "", "placement groups active+clean"),
 )
 
 # Figures that are words, not quantities: they stay in results.json and the reports' text.
 TEXT_FIGURES = frozenset({
-    "os_id", "os_codename", "kernel", "driver_version", "cuda_version", "nccl_version", "leap_status",
+    "os_id", "os_codename", "os_version_id", "os_declared", "kernel", "driver_version", "cuda_version",
+    "nccl_version", "leap_status",
     "nftables_service", "state", "operstate", "health", "health_checks", "quorum", "fstype", "engine",
-    "engines", "pair_status", "series",
+    "engines", "pair_status", "series", "fleet_figure", "fleet_unit", "fleet_source", "fleet_members", "fleet_where",
 })
 
 _COMPILED = tuple((re.compile(f.pattern), f) for f in FIGURES)

@@ -1,8 +1,9 @@
 """The conformance suite's view of an inventory: nodes with their groups and expectations.
 
 Reads the inventory `gpucluster inventory` (or the lab) writes. Every expected value a
-check compares against comes from here: the node's hardware profile, the BOM pins and the
-spec's fabric, all carried in the inventory's cluster-wide variables.
+check compares against comes from here: the node's hardware profile (its GPUs), its platform
+(its network: rails and their floors), the BOM pins and the spec's fabric, all carried in the
+inventory's cluster-wide variables.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import yaml
 from gpucluster.errors import InputError
 from gpucluster.inventory import parse_inventory_text
 from gpucluster.inventory_model import validate_inventory
+from gpucluster.spec.models import RDMA_KINDS
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,8 @@ class NodeInfo:
     groups: tuple[str, ...]
     profile_name: str
     profile: dict[str, Any]
+    platform_name: str
+    platform: dict[str, Any]
     fabric_ip: str | None
     fabric_interface: str | None
     host_vars: dict[str, Any] = field(repr=False)
@@ -38,10 +42,16 @@ class NodeInfo:
 
     @property
     def hca_count(self) -> int:
-        return int(self.profile["hca"]["count"])
+        """RDMA devices on the platform's compute rails (EFA included); storage and frontend ports never."""
+        return sum(int(r["count"]) for r in self.platform.get("rails") or []
+                   if r.get("role") == "compute" and r.get("kind") in RDMA_KINDS)
 
     def floor(self, key: str) -> Any:
-        return self.profile["floors"].get(key)
+        """A floor from the profile's floors (the GPUs'), else the platform's (the network's); None if neither."""
+        floors = self.profile.get("floors") or {}
+        if floors.get(key) is not None:
+            return floors[key]
+        return (self.platform.get("floors") or {}).get(key)
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,11 @@ class ClusterInventory:
     nodes: tuple[NodeInfo, ...]
     groups: dict[str, tuple[str, ...]]
     all_vars: dict[str, Any] = field(repr=False)
+
+    @property
+    def conformance(self) -> dict[str, Any]:
+        """How verify judges (``gpucluster_conformance``: dcgm_diag_level, fleet_margin), as the inventory says."""
+        return dict(self.all_vars.get("gpucluster_conformance") or {})
 
     def node(self, name: str) -> NodeInfo:
         for n in self.nodes:
@@ -88,6 +103,7 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
     inv = validate_inventory(data, source)
     groups = inv.groups()
     profiles = inv.vars.gpucluster_profiles
+    platforms = inv.vars.gpucluster_platforms
     raw_hosts = data["all"]["hosts"]
     nodes = [
         NodeInfo(
@@ -99,6 +115,8 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
             groups=tuple(sorted(g for g, members in groups.items() if name in members)),
             profile_name=hv.gpucluster_profile,
             profile=profiles[hv.gpucluster_profile],
+            platform_name=hv.gpucluster_platform,
+            platform=platforms[hv.gpucluster_platform],
             fabric_ip=hv.gpucluster_fabric_ip,
             fabric_interface=hv.gpucluster_fabric_interface,
             host_vars=dict(raw_hosts[name]),

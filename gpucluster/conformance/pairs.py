@@ -3,11 +3,13 @@
 Pairs are neighbours on a ring (``(n0,n1), (n1,n2), ... (nk,n0)``), so every node is in two
 pairs and the pairs run in two or three rounds of disjoint pairs. A node that passes any pair
 is proven good. A node is named **slow** when none of its pairs passed and at least one of
-its failing pairs was with a proven-good node. A failing pair whose partner is named slow is
-the partner's fault. What is left is reported, never passed: ``undetermined`` (no pair of the
-node passed and no partner is proven good, e.g. every pair failed or only two nodes) and
-``suspect`` (a failing pair between two nodes that both pass elsewhere: the link between them,
-or a transient).
+its failing pairs was with a proven-good node: with three or more nodes, the one in every slow
+pair while its peers pass with others. A failing pair whose partner is named slow is the
+partner's fault. What is left is reported, never passed: ``pair_slow`` (the two nodes have no
+other peer, e.g. a cluster of two: the pair is slow and nothing tells which side, so both are
+marked and neither is blamed), ``undetermined`` (no pair of the node passed and no partner is
+proven good, e.g. every pair failed) and ``suspect`` (a failing pair between two nodes that both
+pass elsewhere: the link between them, or a transient).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 Pair = tuple[str, str]
-Status = Literal["ok", "slow", "undetermined", "suspect", "untested"]
+Status = Literal["ok", "slow", "pair_slow", "undetermined", "suspect", "untested"]
 
 
 def ring_pairs(names: list[str]) -> list[Pair]:
@@ -50,6 +52,7 @@ class PairResult:
     ok: bool
     busbw_gbps: float | None
     message: str = ""
+    reached_bytes: int | None = None  # where a budget cut the pair's run: the largest size it measured
 
 
 @dataclass
@@ -89,6 +92,10 @@ def find_slow(nodes: list[str], results: list[PairResult]) -> PairSearch:
     def partner(r: PairResult, n: str) -> str:
         return r.b if r.a == n else r.a
 
+    def alone_together(r: PairResult) -> bool:
+        """Neither node of the pair has another peer: nothing can tell which side is slow."""
+        return all({partner(x, n) for x in mine.get(n, [])} == {partner(r, n)} for n in (r.a, r.b))
+
     good = {n for r in results if r.ok for n in (r.a, r.b)}
     slow = sorted(
         n for n, rs in mine.items()
@@ -97,7 +104,8 @@ def find_slow(nodes: list[str], results: list[PairResult]) -> PairSearch:
     out: dict[str, NodePairs] = {}
     for n in nodes:
         rs = mine.get(n, [])
-        figures = [{"peer": partner(r, n), "ok": r.ok, "busbw_gbps": r.busbw_gbps, "message": r.message} for r in rs]
+        figures = [{"peer": partner(r, n), "ok": r.ok, "busbw_gbps": r.busbw_gbps, "reached_bytes": r.reached_bytes,
+                    "message": r.message} for r in rs]
         failing = [r for r in rs if not r.ok]
         if not rs:
             out[n] = NodePairs(n, "untested", "in no pair (fewer than two nodes)", figures)
@@ -107,6 +115,11 @@ def find_slow(nodes: list[str], results: list[PairResult]) -> PairSearch:
                                "pass with other nodes", figures)
         elif not failing:
             out[n] = NodePairs(n, "ok", "every pair reached the floor", figures)
+        elif failing and not any(r.ok for r in rs) and all(alone_together(r) for r in failing):
+            peer = partner(failing[0], n)
+            a, b = sorted((n, peer))
+            out[n] = NodePairs(n, "pair_slow", f"pair {a}/{b} slow, cannot isolate with two nodes "
+                               f"({_fmt(failing[0].busbw_gbps)}); neither node is blamed", figures)
         elif all(partner(r, n) in slow for r in failing):
             names = ", ".join(sorted({partner(r, n) for r in failing}))
             out[n] = NodePairs(n, "ok", f"pairs under the floor only with the slow node(s) {names}", figures)

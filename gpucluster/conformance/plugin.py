@@ -33,6 +33,7 @@ import re
 import sys
 import time
 from collections.abc import Generator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from typing import Any
 import pytest
 
 from gpucluster import hostkeys, runs
-from gpucluster.conformance import checks, remedies
+from gpucluster.conformance import checks, fleet, remedies
 from gpucluster.conformance.fabric import Fabric
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, load_inventory
 from gpucluster.conformance.remote import (
@@ -82,6 +83,7 @@ _UNREACHABLE = pytest.StashKey[dict[str, str]]()
 _STARTED = pytest.StashKey[float]()
 _REPORT = pytest.StashKey[Report]()
 _WRITE_ERROR = pytest.StashKey[str]()
+_FLEET_MARGIN = pytest.StashKey[float]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -94,6 +96,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--burn-seconds", type=int, default=60, help="GPU burn time per precision")
     g.addoption("--checks", default=None,
                 help="comma-separated check IDs or patterns (GC-NET-*,GC-GPU-001): run only these")
+    g.addoption("--fleet-margin", default=None,
+                help="how far below the fleet median a node's figure may fall, as a fraction (default: the "
+                     "inventory's gpucluster_conformance.fleet_margin, else 0.10)")
     g.addoption("--verdicts-by-caller", action="store_true", default=False,
                 help="print no findings or verdicts at the end (gpucluster verify prints them once, after "
                      "publishing), unless the run folder could not be written")
@@ -124,6 +129,19 @@ def _inventory(config: pytest.Config) -> ClusterInventory:
         raise pytest.UsageError("; ".join(exc.lines())) from exc
     config.stash[_INVENTORY] = inv
     return inv
+
+
+def _fleet_margin(config: pytest.Config) -> float:
+    """--fleet-margin, else the inventory's ``gpucluster_conformance.fleet_margin``, else the default;
+    bad input before any check runs."""
+    given = config.getoption("--fleet-margin")
+    try:
+        if given is not None:
+            return fleet.check_margin(given, "--fleet-margin")
+        return fleet.margin_from_vars(_inventory(config).all_vars)
+    except ValueError as exc:
+        where = "" if given is not None else f"{_inventory(config).path}: "
+        raise pytest.UsageError(f"{where}{exc}") from None
 
 
 def _run_dir(config: pytest.Config) -> Path:
@@ -164,6 +182,7 @@ def pytest_configure(config: pytest.Config) -> None:
             config.addinivalue_line("markers", f"{g}: runs on hosts of the inventory group {g}")
     config.stash[_STARTED] = time.time()
     if _controller(config):
+        config.stash[_FLEET_MARGIN] = _fleet_margin(config)
         _run_id()
         if not config.option.xmlpath and not config.option.collectonly:
             config.option.xmlpath = str(_run_dir(config) / JUNIT_XML)
@@ -370,7 +389,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(c, p) for c in checks.CHECKS)]
         if unmatched:
             raise pytest.UsageError(f"--checks: {', '.join(unmatched)} matches no check ID (GC-<AREA>-<NNN>)")
-        other = [i for i in items if not any(fnmatch.fnmatchcase(_check_id(i), p) for p in patterns)]
+        wanted = {c for c in checks.CHECKS if any(fnmatch.fnmatchcase(c, p) for p in patterns)}
+        if fleet.FLEET_CHECK in wanted:  # derived from these checks' figures: run them
+            wanted.update(fleet.SOURCES)
+        other = [i for i in items if _check_id(i) not in wanted]
         if other:
             config.hook.pytest_deselected(items=other)
             items[:] = [i for i in items if i not in other]
@@ -541,7 +563,12 @@ def _finish(config: pytest.Config, exitstatus: int, junit_error: OSError | None)
             meta["interrupt_cleanup"] = cleanup_nodes(
                 [SshRemote(n.name, cfg) for n in inv.nodes if n.name not in down], meta["run_id"])
     RunKey(meta["run_id"], run_dir / "ssh" / "run-key" / f"run-key-{meta['run_id']}").delete_local()
-    report = Report(meta=meta, nodes=[n.name for n in inv.nodes], results=list(_RESULTS))
+    margin = config.stash.get(_FLEET_MARGIN, fleet.DEFAULT_MARGIN)
+    meta["fleet_margin"] = margin
+    # The fleet's verdicts need every node's figures: they are derived here, once all checks ran.
+    derived = [replace(r, log=check_log(r.node, r.label)) if r.outcome == "failed" else r
+               for r in fleet.fleet_results(_RESULTS, margin)]
+    report = Report(meta=meta, nodes=[n.name for n in inv.nodes], results=[*_RESULTS, *derived])
     config.stash[_REPORT] = report
     xmlpath = config.option.xmlpath
     try:

@@ -32,15 +32,18 @@ _CONVERGE = "gpucluster converge --inventory INV --limit NODE --tags {tag}"
 
 _REMEDIES = (
     Remedy("GC-OS-001", (
-        "Compare `/etc/os-release` on the node with `debian.suite` in the BOM (`gpucluster/data/bom.yaml`).",
-        "A node on another release was imaged wrong: reinstall it from the pinned Debian image; the roles do not "
+        "Compare `/etc/os-release` on the node with the OS the spec declares for its pool (`os` on the target or "
+        "the pool; the inventory's `gpucluster_os`) and that OS's entry in the BOM's `os` table "
+        "(`gpucluster/data/bom.yaml`).",
+        "A node on another release was imaged wrong: reinstall it from the pinned image; the roles do not "
         "upgrade between releases.",
     )),
     Remedy("GC-OS-002", (
         "Run `uname -r` and `ls /lib/modules/$(uname -r)` on the node.",
         "A missing modules folder means the running kernel's package was removed: reinstall "
         "`linux-image-$(uname -r)` or reboot into the installed kernel.",
-        "An older kernel: install Debian's current `linux-image-amd64` and reboot, then rerun the driver role "
+        "An older kernel: install the OS's current kernel package (Debian `linux-image-amd64`, Ubuntu "
+        "`linux-generic` or the cloud's kernel flavour) and reboot, then rerun the driver role "
         f"(`{_CONVERGE.format(tag='nvidia_driver')}`) so the module is built for it.",
     )),
     Remedy("GC-SYS-001", (
@@ -162,7 +165,8 @@ _REMEDIES = (
         "(`ping -M do -s MTU-28 PEER_FABRIC_IP` finds the largest that passes).",
     )),
     Remedy("GC-NET-003", (
-        "Run `ibv_devices` and `lspci | grep -i mellanox` on the node.",
+        "Run `ibv_devices` and `lspci | grep -i mellanox` on the node; the check names each compute device of "
+        "the platform (gpucluster/data/platforms/) it lacks and each device no rail names.",
         "An HCA on the PCI bus but not in `ibv_devices`: `lsmod | grep mlx5`, then rerun "
         f"`{_CONVERGE.format(tag='rdma_fabric')}`; one missing from `lspci` needs a reseat or an RMA.",
     )),
@@ -173,7 +177,8 @@ _REMEDIES = (
         "the cable.",
     )),
     Remedy("GC-NET-005", (
-        "Run `mlnx_qos -i DEV` on the node: trust state and the PFC row.",
+        "Run `dcb app show dev DEV dscp-prio` and `dcb pfc show dev DEV prio-pfc` on the node for each rail the "
+        "check names (`mlnx_qos -i DEV` where DOCA-OFED is installed).",
         f"Rerun `{_CONVERGE.format(tag='rdma_fabric')}` (RoCE QoS); the switch must have PFC on the same "
         "priority.",
     )),
@@ -210,6 +215,82 @@ _REMEDIES = (
         "Check the HCA's port (`ibstat`: rate and state; GC-NET-004) and its error counters (`perfquery` on "
         "InfiniBand, `ethtool -S DEV | grep -i -E 'err|discard'` on RoCE).",
         "A slow HCA on every pair: its cable or transceiver; on one pair only: the switch path between them.",
+    )),
+    Remedy("GC-GPU-013", (
+        "Run `nvidia-smi -q | grep -A3 Fabric` and `systemctl status nvidia-fabricmanager` on the node; "
+        "State In Progress means the fabric manager has not finished training the NVSwitches.",
+        "A Status other than Success: `journalctl -u nvidia-fabricmanager -b` names the failing switch or GPU; "
+        "restart the fabric manager, then reboot if the state stays Not Started or the status an error.",
+    )),
+    Remedy("GC-GPU-014", (
+        "Run `nvidia-smi nvlink -s` on the node: every link must show the profile's GB/s.",
+        "Links down or slow on one GPU: drain, reset the GPU (`nvidia-smi -r -i N`) or reboot; persisting, RMA the "
+        "GPU or baseboard. Links down on every GPU: check the fabric manager (GC-GPU-009, GC-GPU-013).",
+    )),
+    Remedy("GC-GPU-015", (
+        "Run `nvidia-smi nvlink -e` on the node and note the GPU and link; reset the counters with "
+        "`nvidia-smi nvlink -r 0` and rerun an all-reduce to see whether they grow.",
+        "Counters that grow under load point at the link's hardware (GPU, NVSwitch, baseboard): open a case "
+        "with the vendor with `nvidia-bug-report.sh` attached.",
+    )),
+    Remedy("GC-GPU-016", (
+        "Run `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER` on the node: the active reason names the cause.",
+        "Thermal slowdown: check the node's fans, inlet temperature and airflow (`ipmitool sdr`); power "
+        "slowdown: check the power limit (`nvidia-smi -q -d POWER`) and the PSUs.",
+    )),
+    Remedy("GC-DCGM-001", (
+        "Run `dcgmi diag -r LEVEL` on the node (LEVEL from `gpucluster_conformance.dcgm_diag_level`, 2 unless "
+        "set) and read the Warning rows under the failing test.",
+        "Memory or PCIe failures on one GPU: drain the node, reset the GPU and rerun; failing again, RMA the GPU "
+        "with the `dcgmi diag` output and `nvidia-bug-report.sh` attached.",
+    )),
+    Remedy("GC-PCIE-001", (
+        "Run `nvidia-smi -q -d PCI` (or `lspci -vv -s BUS | grep -E 'LnkCap|LnkSta'`) on the node for the GPU "
+        "the message names.",
+        "A lower generation or width than the profile: reseat the GPU or its riser, check the BIOS PCIe "
+        "settings of the slot, and compare with a sibling node.",
+    )),
+    Remedy("GC-PCIE-002", (
+        "Run `cat /sys/class/infiniband/HCA/device/current_link_speed` and `current_link_width` (or "
+        "`lspci -vv -s BUS | grep LnkSta`) on the node.",
+        "A downgraded link: reseat the HCA, check the slot's BIOS settings and the HCA firmware (`mlxfwmanager`).",
+    )),
+    Remedy("GC-PCIE-003", (
+        "Run `nvbandwidth -t host_to_device_memcpy_ce -t device_to_host_memcpy_ce` on the node.",
+        "One slow GPU: its PCIe link (GC-PCIE-001) or NUMA placement (`nvidia-smi topo -m`); all slow: the "
+        "BIOS (IOMMU, ACS, power profile) and the CPU governor.",
+    )),
+    Remedy("GC-IB-001", (
+        "Run `ibstat` (or `cat /sys/class/infiniband/*/ports/*/{state,rate}`) on the node.",
+        "A port down or at a lower rate: check the cable and transceiver, the switch port, then "
+        "`mlxlink -d HCA` for the negotiated speed.",
+    )),
+    Remedy("GC-IB-002", (
+        "Run `grep -H . /sys/class/infiniband/*/ports/*/counters/{symbol_error,link_downed,port_rcv_errors}` "
+        "on the node, and `perfquery` on InfiniBand.",
+        "Errors on one port: replace its cable or transceiver and clear the counters (`perfquery -R`); a "
+        "rising link_downed is a flapping link: check the switch side's log too.",
+    )),
+    Remedy("GC-IB-003", (
+        "Run `cat /sys/class/infiniband/*/fw_ver` on the node and on a node with the fleet's version.",
+        "Flash the fleet's firmware with `mlxfwmanager -u` (NVIDIA MFT) and reboot the node.",
+    )),
+    Remedy("GC-RDMA-002", (
+        "Run `ib_write_bw -d HCA --use_cuda=N --report_gbits` on the node and "
+        "`ib_write_bw -d HCA --use_cuda=N --report_gbits localhost` beside it, for the pair the message names.",
+        "A run that fails at once: `lsmod | grep nvidia_peermem` (GPUDirect needs the peer-memory module) and "
+        "the HCA's port (GC-IB-001).",
+    )),
+    Remedy("GC-EFA-001", (
+        "Run `fi_info -p efa -t FI_EP_RDM` and `ls /sys/class/infiniband` on the node.",
+        "Fewer devices than the profile: the instance was launched with fewer EFA interfaces (check the launch "
+        "template), or the EFA driver is missing (`lsmod | grep efa`; reinstall the EFA software).",
+    )),
+    Remedy("GC-EFA-002", (
+        "Rerun with `NCCL_DEBUG=INFO` and look for `NET/OFI Selected Provider is efa` and `Using network AWS "
+        "Libfabric` in the output.",
+        "Sockets or another provider: check that aws-ofi-nccl is on `LD_LIBRARY_PATH` (or `NCCL_NET_PLUGIN`) "
+        "and that `FI_PROVIDER` is `efa`.",
     )),
     Remedy("GC-K8S-001", (
         "Run `kubectl get nodes -o wide` and `kubectl describe node NODE`: the conditions say why it is not "
@@ -259,6 +340,19 @@ _REMEDIES = (
     Remedy("GC-CEPH-006", (
         "Run `sha256sum` on the same file from both nodes and `ceph fs status`; a difference points at a "
         "client caching issue: remount (`umount MOUNT_PATH && mount MOUNT_PATH`) and report it.",
+    )),
+    Remedy("GC-FLEET-001", (
+        "Read the node's figure beside the fleet median in `summary.md` (Fleet comparison); the check's "
+        "parameter names the figure and the message the GPU or peer it came from.",
+        "Burn throughput: run `nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER -i N` on the node for the GPU "
+        "named: an active clock-throttle reason (thermal, power brake, HW slowdown) points at cooling or power; "
+        "reseat or RMA a GPU that stays slow when cool.",
+        "Intra-node all-reduce: compare `nvidia-smi topo -m` and `nvidia-smi nvlink -s` with a node that passes "
+        "(GC-GPU-008); an NVLink down or a GPU on another PCIe root is the usual cause.",
+        "RDMA: run `ibstat` and `perfquery -x` on the node and compare rate, width and error counters with a "
+        "peer that passes (GC-NET-004).",
+        "A fleet of mixed hardware on purpose: raise the margin (`gpucluster verify --fleet-margin 0.2` or "
+        "`gpucluster_conformance.fleet_margin` in the inventory) rather than ignoring the failure.",
     )),
     Remedy("GC-CEPH-007", (
         "Run `rados bench -p POOL 10 write --no-cleanup` by hand, then `ceph -s` and `ceph osd perf` for slow "

@@ -9,6 +9,12 @@ Every command a run starts on a node carries the run's tag in its environment
 (``GPUCLUSTER_RUN=<run id>``, plus ``GPUCLUSTER_CMD=<command id>``), so what a run left behind
 (mpirun and its ranks, all_reduce_perf, ib_write_bw, gpu-burn and its sampler) can be found and
 killed on every node when the run is interrupted, or when one command outlives its timeout.
+One measurement between nodes (an all-reduce, an ib_write_bw pair) carries a tag of its own,
+``GPUCLUSTER_MEASUREMENT=<tag>``, on every node it reaches: on the launcher through
+:class:`TaggedRemote`, on the nodes mpirun logs in to through the run key's forced command
+(:meth:`RunKey.grant`). When its budget ends, :func:`kill_measurement` kills exactly its
+processes (mpirun's remote daemons and ranks, ib_write_bw's server and client) on every node,
+and nothing else the run has going there.
 
 Nodes reach each other (mpirun's launcher starting the other ranks) with a key made for the run
 (:class:`RunKey`), authorised on the nodes for the run only and removed at its end; the
@@ -35,6 +41,7 @@ from gpucluster.hostkeys import HostKeyPolicy
 RUN_ID_ENV = "GPUCLUSTER_RUN_ID"  # on the controller: the run's id, handed to the suite's processes
 RUN_TAG = "GPUCLUSTER_RUN"  # on the nodes: in the environment of everything the run started
 CMD_TAG = "GPUCLUSTER_CMD"
+MEASURE_TAG = "GPUCLUSTER_MEASUREMENT"
 RUN_KEY_MARKER = "gpucluster-verify-run"
 KILL_TIMEOUT_S = 30.0
 
@@ -165,6 +172,68 @@ def quote(args: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in args)
 
 
+# --- one measurement's processes on every node -------------------------------------------------
+
+
+def new_measurement_tag() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+@dataclass
+class TaggedRemote:
+    """``inner`` whose commands, and everything they start, carry ``GPUCLUSTER_MEASUREMENT=<tag>``.
+
+    An exported variable reaches the environment of every process the command starts (the
+    shell's own initial environment keeps the run's tags). ``timed_out`` says whether a command
+    ran past its timeout: the measurement was cut by its budget, not refused.
+    """
+
+    inner: Remote
+    tag: str
+    timed_out: bool = False
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.name = self.inner.name
+
+    def run(self, command: str, *, stdin: str | None = None, timeout: float = 120.0) -> CommandResult:
+        res = self.inner.run(f"export {MEASURE_TAG}={shlex.quote(self.tag)}; {command}", stdin=stdin,
+                             timeout=timeout)
+        if res.rc == 124 and res.stderr.startswith("timed out after"):
+            self.timed_out = True
+        return res
+
+
+def _bare(remote: Remote) -> Remote:
+    """The remote without any tag: a kill script must not carry the tag it looks for."""
+    while isinstance(remote, TaggedRemote):
+        remote = remote.inner
+    return _untagged(remote)
+
+
+def kill_measurement(remotes: Sequence[Remote], tag: str, grace_s: int = 2,
+                     extra: str = "") -> dict[str, int | str]:
+    """Kill every process carrying the measurement's ``tag`` on every node at once (``extra``: a
+    shell command run after, on each node); node -> processes killed, or why the kill did not run."""
+
+    def one(remote: Remote) -> tuple[str, int | str]:
+        script = kill_script(f"{MEASURE_TAG}={tag}", grace_s) + (f"; {extra}" if extra else "")
+        try:
+            res = _bare(remote).run(script, timeout=KILL_TIMEOUT_S)
+        except OSError as exc:
+            return remote.name, f"kill not run: {exc}"
+        found = next((x for x in res.stdout.splitlines() if x.startswith("killed ")), "")
+        count = found.removeprefix("killed ").strip()
+        if not count.isdigit():
+            return remote.name, f"kill failed (exit {res.rc}): {res.stderr.strip()[:200]}"
+        return remote.name, int(count)
+
+    if not remotes:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(32, len(remotes))) as pool:
+        return dict(pool.map(one, remotes))
+
+
 # --- the run's own key for node-to-node logins -------------------------------------------------
 
 
@@ -213,19 +282,27 @@ class RunKey:
     def remote_key_name(self) -> str:
         return f"gpucluster-verify-{self.run_id}"
 
-    def authorized_line(self) -> str:
+    def authorized_line(self, measurement: str = "") -> str:
+        """``measurement``: the tag of the one measurement the key is granted for, carried by
+        everything mpirun starts through it (its daemons and their ranks)."""
         kind, blob = self.private_key.with_suffix(".pub").read_text(encoding="utf-8").split()[:2]
-        forced = f'exec env {RUN_TAG}={self.run_id} \\"${{SHELL:-/bin/sh}}\\" -c \\"$SSH_ORIGINAL_COMMAND\\"'
+        tags = f"{RUN_TAG}={self.run_id}" + (f" {MEASURE_TAG}={measurement}" if measurement else "")
+        forced = f'exec env {tags} \\"${{SHELL:-/bin/sh}}\\" -c \\"$SSH_ORIGINAL_COMMAND\\"'
         return (f'command="{forced}",no-agent-forwarding,no-port-forwarding,no-X11-forwarding,no-pty '
                 f"{kind} {blob} {_marker(self.run_id)}")
 
-    def grant(self, remote: Remote) -> str | None:
-        """Authorise the key on one node; returns a problem, or None."""
-        line = shlex.quote(self.authorized_line())
+    def grant(self, remote: Remote, measurement: str = "") -> str | None:
+        """Authorise the key on one node (for one measurement, when tagged: the line of an
+        earlier one is replaced); returns a problem, or None."""
+        if measurement and not measurement.isalnum():
+            raise ValueError(f"measurement tag must be alphanumeric: {measurement!r}")
+        line = shlex.quote(self.authorized_line(measurement))
         m = shlex.quote(" " + _marker(self.run_id))
         script = (
             'umask 077; mkdir -p "$HOME/.ssh"; f="$HOME/.ssh/authorized_keys"; '
-            f'grep -qF -- {m} "$f" 2>/dev/null && exit 0; '
+            f'if [ -f "$f" ] && grep -qF -- {m} "$f"; then '
+            f't=$(mktemp "$f.XXXXXX") || exit 1; {{ grep -vF -- {m} "$f" || true; }} > "$t" && cat "$t" > "$f"; '
+            'rm -f "$t"; fi; '
             # A last line without its newline would swallow ours.
             '[ -s "$f" ] && [ -n "$(tail -c1 "$f")" ] && echo >> "$f"; '
             f"printf '%s\\n' {line} >> \"$f\""

@@ -21,7 +21,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from gpucluster import runs
-from gpucluster.conformance import html_report, metrics, remedies
+from gpucluster.conformance import checks, fleet, html_report, metrics, remedies
 from gpucluster.conformance.verdict import CLUSTER, CheckResult, NodeVerdict, exit_code, node_verdicts, shorten
 from gpucluster.errors import EXIT_BAD_INPUT
 
@@ -93,6 +93,9 @@ class Report:
             "findings": [f.to_json() for f in findings(self)],
             "verdicts": verdicts,
             "results": [r.to_json() for r in sorted(self.results, key=lambda r: (r.node, r.check_id, r.param or ""))],
+            # Each node's figure beside the fleet median and the margin (GC-FLEET-001's results, in a table).
+            "fleet": {"margin": self.meta.get("fleet_margin"), "min_nodes": fleet.MIN_NODES,
+                      "comparisons": [fleet_json(c) for c in fleet.comparisons(self.results)]},
             "series": [{"label": s.label, "points": [list(p) for p in s.points]} for s in self.series],
         }
 
@@ -104,6 +107,12 @@ class Report:
             results=[CheckResult.from_json(r) for r in d.get("results", [])],
             series=[Series(s["label"], [(int(a), float(b)) for a, b in s["points"]]) for s in d.get("series", [])],
         )
+
+
+def fleet_json(c: fleet.Comparison) -> dict[str, Any]:
+    return {"node": c.node, "figure": c.figure, "param": c.param, "unit": c.unit, "where": c.where,
+            "value": c.value, "median": c.median, "margin": c.margin, "threshold": c.threshold, "nodes": c.nodes,
+            "outcome": c.outcome}
 
 
 def series_from_results(results: list[CheckResult]) -> list[Series]:
@@ -177,6 +186,9 @@ def figure_text(r: CheckResult) -> str:
     """The check's figure against its expected value, from what it recorded; empty when it
     recorded none of the figures that have one (its message then says it)."""
     f = r.figures
+    compared = fleet.Comparison.from_result(r)
+    if compared is not None:
+        return compared.text()
     floor = _num(f.get("floor_gbps"))
     pairs = {k.removeprefix("pair_busbw_gbps_"): _num(v) for k, v in f.items() if k.startswith("pair_busbw_gbps_")}
     if pairs and floor is not None:
@@ -224,6 +236,9 @@ def _cause(key: str, results: list[CheckResult], unreachable: dict[str, str]) ->
         a, _, b = subject.partition("+")
         return (f"the fabric path between {a} and {b} is slow: their pair run is under the floor while both "
                 "pass with other nodes")
+    if kind == "fleet":
+        return (f"{subject} is more than the margin below the fleet median: "
+                + "; ".join(r.message for r in results if r.message))
     if kind == "fabric-ring":
         nodes = ", ".join(sorted({r.node for r in results}))
         return (f"the fabric all-reduce among {nodes} is under the floor and the pair runs cannot single out a "
@@ -311,6 +326,41 @@ def _system_out(r: CheckResult, logs: list[str], run_dir: Path | None) -> str:
     return "\n".join(out) + "\n"
 
 
+DERIVED_CLASSNAME = "gpucluster.conformance.fleet"
+DERIVED = frozenset(c.id for c in checks.DERIVED_CHECKS)
+
+
+def _add_derived_cases(suite: ET.Element, results: list[CheckResult], run_dir: Path | None) -> None:
+    """A test case per result no pytest test produced (the fleet comparison, derived once every node
+    ran), with the properties, failure or skip and <system-out> a pytest case of the suite has."""
+    have = {tuple(p.get("value", "") for p in case.iter("property") if p.get("name") in ("check_id", "node", "param"))
+            for case in suite.iter("testcase")}
+    added = {"tests": 0, "failures": 0, "skipped": 0}
+    for r in results:
+        if r.check_id not in DERIVED or (r.check_id, r.node, *((r.param,) if r.param else ())) in have:
+            continue
+        case = ET.SubElement(suite, "testcase", classname=DERIVED_CLASSNAME, name=f"{r.label}[{r.node}]",
+                             time=f"{r.duration_s:.3f}")
+        props = ET.SubElement(case, "properties")
+        for name, value in (("check_id", r.check_id), ("node", r.node), ("param", r.param),
+                            ("figures", json.dumps(r.figures, default=str, sort_keys=True)), ("cause", r.cause)):
+            if value:
+                ET.SubElement(props, "property", name=name, value=str(value))
+        added["tests"] += 1
+        if r.outcome in ("failed", "error"):
+            tag = "failure" if r.outcome == "failed" else "error"
+            ET.SubElement(case, tag, type=r.check_id, message=r.message).text = r.message
+            ET.SubElement(case, "system-out").text = _system_out(r, [], run_dir)
+            key = "failures" if tag == "failure" else "errors"
+            added[key] = added.get(key, 0) + 1
+        elif r.outcome == "skipped":
+            ET.SubElement(case, "skipped", type="pytest.skip", message=r.message).text = r.message
+            added["skipped"] += 1
+    for attr, n in added.items():
+        if n:
+            suite.set(attr, str(int(suite.get(attr) or 0) + n))
+
+
 def finish_junit(path: Path, results: list[CheckResult], logs: dict[str, list[str]], run_dir: Path | None) -> None:
     """pytest's JUnit file made whole for JUnit readers; a missing file is left missing.
 
@@ -349,6 +399,8 @@ def finish_junit(path: Path, results: list[CheckResult], logs: dict[str, list[st
             else:
                 existing.text = ours + (existing.text or "")
     suites = list(root.iter("testsuite")) if root.tag == "testsuites" else []
+    if suites:
+        _add_derived_cases(suites[0], results, run_dir)
     for suite in suites:
         suite.set("timestamp", suite.get("timestamp") or datetime.now(UTC).isoformat(timespec="seconds"))
         suite.set("hostname", suite.get("hostname") or platform.node())
@@ -426,6 +478,27 @@ def _finding_markdown(i: int, f: Finding) -> list[str]:
     return out
 
 
+def fleet_markdown(report: Report) -> list[str]:
+    """Each node's figure beside the fleet median and the margin (GC-FLEET-001), one table."""
+    rows = fleet.comparisons(report.results)
+    if not rows:
+        return []
+    out = ["", "## Fleet comparison", "",
+           f"A node more than the margin below the median of the nodes that measured a figure fails "
+           f"(GC-FLEET-001); under {fleet.MIN_NODES} nodes there is no median and no fleet verdict.", "",
+           "| figure | node | measured | fleet median | margin | at least | nodes | outcome |",
+           "|---|---|---|---|---|---|---|---|"]
+    for c in rows:
+        g = fleet.short
+        where = f" ({c.where})" if c.where else ""
+        median = "-" if c.median is None else f"{g(c.median)} {c.unit}"
+        least = "-" if c.threshold is None else f"{g(c.threshold)} {c.unit}"
+        outcome = "no fleet verdict" if c.outcome == "skipped" else c.outcome
+        out.append(f"| {c.figure} | {c.node} | {g(c.value)} {c.unit}{where} | {median} | {c.margin * 100:g} % | "
+                   f"{least} | {c.nodes} | {outcome} |")
+    return out
+
+
 def markdown(report: Report) -> str:
     m = report.meta
     out = [f"# Conformance: {m.get('cluster', '?')}", ""]
@@ -441,6 +514,7 @@ def markdown(report: Report) -> str:
         out.append("Failures that share a root cause are one finding; every check's own result follows below.")
         for i, f in enumerate(found, 1):
             out += ["", *_finding_markdown(i, f)]
+    out += fleet_markdown(report)
     out += ["", "## Verdicts", "", "| node | verdict | checks | failing checks |", "|---|---|---|---|"]
     for row in verdict_table(report)[1:]:
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")

@@ -17,6 +17,13 @@ from gpucluster.kube.kubeadm import LABEL_PREFIX
 from gpucluster.spec.cluster import Cluster, Node
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# GPU workers register with the taint nvidia.com/gpu=present:NoSchedule (roles/kubernetes_node's
+# kubernetes_node_gpu_taints), so only pods that tolerate it land there: the operator's and the
+# device plugin's daemonsets (set here rather than left to each chart's defaults) and the suite's
+# own workloads. kubeadm does not enable the ExtendedResourceToleration admission plugin that would
+# add it to GPU-requesting pods
+# (https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#extendedresourcetoleration).
+GPU_TOLERATIONS: list[dict[str, str]] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
 NVIDIA_HELM_REPO = "https://helm.ngc.nvidia.com/nvidia"
 DEVICE_PLUGIN_HELM_REPO = "https://nvidia.github.io/k8s-device-plugin"
 CEPH_CSI_HELM_REPO = "https://ceph.github.io/csi-charts"
@@ -70,7 +77,8 @@ def gpu_operator_release(cluster: Cluster) -> HelmRelease:
             "migManager": {"enabled": False},
             "operator": {"defaultRuntime": "containerd"},
             # Only nodes the spec gives the gpu role run the operator's node components.
-            "daemonsets": {"nodeSelector": {f"{LABEL_PREFIX}/gpu": "true"}},
+            "daemonsets": {"nodeSelector": {f"{LABEL_PREFIX}/gpu": "true"},
+                           "tolerations": [dict(x) for x in GPU_TOLERATIONS]},
         },
     )
 
@@ -94,7 +102,8 @@ def device_plugin_release(cluster: Cluster, chart_version: str | None = None) ->
         version=chart_version,
         repo=DEVICE_PLUGIN_HELM_REPO,
         namespace="nvidia-device-plugin",
-        values={"nodeSelector": {f"{LABEL_PREFIX}/gpu": "true"}, "gfd": {"enabled": True}},
+        values={"nodeSelector": {f"{LABEL_PREFIX}/gpu": "true"}, "gfd": {"enabled": True},
+                "tolerations": [dict(x) for x in GPU_TOLERATIONS]},
     )
 
 
@@ -337,7 +346,7 @@ def node_labels(cluster: Cluster, node: Node) -> dict[str, str]:
         f"{LABEL_PREFIX}/gpu": "true" if "gpu" in node.roles and profile.gpu.count > 0 else "false",
         f"{LABEL_PREFIX}/gpu-count": str(profile.gpu.count),
         f"{LABEL_PREFIX}/nvlink": "true" if profile.gpu.nvlink else "false",
-        f"{LABEL_PREFIX}/hca-count": str(profile.hca.count),
+        f"{LABEL_PREFIX}/hca-count": str(cluster.platform_of(node).hca_count),
         f"{LABEL_PREFIX}/fabric": cluster.spec.fabric.type,
     }
     if profile.gpu.model:

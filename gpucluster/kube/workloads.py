@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucluster.errors import InputError
-from gpucluster.kube.manifests import GPU_RESOURCE
+from gpucluster.kube.manifests import GPU_RESOURCE, GPU_TOLERATIONS
 
 VERDICT_PREFIX = "GPUCLUSTER_ALLREDUCE "
 CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu22.04"  # CUDA from bom.yaml's cuda.version
@@ -54,6 +54,7 @@ dist.destroy_process_group()
 def nvidia_smi_pod(name: str, namespace: str, node: str | None = None, image: str = CUDA_IMAGE) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        "tolerations": [dict(t) for t in GPU_TOLERATIONS],
         "containers": [
             {
                 "name": "nvidia-smi",
@@ -107,6 +108,7 @@ def allreduce_job(
                 "spec": {
                     "subdomain": name,
                     "restartPolicy": "Never",
+                    "tolerations": [dict(t) for t in GPU_TOLERATIONS],
                     # One pod per node: spread the ranks across distinct nodes.
                     "topologySpreadConstraints": [
                         {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",

@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from gpucluster.parsers import dcgmi, gpu_burn, ib_write_bw, nccl_tests, nvidia_smi
+from gpucluster.parsers import dcgmi, gpu_burn, ib_write_bw, nccl_tests, nvbandwidth, nvidia_smi
 from gpucluster.parsers.common import NotToolOutput
 from gpucluster.parsers.nccl_tests import busbw_factor
 
-__all__ = ["PARSERS", "NotToolOutput", "busbw_factor", "parse"]
+__all__ = ["PARSERS", "NotToolOutput", "busbw_factor", "parse", "parse_run"]
 
 
 def _nccl(text: str) -> dict[str, Any]:
@@ -43,12 +43,17 @@ def _dcgmi(text: str) -> dict[str, Any]:
     return dcgmi.parse(text).to_json()
 
 
+def _nvbandwidth(text: str) -> dict[str, Any]:
+    return nvbandwidth.parse(text).to_json()
+
+
 PARSERS: dict[str, Callable[[str], dict[str, Any]]] = {
     "nccl-tests": _nccl,
     "gpu-burn": _gpu_burn,
     "ib_write_bw": _ib_write_bw,
     "nvidia-smi": _nvidia_smi,
     "dcgmi": _dcgmi,
+    "nvbandwidth": _nvbandwidth,
 }
 
 
@@ -75,3 +80,17 @@ def parse(tool: str, text: str) -> dict[str, Any]:
         raise KeyError(f"unknown tool {tool!r}; known: {', '.join(PARSERS)}")
     with _collector_paused():
         return PARSERS[tool](text)
+
+
+def parse_run(tool: str, text: str, rc: int) -> dict[str, Any]:
+    """Parse a run's output knowing its exit status: a run that exited non-zero is ``failed``
+    whatever it printed (perftest exits 1 after a completion error, having printed good rows);
+    output that is not the tool's at all is ``incomplete`` (``failed`` with a non-zero exit)."""
+    try:
+        result = parse(tool, text)
+    except NotToolOutput as exc:
+        result = {"status": "incomplete", "notes": [str(exc)]}
+    if rc != 0:
+        result["status"] = "failed"
+        result["notes"] = [*result.get("notes", []), f"{tool} exited with status {rc}"]
+    return result

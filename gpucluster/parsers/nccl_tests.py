@@ -33,7 +33,11 @@ A log holding several runs (each starting at a ``# nThread``/version/starting li
 new table header after rows) is judged run by run and the worst verdict is kept; rows of
 every run are listed, ``out_of_bounds`` is the largest count, ``avg_busbw_gbps`` the lowest.
 ``NCCL WARN`` lines and the ``# error:`` line (NCCL's last warning) are noted, not judged:
-healthy runs print them too.
+healthy runs print them too (``Missing "iommu=pt"``, a plugin not found). A warning that names
+a transport or device fault (``Got completion from peer ... with error``, ``Cuda failure``,
+``unhandled system error``, ``remote process exited``, ``Call to ibv_... failed``, an abort,
+a timeout) is ``failed``, as is an ``NCCL ABORT``/``NCCL ERROR`` line: NCCL may still print
+good-looking rows for sizes that ran before the fault.
 """
 
 from __future__ import annotations
@@ -74,6 +78,17 @@ _FAILURE = re.compile(
     r"|task \d{1,9}: (?:Exited with exit code [1-9]|Killed|Aborted|Segmentation)"
     r"|\bterminate called after throwing|Segmentation fault"
 )
+
+
+# NCCL WARN messages that report a fault, not a preference (nccl src: transport/net_ib.cc,
+# include/checks.h, misc/socket.cc, proxy.cc). Matched after "NCCL WARN"; bounded, no nesting.
+_NCCL_WARN_FAULT = re.compile(
+    r"Got completion (?:from peer|with error)|Cuda failure|CUDA failure|unhandled (?:cuda|system|internal) error"
+    r"|remote process exited|network error|Call to \w{1,60} failed|[Aa]bort|[Tt]imed? ?out"
+    r"|Connection (?:closed|reset|refused)"
+    r"|[Ff]ailed with error|IB (?:async )?event|Error(?: :|:)"
+)
+_NCCL_FATAL = re.compile(r"\bNCCL (?:ABORT|ERROR)\b")
 
 
 def _maybe_failure(line: str) -> bool:
@@ -393,8 +408,15 @@ def parse(text: str) -> NcclResult:
         if line in ("...", "[...]", "\u2026"):
             result.note("elided lines ('...'): rows are missing from this log")
             continue
-        if "WARN" in line and "NCCL WARN" in line:
-            result.note("NCCL WARN lines in the log (noted, not judged)")
+        if "WARN" in line and (at := line.find("NCCL WARN")) >= 0:
+            message = line[at + 9 :]
+            if _NCCL_WARN_FAULT.search(message[:500]):
+                failed(f"NCCL reported a fault: {message.strip()[:200]}")
+            else:
+                result.note("NCCL WARN lines in the log (noted, not judged)")
+            continue
+        if ("ABORT" in line or "ERROR" in line) and _NCCL_FATAL.search(line[:2000]):
+            failed(f"NCCL reported a fatal error: {line.strip()[:200]}")
             continue
         if "NCCL version" in line and (m := _NCCL_VERSION.search(line)):
             # "NCCL version 2.27.3+cuda12.9" (rank 0's banner) is more exact than the header code.

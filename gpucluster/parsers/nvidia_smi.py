@@ -14,7 +14,12 @@
     ``[N/A]``, ``N/A``, ``[Not Supported]`` and ``[Requested functionality has been
     deprecated]`` become null.
 ``nvlink``
-    ``nvidia-smi nvlink -s``: per GPU, each link's speed in GB/s or ``<inactive>``.
+    ``nvidia-smi nvlink -s``: per GPU, each link's speed in GB/s or ``<inactive>``. NVML's
+    ``Unable to retrieve NVLink information as all links are inactive`` under a GPU is a failure.
+``nvlink_errors``
+    ``nvidia-smi nvlink -e``: per GPU and link, its counters (``Replay Errors``, ``Recovery
+    Errors``, ``CRC Errors``; newer drivers add more) as ``counters`` {name: count}. The parser
+    judges only whether they can be read: how many errors a link may show is the check's limit.
 ``topo``
     ``nvidia-smi topo -m``: the matrix (terminal underline escapes removed), legend skipped.
 ``table``
@@ -61,6 +66,7 @@ _GPU_BLOCK = re.compile(r"GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[
 # A key never ends in a blank, so "\S" closes it; the blanks before ":" are one run.
 _KV = re.compile(r"([^:]*?\S)[ \t]+:(?:[ \t](.*))?")
 _NVLINK_LINK = re.compile(r"Link (\d{1,4}): (.*)")
+_NVLINK_ALL_INACTIVE = "NVML: Unable to retrieve NVLink information"
 _NVLINK_SPEED = re.compile(r"(\d{1,6}(?:\.\d{1,6})?) GB/s")
 _TABLE_BANNER = re.compile(r"NVIDIA-SMI (\S+)[ \t]+Driver Version: (\S+)(?:[ \t]+CUDA Version: (\S+))?")
 _LEADING_NUMBER = re.compile(r"-?\d{1,20}(?:\.\d{1,20})?")
@@ -88,7 +94,7 @@ _FATAL_PREFIXES = (
 
 @dataclass
 class NvidiaSmiResult(ParseResult):
-    kind: str | None = None  # "query" | "csv" | "nvlink" | "topo" | "table" | "error"
+    kind: str | None = None  # "query" | "csv" | "nvlink" | "nvlink_errors" | "topo" | "table" | "error"
     driver_version: str | None = None
     cuda_version: str | None = None
     gpus: list[dict[str, Any]] = field(default_factory=list)
@@ -555,6 +561,10 @@ def _parse_nvlink(lines: list[str], result: NvidiaSmiResult) -> list[_Health]:
             gpu = new
             result.gpus.append(gpu)
             healths.append(_Health(who=f"GPU {gpu['index']}"))
+        elif gpu is not None and line.startswith(_NVLINK_ALL_INACTIVE):
+            # NVML prints this instead of the links when none is up: the GPU has no NVLink at all.
+            gpu["all_inactive"] = True
+            healths[-1].failed.append("all NVLinks inactive (NVML could not read any link)")
         elif gpu is not None and (m := _NVLINK_LINK.fullmatch(line)):
             state_text = m.group(2).strip()
             sm = _NVLINK_SPEED.fullmatch(state_text)
@@ -567,6 +577,30 @@ def _parse_nvlink(lines: list[str], result: NvidiaSmiResult) -> list[_Health]:
                 }
             )
             gpu["active_links" if state == "active" else "inactive_links"] += 1
+    return healths
+
+
+def _parse_nvlink_errors(lines: list[str], result: NvidiaSmiResult) -> list[_Health]:
+    gpu: dict[str, Any] | None = None
+    healths: list[_Health] = []
+    links: dict[int, dict[str, Any]] = {}
+    for line in lines:
+        if (new := _nvlink_gpu(line)) is not None:
+            gpu, links = new, {}
+            del gpu["active_links"], gpu["inactive_links"]
+            result.gpus.append(gpu)
+            healths.append(_Health(who=f"GPU {gpu['index']}"))
+        elif line in ("...", "[...]", "\u2026"):
+            result.note("elided lines ('[...]'): links are missing from this log")
+            result.status = worst("incomplete", result.status)
+        elif gpu is not None and (m := _NVLINK_LINK.fullmatch(line)):
+            name, _, raw = m.group(2).rpartition(": ")
+            index = int(m.group(1))
+            if index not in links:
+                links[index] = {"link": index, "counters": {}}
+                gpu["links"].append(links[index])
+            links[index]["counters"][name.strip()[:60]] = healths[-1].counter(
+                f"NVLink {index} {name.strip()[:60]}", raw)
     return healths
 
 
@@ -743,8 +777,13 @@ def _kind(lines: list[str]) -> str | None:
     fields = [f.strip() for f in first.split(",")]
     if len(fields) >= 2 and all(len(f) <= 200 and _CSV_FIELD.fullmatch(f) for f in fields):
         return "csv"
-    if _nvlink_gpu(first) is not None and any(_NVLINK_LINK.fullmatch(line) for line in useful[1:]):
-        return "nvlink"
+    if _nvlink_gpu(first) is not None:
+        links = [m.group(2) for line in useful[1:] if (m := _NVLINK_LINK.fullmatch(line))]
+        # "Link 0: Replay Errors: 0" (-e) against "Link 0: 26.562 GB/s" (-s): a counter has a name.
+        if links and all(": " in text for text in links):
+            return "nvlink_errors"
+        if links or any(line.startswith(_NVLINK_ALL_INACTIVE) for line in useful[1:]):
+            return "nvlink"
     if "CPU Affinity" in first and any(_TOPO_GPU.match(line) for line in useful[1:]):
         return "topo"
     return None
@@ -860,6 +899,8 @@ def parse(text: str) -> NvidiaSmiResult:
         healths = _parse_table([line.strip() for line in lines], result, merger)
     elif kind == "nvlink":
         healths = _parse_nvlink([line.strip() for line in lines], result)
+    elif kind == "nvlink_errors":
+        healths = _parse_nvlink_errors([line.strip() for line in lines], result)
     elif kind == "topo":
         healths = _parse_topo(text, result)
     if kind in ("query", "csv", "table"):

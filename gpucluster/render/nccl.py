@@ -1,13 +1,13 @@
 """NCCL's settings for one node: what the nccl role writes to /etc/nccl.conf and GC-NET-006 expects.
 
 Inputs are a node's inventory variables: the spec's fabric (``gpucluster_fabric``), the node's
-hardware profile (``gpucluster_profiles[gpucluster_profile]``) and its fabric interface
-(``gpucluster_fabric_interface``). The role calls :func:`nccl_settings` through the filter
+platform (``gpucluster_platforms[gpucluster_platform]``: its rails, their roles and device names)
+and its fabric interface (``gpucluster_fabric_interface``). The role calls :func:`nccl_settings` through the filter
 ``gpucluster.cluster.nccl_settings``; the conformance check calls it directly.
 
 What each fabric gets:
 
-- InfiniBand and RoCE: NCCL's own IB verbs transport on the profile's compute rails, named
+- InfiniBand and RoCE: NCCL's own IB verbs transport on the platform's compute rails, named
   exactly (``NCCL_IB_HCA==mlx5_0:1,...``), plus the spec's IB timeout, GID index and, with RoCE
   QoS, traffic class.
 - EFA: the aws-ofi-nccl net plugin over libfabric's ``efa`` provider. No ``NCCL_IB_*``: EFA is
@@ -35,8 +35,8 @@ FABRIC_TYPES = ("infiniband", "roce", "efa", "ethernet")
 # "=eth0 : Use only interface eth0" under NCCL_SOCKET_IFNAME on the same page).
 EXACT = "="
 # The port NCCL uses on each rail: port 1, the form of NCCL's own example ("=mlx5_0:1,mlx5_1:1 :
-# Use ports 1 of cards mlx5_0 and mlx5_1", same page). A profile whose rails use another port
-# would need it named in the profile.
+# Use ports 1 of cards mlx5_0 and mlx5_1", same page). A platform whose rails use another port
+# would need it named in the platform.
 HCA_PORT = 1
 
 # EFA instance types whose EFA supports RDMA read ("RDMA read support: Yes" in
@@ -73,18 +73,22 @@ _DEVICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]{0,31}$")
 _IFNAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$")
 
 
-def compute_hcas(profile: Mapping[str, Any]) -> list[str]:
-    """The RDMA devices NCCL uses on a node of ``profile``: its compute rails, in order.
+def compute_hcas(platform: Mapping[str, Any]) -> list[str]:
+    """The RDMA devices NCCL uses on a node of ``platform``: its compute rails' devices, in order.
 
-    Profiles carry a count of compute HCAs and no device names, so the rails are taken to be
-    ``mlx5_0`` .. ``mlx5_<count-1>``. On a system whose storage or in-band NICs are numbered
-    among the compute rails this list is wrong; such a system needs the rails' names in its
-    profile (a field the profiles do not have yet).
+    Only InfiniBand and RoCE rails with the compute role: a storage or frontend port (a DGX's
+    storage cards, Azure's accelerated-networking VF) never carries NCCL's traffic. The inventory
+    carries each rail's devices as exact names (the platform's ranges expanded when it was written).
     """
-    count = int(profile["hca"]["count"])
-    if count < 0:
-        raise ValueError(f"hca.count must not be negative (got {count})")
-    return [f"mlx5_{i}" for i in range(count)]
+    out: list[str] = []
+    for rail in platform.get("rails") or []:
+        if rail.get("role") != "compute" or rail.get("kind") not in ("infiniband", "roce"):
+            continue
+        devices = list(rail.get("devices") or [])
+        if len(devices) != int(rail.get("count", 0)):
+            raise ValueError(f"rail {rail.get('name')!r}: {rail.get('count')} ports but {len(devices)} device name(s)")
+        out += [str(d) for d in devices]
+    return out
 
 
 def ib_hca_value(devices: Sequence[str], port: int = HCA_PORT) -> str:
@@ -106,15 +110,15 @@ def socket_ifname_value(name: str) -> str:
     return EXACT + name
 
 
-def efa_device_rdma(profile: Mapping[str, Any]) -> bool:
-    """Whether the profile's AWS instance type has EFA RDMA read (see EFA_RDMA_READ_INSTANCE_TYPES)."""
-    instance_type = (profile.get("instance_types") or {}).get("aws")
+def efa_device_rdma(platform: Mapping[str, Any]) -> bool:
+    """Whether the platform's AWS instance type has EFA RDMA read (see EFA_RDMA_READ_INSTANCE_TYPES)."""
+    instance_type = (platform.get("instance_types") or {}).get("aws")
     return instance_type in EFA_RDMA_READ_INSTANCE_TYPES
 
 
-def nccl_settings(fabric: Mapping[str, Any], profile: Mapping[str, Any],
+def nccl_settings(fabric: Mapping[str, Any], platform: Mapping[str, Any],
                   fabric_interface: str | None) -> dict[str, str]:
-    """The NCCL settings, in file order, for a node with ``profile`` on ``fabric``.
+    """The NCCL settings, in file order, for a node of ``platform`` on ``fabric``.
 
     ``fabric_interface`` is the node's fabric interface from the inventory; the spec's
     ``fabric.socket_ifname`` takes its place when set. Socket traffic (NCCL's bootstrap, and
@@ -128,7 +132,7 @@ def nccl_settings(fabric: Mapping[str, Any], profile: Mapping[str, Any],
     if ifname:
         settings["NCCL_SOCKET_IFNAME"] = socket_ifname_value(str(ifname))
     if kind in ("infiniband", "roce"):
-        hcas = compute_hcas(profile)
+        hcas = compute_hcas(platform)
         if hcas:
             settings["NCCL_IB_HCA"] = ib_hca_value(hcas)
         settings["NCCL_IB_TIMEOUT"] = str(int(fabric.get("ib_timeout", 20)))
@@ -146,7 +150,7 @@ def nccl_settings(fabric: Mapping[str, Any], profile: Mapping[str, Any],
         # "efa"" (AWS, Get started with EFA and NCCL, base AMI:
         # https://github.com/awsdocs/amazon-ec2-user-guide/blob/master/doc_source/efa-start-nccl-base.md).
         settings["FI_PROVIDER"] = "efa"
-        if efa_device_rdma(profile):
+        if efa_device_rdma(platform):
             settings["FI_EFA_USE_DEVICE_RDMA"] = "1"
     else:
         # "Define and set to 1 to disable the use of InfiniBand Verbs for communication (and

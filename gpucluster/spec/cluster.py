@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool
+from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool, Platform
 
 # The first addresses of each subnet are left to gateways, bridges and services
 # (the lab's bridge and apt proxy sit on .1); nodes start here.
@@ -21,6 +21,22 @@ FIRST_HOST_OFFSET = 10
 # the plan. Checked on the pool counts before any node is expanded.
 MAX_NODES = 50_000
 
+# The platform a pool gets when it names none: per target, for GPU pools and for the others.
+DEFAULT_PLATFORMS: dict[str, dict[str, str]] = {
+    "aws": {"gpu": "aws-p5-48xlarge", "cpu": "cloud-ethernet"},
+    "azure": {"gpu": "azure-nd96isr-h100-v5", "cpu": "cloud-ethernet"},
+    "oci": {"gpu": "oci-bm-gpu-h100-8", "cpu": "cloud-ethernet"},
+    "baremetal": {"gpu": "dgx-h100", "cpu": "server-ethernet"},
+    "lab": {"gpu": "lab", "cpu": "lab"},
+}
+
+
+def pool_platform(spec: ClusterSpec, pool: NodePool) -> str:
+    """The platform a pool's nodes are: the pool's own, else its target's default for the pool's kind."""
+    if pool.platform:
+        return pool.platform
+    return DEFAULT_PLATFORMS[spec.target.kind]["gpu" if "gpu" in pool.roles else "cpu"]
+
 
 @dataclass(frozen=True)
 class Node:
@@ -28,6 +44,7 @@ class Node:
     pool: str
     roles: tuple[str, ...]
     profile: str
+    platform: str
     index: int  # position in the whole cluster, 0-based
     management_ip: str
     fabric_ip: str
@@ -38,6 +55,7 @@ class Node:
             "pool": self.pool,
             "roles": list(self.roles),
             "profile": self.profile,
+            "platform": self.platform,
             "management_ip": self.management_ip,
             "fabric_ip": self.fabric_ip,
         }
@@ -70,6 +88,7 @@ def expand_nodes(spec: ClusterSpec) -> tuple[Node, ...]:
                 pool=pool.name,
                 roles=tuple(pool.roles),
                 profile=pool.profile,
+                platform=pool_platform(spec, pool),
                 index=index,
                 management_ip=_dotted(mgmt_base + index),
                 fabric_ip=_dotted(fab_base + index),
@@ -85,6 +104,7 @@ class Cluster:
     spec: ClusterSpec
     bom: Bom
     profiles: dict[str, HardwareProfile]
+    platforms: dict[str, Platform]
     nodes: tuple[Node, ...]
     source: Path
     _by_name: dict[str, Node] = field(init=False, repr=False, compare=False)
@@ -118,15 +138,21 @@ class Cluster:
         return self._pools[name]
 
     def instance_type(self, pool_name: str) -> str | None:
-        """A cloud pool's instance type: the pool's own, else its profile's for the target."""
+        """A cloud pool's instance type: the pool's own, else its platform's for the target."""
         pool = self.pool(pool_name)
         kind = self.spec.target.kind
         if pool.instance_type or kind not in ("aws", "azure", "oci"):
             return pool.instance_type
-        return self.profiles[pool.profile].instance_types.get(kind)
+        return self.platform_of_pool(pool_name).instance_types.get(kind)
 
     def profile_of(self, node: Node) -> HardwareProfile:
         return self.profiles[node.profile]
+
+    def platform_of(self, node: Node) -> Platform:
+        return self.platforms[node.platform]
+
+    def platform_of_pool(self, pool_name: str) -> Platform:
+        return self.platforms[pool_platform(self.spec, self.pool(pool_name))]
 
     @property
     def kubernetes_version(self) -> str:
@@ -147,5 +173,14 @@ class Cluster:
             "spec": self.spec.model_dump(mode="json", by_alias=True),
             "software": self.bom.model_dump(mode="json", by_alias=True),
             "profiles": {k: v.model_dump(mode="json") for k, v in self.profiles.items()},
+            "platforms": {k: platform_data(v) for k, v in self.platforms.items()},
             "nodes": [n.as_dict() for n in self.nodes],
         }
+
+
+def platform_data(platform: Platform) -> dict[str, Any]:
+    """A platform as plain data, each rail's devices expanded to exact names (what readers compare)."""
+    data = platform.model_dump(mode="json")
+    for rail, raw in zip(platform.rails, data["rails"], strict=True):
+        raw["devices"] = rail.device_names() if rail.devices is not None else None
+    return data

@@ -7,7 +7,7 @@ providers and are left alone. Every problem is collected and raised together as 
 
 Files are read within stated bounds, before any parser sees them: at most
 :data:`MAX_STACK_BYTES` for a stack file and :data:`MAX_DATA_BYTES` for a bill of materials
-or a hardware profile, regular files only, nesting at most :data:`MAX_DEPTH` levels,
+a hardware profile or a platform, regular files only, nesting at most :data:`MAX_DEPTH` levels,
 integers at most :data:`MAX_INT_DIGITS` digits. YAML anchors and aliases are refused
 outright (no stack file Pulumi writes has one, and they are how an alias bomb expands), and
 so are repeated keys, which YAML would otherwise let the last one win silently.
@@ -24,7 +24,7 @@ import types
 import typing
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -33,18 +33,19 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from gpucluster.errors import InputError
-from gpucluster.spec.cluster import Cluster, expand_nodes
-from gpucluster.spec.models import TARGET_KINDS, Bom, ClusterSpec, HardwareProfile, Secret
+from gpucluster.spec.cluster import Cluster, expand_nodes, pool_platform
+from gpucluster.spec.models import TARGET_KINDS, Bom, ClusterSpec, HardwareProfile, Platform, Secret
 
 NAMESPACE = "gpucluster"
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_BOM = DATA_DIR / "bom.yaml"
 PROFILE_DIR = DATA_DIR / "profiles"
+PLATFORM_DIR = DATA_DIR / "platforms"
 
 # A bare-metal stack file that declares every node of the largest cluster we accept
 # (MAX_NODES, with MACs, disks and racks) is about 12 MB; a cloud one is a few KB.
 MAX_STACK_BYTES = 16 << 20
-# The bill of materials and the hardware profiles are a few KB each.
+# The bill of materials, the hardware profiles and the platforms are a few KB each.
 MAX_DATA_BYTES = 1 << 20
 # Our deepest real path is 6 levels (config > target > nodes > [i] > fabric_macs > [j]).
 MAX_DEPTH = 64
@@ -450,23 +451,38 @@ def _spec_problems(exc: ValidationError, refused: set[tuple[str | int, ...]]) ->
     return lines
 
 
-@functools.cache
-def load_profiles(directory: Path = PROFILE_DIR) -> dict[str, HardwareProfile]:
-    profiles: dict[str, HardwareProfile] = {}
+_Named = TypeVar("_Named", HardwareProfile, Platform)
+
+
+def _load_named(directory: Path, model: type[_Named], what: str) -> dict[str, _Named]:
+    """Every ``*.yaml`` of a data folder as ``model``, keyed by its name, which must be the file's;
+    every problem of every file collected and raised once."""
+    found: dict[str, _Named] = {}
     problems: list[str] = []
+    key = what.split()[-1]
     for path in sorted(directory.glob("*.yaml")):
-        raw = _read_yaml(path, "hardware profile")
+        raw = _read_yaml(path, what)
         try:
-            profile = HardwareProfile.model_validate(raw)
+            item = model.model_validate(raw)
         except ValidationError as exc:
-            problems += [f"{path.name}: {p}" for p in validation_problems(exc, HardwareProfile, "profile")]
+            problems += [f"{path.name}: {p}" for p in validation_problems(exc, model, key)]
             continue
-        if profile.name != path.stem:
-            problems.append(f"{path.name}: profile.name {profile.name!r} must equal the file name")
-        profiles[profile.name] = profile
+        if item.name != path.stem:
+            problems.append(f"{path.name}: {key}.name {item.name!r} must equal the file name")
+        found[item.name] = item
     if problems:
         raise InputError(capped(problems), source=str(directory))
-    return profiles
+    return found
+
+
+@functools.cache
+def load_profiles(directory: Path = PROFILE_DIR) -> dict[str, HardwareProfile]:
+    return _load_named(directory, HardwareProfile, "hardware profile")
+
+
+@functools.cache
+def load_platforms(directory: Path = PLATFORM_DIR) -> dict[str, Platform]:
+    return _load_named(directory, Platform, "platform")
 
 
 def load_bom(path: Path = DEFAULT_BOM) -> Bom:
@@ -533,17 +549,20 @@ def load_spec(path: str | Path) -> Cluster:
             raise
         raise InputError(f"{NAMESPACE}.bom: {bom_path}: {exc.problems[0]}", source=source) from None
     profiles = load_profiles()
+    platforms = load_platforms()
 
     from gpucluster.spec.rules import semantic_problems
 
-    problems = semantic_problems(spec, bom, profiles)
+    problems = semantic_problems(spec, bom, profiles, platforms)
     if problems:
         raise InputError(capped(problems), source=source)
     used = {pool.profile for pool in spec.node_pools}
+    shapes = {pool_platform(spec, pool) for pool in spec.node_pools}
     return Cluster(
         spec=spec,
         bom=bom,
         profiles={name: profiles[name] for name in sorted(used)},
+        platforms={name: platforms[name] for name in sorted(shapes)},
         nodes=expand_nodes(spec),
         source=stack,
     )

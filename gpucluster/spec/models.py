@@ -22,12 +22,19 @@ from pydantic import (
     Field,
     GetCoreSchemaHandler,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError, core_schema
 
 Role = Literal["gpu", "storage", "control_plane"]
 FabricType = Literal["infiniband", "roce", "efa", "ethernet"]
 TargetKind = Literal["aws", "azure", "oci", "baremetal", "lab"]
+# The operating systems a node may run; the bill of materials' `os` table names each one's release.
+OsId = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
+OS_IDS: tuple[str, ...] = ("ubuntu-22.04", "ubuntu-24.04", "debian-12")
+# What a role does where the image already ships a component (driver, CUDA, NCCL, EFA, OFED) at
+# another version than the pin: replace it with the pin, or stop and say so.
+PreinstalledPolicy = Literal["adopt_or_replace", "adopt_or_fail"]
 
 _NAME = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
 _MAC = r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$"
@@ -226,17 +233,37 @@ class LabTarget(_Model):
     """Nodes are systemd-nspawn containers on this host (the embedded default)."""
 
     kind: Literal["lab"]
+    # The lab builds Debian nodes only (debootstrap from debian_mirror).
+    os: Literal["debian-12"] = "debian-12"
     debian_mirror: HttpUrl = "http://deb.debian.org/debian"
     boot_timeout_s: int = Field(120, ge=10, le=3600)
     apt_proxy_port: int = Field(3142, ge=1024, le=65535)
     state_dir: Annotated[str, AfterValidator(_state_dir)] = "/var/lib/gpucluster/lab"
 
 
+_AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
+# ami- and 8 or 17 hexadecimal characters: IDs had 8 characters after the hyphen before 2016 and
+# 17 since (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.html); AWS's own
+# AmiId pattern is (ami-[0-9a-f]{8})|(ami-[0-9a-f]{17})
+# (https://docs.aws.amazon.com/snowball/latest/api-reference/API_Ec2AmiResource.html).
+AmiId = Annotated[str, Field(pattern=r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$")]
+
+
 class AwsTarget(_Model):
     kind: Literal["aws"]
-    region: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+    region: str = Field(pattern=_AWS_REGION)
     availability_zone: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")
     vpc_cidr: Cidr | None = None
+    # The Deep Learning Base OSS Nvidia Driver GPU AMI is built on Ubuntu 22.04 and 24.04.
+    os: Literal["ubuntu-22.04", "ubuntu-24.04"] = "ubuntu-22.04"
+    # The image every node boots, pinned: `ami_id`, or `ami_ids` per region (the target's region is
+    # used). A lookup by name (`ami_lookup: true`) takes whatever AMI is newest at `pulumi up` and is
+    # reported by the `image-pinned` policy rule as a warning.
+    ami_id: AmiId | None = None
+    ami_ids: dict[Annotated[str, Field(pattern=_AWS_REGION)], AmiId] = Field(default_factory=dict)
+    # Storage and control-plane pools boot this AMI where set, else the GPU pools' one.
+    service_ami_id: AmiId | None = None
+    ami_lookup: bool = False
     ami_name_filter: str = Field("Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04)*",
                                  pattern=r"^[A-Za-z0-9 ()\[\]._*?,/:+-]{1,128}$")
     # `pulumi config set --path` stores an account ID as a number: read it as its digits.
@@ -244,17 +271,45 @@ class AwsTarget(_Model):
         "amazon", pattern=r"^(amazon|aws-marketplace|self|\d{12})$")
     ssh_public_key: SshPublicKey | None = None
     capacity_reservation_id: str | None = Field(None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    # The reservation is a Capacity Block for ML: its instances launch with the capacity-block market type.
+    capacity_block: bool = False
+    # An existing cluster placement group, the one the capacity reservation was created in: GPU
+    # pools launch into it instead of a group of their own.
+    placement_group: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
     admin_cidrs: list[Cidr] = Field(default_factory=list)
     tags: dict[TagKey, TagValue] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _image_pinned(self) -> AwsTarget:
+        if self.ami_lookup and (self.ami_id or self.ami_ids):
+            raise ValueError("ami_lookup: true looks the AMI up by name, yet ami_id/ami_ids pin one; keep one of them")
+        if not self.ami_lookup and not self.pinned_ami():
+            raise ValueError(f"ami_id: no AMI pinned for region {self.region} (set ami_id or ami_ids.{self.region}; "
+                             "`ami_lookup: true` takes the newest AMI by name instead)")
+        return self
+
+    def pinned_ami(self) -> str | None:
+        """The AMI pinned for the target's region (``ami_id`` wins over ``ami_ids``)."""
+        return self.ami_id or self.ami_ids.get(self.region)
 
 
 class AzureTarget(_Model):
     kind: Literal["azure"]
     location: str = Field(pattern=r"^[a-z0-9]+$")
     resource_group: str = Field(pattern=r"^[A-Za-z0-9_().-]{0,89}[A-Za-z0-9_()-]$")
-    # A marketplace image URN, publisher:offer:sku:version.
-    image: str = Field("microsoft-dsvm:ubuntu-hpc:2204:latest",
-                       pattern=r"^[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+$")
+    # Microsoft's ubuntu-hpc image (microsoft-dsvm:ubuntu-hpc:2204 or 2404) follows the OS.
+    os: Literal["ubuntu-22.04", "ubuntu-24.04"] = "ubuntu-22.04"
+    # A marketplace image URN, publisher:offer:sku:version, with an explicit version: `latest` would
+    # give each new scale-set instance whatever image is newest that day.
+    image: str = Field(pattern=r"^[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+$")
+
+    @field_validator("image")
+    @classmethod
+    def _image_version(cls, urn: str) -> str:
+        if urn.rsplit(":", 1)[-1].lower() == "latest":
+            raise ValueError(f"{urn}: the version `latest` is not a pin; name the image version "
+                             "(az vm image list --publisher microsoft-dsvm --offer ubuntu-hpc --all)")
+        return urn
     ssh_public_key: SshPublicKey | None = None
     admin_cidrs: list[Cidr] = Field(default_factory=list)
     zones: list[Annotated[str, BeforeValidator(_digits_as_text), Field(pattern=r"^[1-9]$")]] = Field(
@@ -269,10 +324,24 @@ class OciTarget(_Model):
     # The tenancy's OCID names its root compartment.
     compartment_id: str = Field(pattern=r"^ocid1\.(compartment|tenancy)\.[a-z0-9][a-z0-9.-]{0,250}$")
     availability_domain: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9:._-]{0,63}$")
+    # OCI's GPU platform images are Oracle Linux or Ubuntu; this project converges Ubuntu.
+    os: Literal["ubuntu-22.04", "ubuntu-24.04"] = "ubuntu-22.04"
     image_id: str | None = Field(None, pattern=r"^ocid1\.image\.[a-z0-9][a-z0-9.-]{0,250}$")
+    # Look the image up (newest Canonical Ubuntu of target.os for the shape) instead of pinning
+    # image_id; the `image-pinned` policy rule reports it as a warning.
+    image_lookup: bool = False
     ssh_public_key: SshPublicKey | None = None
     admin_cidrs: list[Cidr] = Field(default_factory=list)
     fault_domains: list[Annotated[str, Field(pattern=r"^FAULT-DOMAIN-[1-9]$")]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _image_pinned(self) -> OciTarget:
+        if self.image_lookup and self.image_id:
+            raise ValueError("image_lookup: true looks the image up, yet image_id pins one; keep one of them")
+        if not self.image_lookup and not self.image_id:
+            raise ValueError("image_id: no image pinned (set the image's OCID, ocid1.image...; "
+                             "`image_lookup: true` takes the newest platform image instead)")
+        return self
 
 
 class BareMetalNode(_Model):
@@ -287,6 +356,7 @@ class BareMetalNode(_Model):
 
 class BaremetalTarget(_Model):
     kind: Literal["baremetal"]
+    os: OsId = "ubuntu-22.04"
     provisioning: Literal["cloud-init", "autoinstall"] = "cloud-init"
     gateway: IPv4 | None = None
     dns_servers: list[IPv4] = Field(default_factory=list)
@@ -317,10 +387,16 @@ class NodePool(_Model):
     count: int = Field(ge=1, le=20000)
     roles: list[Role] = Field(min_length=1)
     profile: Name
+    # The network shape (gpucluster/data/platforms/): unset, the target's default for the pool's kind.
+    platform: Name | None = None
     instance_type: InstanceType | None = None
     root_volume_gb: int = Field(200, ge=8, le=16384)
     osd_devices: list[DevPath] = Field(default_factory=list)
     data_disks: DataDisks | None = None
+    # The pool's OS where it differs from the target's (`target.os`).
+    os: OsId | None = None
+    # A component the image already ships at another version than the pin: replace it, or fail.
+    preinstalled: PreinstalledPolicy = "adopt_or_fail"
 
     @field_validator("roles")
     @classmethod
@@ -358,6 +434,8 @@ class Fabric(_Model):
     gid_index: int | None = Field(None, ge=0, le=255)
     ib_timeout: int = Field(20, ge=1, le=31)
     socket_ifname: IfName | None = None
+    # The RDMA stack: the distribution's rdma-core and kernel drivers, or NVIDIA DOCA-OFED (the BOM's doca_ofed).
+    ofed: Literal["inbox", "doca"] = "inbox"
 
 
 # --- storage -----------------------------------------------------------------------
@@ -368,12 +446,13 @@ class CephPool(_Model):
     application: Literal["rbd", "cephfs"]
     size: int = Field(3, ge=1, le=10)
     min_size: int | None = Field(None, ge=1, le=10)
-    pg_num: int = Field(32, ge=1, le=65536)
+    # None: Ceph's PG autoscaler sizes the pool.
+    pg_num: int | None = Field(None, ge=1, le=65536)
 
     @field_validator("pg_num")
     @classmethod
-    def _pow2(cls, v: int) -> int:
-        if v & (v - 1):
+    def _pow2(cls, v: int | None) -> int | None:
+        if v is not None and v & (v - 1):
             raise ValueError(f"must be a power of two (got {v})")
         return v
 
@@ -419,10 +498,23 @@ class Kubernetes(_Model):
     service_cidr: Cidr = "10.96.0.0/12"
     cni: Literal["calico", "cilium", "flannel"] = "calico"
     control_plane_ha: bool = False
+    # Who serves the GPUs to Kubernetes: the GPU Operator (which then runs dcgm-exporter too) or
+    # NVIDIA's device plugin alone (the monitoring role runs dcgm-exporter). The inventory's
+    # gpucluster_gpu_mode carries it to the roles.
+    gpu_mode: Literal["operator", "device_plugin"] = "operator"
     api_vip: IPv4 | None = None
 
 
 # --- the whole spec -------------------------------------------------------------------
+
+
+class Conformance(_Model):
+    """How the conformance suite judges the nodes (the inventory's ``gpucluster_conformance``)."""
+
+    # dcgmi diag run levels 1 (quick) to 4 (longest); 2 is NVIDIA's "medium" pre-job check.
+    dcgm_diag_level: int = Field(2, ge=1, le=4)
+    # A node more than this fraction below its fleet's median fails, whatever the absolute floor.
+    fleet_margin: float = Field(0.10, ge=0.0, le=0.5)
 
 
 class ClusterSpec(_Model):
@@ -434,6 +526,7 @@ class ClusterSpec(_Model):
     fabric: Fabric
     storage: Storage | None = None
     kubernetes: Kubernetes | None = None
+    conformance: Conformance = Field(default_factory=Conformance)
     bom: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}$",
                             description="bill-of-materials file, relative to the stack file")
 
@@ -449,29 +542,160 @@ class GpuHardware(_Model):
     nvswitch: bool
     nvlinks_per_gpu: int = Field(ge=0, le=18)
     fabric_manager: bool
-
-
-class HcaHardware(_Model):
-    count: int = Field(ge=0, le=32)
-    rate_gbps: int = Field(ge=0)
+    # The GPU's host link as its datasheet states it (PCIe generation and lane count).
+    pcie_generation: int | None = Field(None, ge=1, le=7)
+    pcie_width: int | None = Field(None, ge=1, le=32)
+    # One NVLink's speed in GB/s per direction, the figure `nvidia-smi nvlink -s` prints per link.
+    nvlink_gbps_per_link: float | None = Field(None, gt=0)
 
 
 class Floors(_Model):
+    """What a node of the profile must reach on its own: the GPUs and what joins them inside the node."""
+
     allreduce_intra_busbw_gbps: float | None
-    allreduce_inter_busbw_gbps: float | None
-    large_message_bytes: int = Field(ge=1)
-    ib_write_bw_gbps: float | None
+    # The message size the intra-node all-reduce is judged at, where the bus is saturated.
+    allreduce_intra_verdict_bytes: int | None = Field(ge=1)
     burn_tflops: dict[Literal["fp32", "tf32", "bf16", "fp16", "fp64"], float]
+
+    @model_validator(mode="after")
+    def _verdict_size(self) -> Floors:
+        # The verdict reads the bus bandwidth at this size; a floor without it cannot be judged.
+        if self.allreduce_intra_busbw_gbps is not None and self.allreduce_intra_verdict_bytes is None:
+            raise ValueError("allreduce_intra_verdict_bytes is required where allreduce_intra_busbw_gbps is set")
+        return self
 
 
 class HardwareProfile(_Model):
+    """The GPU part of a node: what the node's GPUs are and what they must reach."""
+
     name: Name
     description: str = Field(pattern=r"^[^{}%$`\\\n\r]{0,200}$")
     gpu: GpuHardware
-    hca: HcaHardware
-    instance_types: dict[Literal["aws", "azure", "oci"], str | None]
-    efa_interfaces: int = Field(ge=0, le=64)
     floors: Floors
+
+
+# --- platforms: the network shape of a node ----------------------------------------------
+
+RailKind = Literal["infiniband", "roce", "efa", "ethernet"]
+RailRole = Literal["compute", "storage", "frontend"]
+# none: the rail's devices carry no IP address (EFA-only interfaces, RDMA-only ports);
+# subnet_per_rail: each rail of the group sits in its own subnet; shared_subnet: one subnet for all.
+Addressing = Literal["none", "subnet_per_rail", "shared_subnet"]
+RDMA_KINDS: tuple[str, ...] = ("infiniband", "roce", "efa")
+# An RDMA device name (mlx5_0, mlx5_ib3) or an interface name, or one brace range of them:
+# `mlx5_ib{0..7}` stands for mlx5_ib0 .. mlx5_ib7.
+DevicePattern = Annotated[
+    str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,14}(\{[0-9]{1,3}\.\.[0-9]{1,3}\}[A-Za-z0-9_.-]{0,8})?$")
+]
+_BRACE = re.compile(r"^(?P<head>[^{]*)\{(?P<lo>[0-9]+)\.\.(?P<hi>[0-9]+)\}(?P<tail>.*)$")
+
+
+def expand_devices(patterns: list[str] | tuple[str, ...]) -> list[str]:
+    """Exact device names from names and ``name{lo..hi}`` ranges, in order: the one expansion."""
+    out: list[str] = []
+    for pattern in patterns:
+        m = _BRACE.match(pattern)
+        if m is None:
+            out.append(pattern)
+            continue
+        lo, hi = int(m["lo"]), int(m["hi"])
+        if hi < lo:
+            raise ValueError(f"{pattern!r}: the range {lo}..{hi} runs backwards")
+        out += [f"{m['head']}{i}{m['tail']}" for i in range(lo, hi + 1)]
+    return out
+
+
+class Rail(_Model):
+    """A group of identical network ports of a node: `count` of them at `rate_gbps` each."""
+
+    name: Name
+    kind: RailKind
+    role: RailRole
+    count: int = Field(ge=1, le=64)
+    rate_gbps: int = Field(ge=1, le=3200)
+    # Exact names or brace ranges; none where the OS names the devices unpredictably (EFA, an ENA).
+    devices: list[DevicePattern] | None = None
+    pcie_generation: int | None = Field(None, ge=1, le=7)
+    pcie_width: int | None = Field(None, ge=1, le=32)
+    addressing: Addressing
+
+    @field_validator("devices")
+    @classmethod
+    def _names(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        names = expand_devices(v)
+        dup = sorted(n for n, times in Counter(names).items() if times > 1)
+        if dup:
+            raise ValueError(f"device {dup[0]!r} is named twice")
+        return v
+
+    def device_names(self) -> list[str]:
+        return expand_devices(self.devices or [])
+
+
+class PlatformFloors(_Model):
+    """What a node of the platform must reach over its network."""
+
+    # ib_write_bw (or the EFA equivalent) per compute rail, Gb/s.
+    rdma_write_bw_gbps: float | None
+    allreduce_inter_busbw_gbps: float | None
+    # The message size the inter-node all-reduce is judged at (8 GiB or more where the fabric is RDMA).
+    allreduce_inter_verdict_bytes: int | None = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _verdict_size(self) -> PlatformFloors:
+        # The verdict reads the bus bandwidth at this size; a floor without it cannot be judged.
+        if self.allreduce_inter_busbw_gbps is not None and self.allreduce_inter_verdict_bytes is None:
+            raise ValueError("allreduce_inter_verdict_bytes is required where allreduce_inter_busbw_gbps is set")
+        return self
+
+
+class Platform(_Model):
+    """The network part of a node (a cloud shape or a server model): its rails and what they must reach."""
+
+    name: Name
+    description: str = Field(pattern=r"^[^{}%$`\\\n\r]{0,200}$")
+    targets: list[Literal["aws", "azure", "oci", "baremetal", "lab"]] = Field(min_length=1)
+    # The hardware profiles this shape carries; empty: any GPU-less profile.
+    profiles: list[Name] = Field(default_factory=list)
+    instance_types: dict[Literal["aws", "azure", "oci"], InstanceType] = Field(default_factory=dict)
+    # Who runs the InfiniBand subnet manager: the provider (Azure) or nodes of the cluster.
+    subnet_manager: Literal["provider", "cluster"] | None = None
+    rails: list[Rail] = Field(default_factory=list)
+    floors: PlatformFloors
+
+    @field_validator("rails")
+    @classmethod
+    def _rails(cls, v: list[Rail]) -> list[Rail]:
+        names = Counter(r.name for r in v)
+        dup = sorted(n for n, times in names.items() if times > 1)
+        if dup:
+            raise ValueError(f"rail {dup[0]!r} is named twice")
+        for rail in v:
+            named = len(rail.device_names())
+            if rail.devices is not None and named != rail.count:
+                raise ValueError(f"rail {rail.name!r}: count {rail.count} but devices name {named}")
+            if rail.kind in ("infiniband", "roce") and rail.devices is None:
+                raise ValueError(f"rail {rail.name!r}: an {rail.kind} rail names its devices")
+        every = Counter(d for r in v for d in r.device_names())
+        shared = sorted(d for d, times in every.items() if times > 1)
+        if shared:
+            raise ValueError(f"device {shared[0]!r} is in two rails")
+        return v
+
+    def compute_rails(self) -> list[Rail]:
+        return [r for r in self.rails if r.role == "compute"]
+
+    @property
+    def efa_interfaces(self) -> int:
+        """EFA devices a node of the platform carries (its EFA rails, whatever their role)."""
+        return sum(r.count for r in self.rails if r.kind == "efa")
+
+    @property
+    def hca_count(self) -> int:
+        """RDMA devices on compute rails: what the conformance suite calls the node's HCAs."""
+        return sum(r.count for r in self.compute_rails() if r.kind in RDMA_KINDS)
 
 
 class _Pinned(_Model):
@@ -500,9 +724,25 @@ class _Nccl(_Model):
     cuda_build: Token
 
 
+class _CephRelease(_Model):
+    release: Token
+    version: Token
+
+
 class _Ceph(_Model):
     release: Token
     version: Token
+    # download.ceph.com or a mirror of it (an air-gapped site's).
+    mirror_url: HttpUrl
+    # The distribution archive's own Ceph, per OS, for nodes that reach only that archive.
+    distro: dict[OsId, _CephRelease] = Field(default_factory=dict)
+
+
+class _OsRelease(_Model):
+    # /etc/os-release's ID, VERSION_ID and VERSION_CODENAME.
+    id: Literal["ubuntu", "debian"]
+    version_id: Token
+    codename: Token
 
 
 class _Kube(_Model):
@@ -532,4 +772,6 @@ class Bom(_Model):
     device_plugin: _Pinned
     network_operator: _Pinned
     ceph_csi: _Pinned
+    doca_ofed: _Pinned
+    os: dict[OsId, _OsRelease]
     debian: _Debian

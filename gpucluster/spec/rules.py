@@ -10,8 +10,8 @@ import ipaddress
 import math
 from collections import Counter
 
-from gpucluster.spec.cluster import FIRST_HOST_OFFSET, MAX_NODES, node_names
-from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool
+from gpucluster.spec.cluster import FIRST_HOST_OFFSET, MAX_NODES, node_names, pool_platform
+from gpucluster.spec.models import RDMA_KINDS, Bom, ClusterSpec, HardwareProfile, NodePool, Platform
 
 NS = "gpucluster"
 
@@ -27,7 +27,8 @@ FABRICS_BY_TARGET: dict[str, tuple[str, ...]] = {
 }
 
 
-def semantic_problems(spec: ClusterSpec, bom: Bom, profiles: dict[str, HardwareProfile]) -> list[str]:
+def semantic_problems(spec: ClusterSpec, bom: Bom, profiles: dict[str, HardwareProfile],
+                      platforms: dict[str, Platform]) -> list[str]:
     problems = _size(spec)
     if problems:
         # Every other check walks the nodes: a spec past the limit is not expanded at all.
@@ -37,9 +38,11 @@ def semantic_problems(spec: ClusterSpec, bom: Bom, profiles: dict[str, HardwareP
         # <state_dir>/cache is the labs' shared rootfs and apt cache, which `lab down` keeps.
         problems.append(f"{NS}.name: 'cache' is reserved on the lab target (its shared cache folder)")
     _pools(spec, profiles, problems)
+    _platforms(spec, profiles, platforms, problems)
     names = _nodes(spec, placed, problems)
     _networks(spec, len(names), problems)
     _fabric(spec, set(names), problems)
+    _subnet_managers(spec, placed, platforms, problems)
     _storage(spec, placed, problems)
     _kubernetes(spec, bom, placed, problems)
     return problems
@@ -77,17 +80,78 @@ def _pools(spec: ClusterSpec, profiles: dict[str, HardwareProfile], problems: li
                 f"{where}.profile: lab nodes have no GPU; use a GPU-less profile such as 'cpu-lab' "
                 f"(got {pool.profile!r})"
             )
-        elif target in ("aws", "azure", "oci") and not pool.instance_type:
-            if not profile.instance_types.get(target):
-                problems.append(
-                    f"{where}.instance_type: profile {pool.profile!r} names no {target} instance type; set one"
-                )
         if pool.data_disks is not None and target != "lab":
             problems.append(f"{where}.data_disks: file-backed disks exist only on the lab target; use osd_devices")
         if pool.osd_devices and "storage" not in pool.roles:
             problems.append(f"{where}.osd_devices: only pools with the storage role carry OSD devices")
         if pool.data_disks is not None and "storage" not in pool.roles:
             problems.append(f"{where}.data_disks: only pools with the storage role carry OSD disks")
+
+
+def _platforms(spec: ClusterSpec, profiles: dict[str, HardwareProfile], platforms: dict[str, Platform],
+               problems: list[str]) -> None:
+    """Each pool's platform: known, offered on the target, carrying the pool's GPUs, on the spec's fabric."""
+    target = spec.target.kind
+    for i, pool in enumerate(spec.node_pools):
+        where = f"{NS}.node_pools[{i}]"
+        name = pool_platform(spec, pool)
+        platform = platforms.get(name)
+        if platform is None:
+            known = ", ".join(sorted(platforms))
+            problems.append(f"{where}.platform: unknown platform {name!r} (known: {known})")
+            continue
+        said = f"platform {name!r}" + ("" if pool.platform else f" (the {target} default)")
+        if target not in platform.targets:
+            problems.append(f"{where}.platform: {said} is not offered on target {target} "
+                            f"(it is on {', '.join(platform.targets)})")
+            continue
+        profile = profiles.get(pool.profile)
+        if profile is not None:
+            if platform.profiles and pool.profile not in platform.profiles:
+                problems.append(f"{where}.profile: {said} carries {', '.join(platform.profiles)}, "
+                                f"not {pool.profile!r}")
+            elif not platform.profiles and profile.gpu.count > 0:
+                problems.append(f"{where}.platform: {said} has no GPUs; profile {pool.profile!r} has "
+                                f"{profile.gpu.count}: name the platform of the GPU shape")
+        if target in ("aws", "azure", "oci"):
+            shape = platform.instance_types.get(target)
+            if not pool.instance_type and not shape:
+                problems.append(f"{where}.instance_type: {said} names no {target} instance type; set one")
+            elif pool.instance_type and shape and pool.instance_type != shape:
+                problems.append(f"{where}.instance_type: {pool.instance_type} but {said} is {shape}; "
+                                "name the platform of that instance type")
+        kinds = sorted({r.kind for r in platform.compute_rails() if r.kind in RDMA_KINDS})
+        # A fabric the target cannot have is reported once, by _fabric, not again per pool. An
+        # Ethernet fabric runs NCCL over sockets on any platform; an RDMA one needs its own rails.
+        fabric = spec.fabric.type
+        if kinds and fabric in FABRICS_BY_TARGET[target] and fabric in RDMA_KINDS and fabric not in kinds:
+            problems.append(f"{where}.platform: {said} computes over {' and '.join(kinds)}, but fabric.type is "
+                            f"{spec.fabric.type}")
+
+
+def _subnet_managers(spec: ClusterSpec, placed: list[tuple[NodePool, str]], platforms: dict[str, Platform],
+                     problems: list[str]) -> None:
+    """Who runs the InfiniBand subnet manager: the provider (Azure) or nodes with an InfiniBand port."""
+    fabric = spec.fabric
+    if fabric.type != "infiniband":
+        return
+    shape = {name: platforms.get(pool_platform(spec, pool)) for pool, name in placed}
+    gpu_shapes = {p.name: p for pool, name in placed if "gpu" in pool.roles and (p := shape[name]) is not None}
+    by_provider = sorted(n for n, p in gpu_shapes.items() if p.subnet_manager == "provider")
+    if by_provider and fabric.subnet_managers:
+        problems.append(f"{NS}.fabric.subnet_managers: platform {by_provider[0]} runs on a fabric whose subnet "
+                        "manager the provider runs; list none")
+    needs_own = sorted(n for n, p in gpu_shapes.items() if p.subnet_manager == "cluster")
+    if needs_own and not fabric.subnet_managers:
+        problems.append(f"{NS}.fabric.subnet_managers: platform {needs_own[0]} needs at least one "
+                        "subnet-manager node on its InfiniBand fabric")
+    for k, sm in enumerate(fabric.subnet_managers):
+        platform = shape.get(sm)
+        # The lab renders an InfiniBand fabric's settings without one: its nodes have no port at all.
+        lab = spec.target.kind == "lab"
+        if platform is not None and not lab and not any(r.kind == "infiniband" for r in platform.rails):
+            problems.append(f"{NS}.fabric.subnet_managers[{k}]: {sm!r} is a {platform.name} node, which has "
+                            "no InfiniBand port to run a subnet manager on")
 
 
 def _nodes(spec: ClusterSpec, placed: list[tuple[NodePool, str]], problems: list[str]) -> list[str]:
@@ -172,6 +236,13 @@ def _fabric(spec: ClusterSpec, names: set[str], problems: list[str]) -> None:
     for k, part in enumerate(fabric.partitions):
         if pkeys[part.pkey.lower()] > 1:
             problems.append(f"{NS}.fabric.partitions[{k}].pkey: {part.pkey} is used twice")
+    target = spec.target
+    if target.kind == "aws" and target.capacity_block and not target.capacity_reservation_id:
+        problems.append(f"{NS}.target.capacity_block: a Capacity Block is launched into by its reservation ID; "
+                        "set target.capacity_reservation_id")
+    if target.kind == "aws" and target.placement_group and not target.capacity_reservation_id:
+        problems.append(f"{NS}.target.placement_group: names the group a capacity reservation was created in; "
+                        "set target.capacity_reservation_id, or drop it and let each GPU pool make its own")
     if fabric.type == "efa" and fabric.mtu > 9001:
         problems.append(f"{NS}.fabric.mtu: EFA's maximum MTU is 9001 (got {fabric.mtu})")
 

@@ -12,18 +12,8 @@ import pulumi_aws as aws
 
 from gpucluster.spec import Cluster, Node
 
-from .common import TAG_POOL, TAG_PURPOSE, TAG_ROLES, storage_facts
+from .common import IMAGE_IGNORE_CHANGES, TAG_POOL, TAG_PURPOSE, TAG_ROLES, storage_facts
 
-# EFA interfaces each instance type supports (AWS "Elastic Fabric Adapter" supported instance
-# types table, MaximumEfaInterfaces of DescribeInstanceTypes). The profile's figure is the
-# fallback for a type not listed.
-EFA_INTERFACES = {
-    "p5.48xlarge": 32,
-    "p5e.48xlarge": 32,
-    "p5en.48xlarge": 16,
-    "p4d.24xlarge": 4,
-    "p4de.24xlarge": 4,
-}
 # A partition placement group has at most 7 partitions per AZ.
 MAX_PARTITIONS = 7
 
@@ -154,13 +144,79 @@ def _root(size_gb: int) -> dict[str, Any]:
 # API, InstanceMetadataOptionsRequest.HttpTokens). Stated on every instance, those launched from
 # the GPU template included, so each resource carries it (policy rule imds-v2-only).
 _IMDS = {"http_tokens": "required", "http_endpoint": "enabled"}
+_KEEP_IMAGE = pulumi.ResourceOptions(ignore_changes=IMAGE_IGNORE_CHANGES["aws"])
 
 
 @dataclass(frozen=True)
 class GpuPoolArgs(PoolArgs):
     fabric_subnet_id: pulumi.Input[str] = ""
+    # The platform's EFA devices, one per network card, and whether they are EFA-only (no IP).
     efa_interfaces: int = 0
+    efa_only: bool = True
     capacity_reservation_id: str | None = None
+    capacity_block: bool = False
+    # An existing cluster placement group (the capacity reservation's); else the pool makes one.
+    placement_group_name: str | None = None
+
+
+def efa_network_interfaces(efa_interfaces: int, *, efa_only: bool, management_subnet_id: pulumi.Input[str],
+                           fabric_subnet_id: pulumi.Input[str], security_group_id: pulumi.Input[str]
+                           ) -> list[dict[str, Any]]:
+    """The launch template's interfaces: one EFA per network card, placed as AWS documents it.
+
+    "For the primary network interface (network card index 0, device index 0), create an ENA
+    interface. [...] If the network card index 0 supports EFA, create an EFA-only network interface
+    for network card index 0, device index 1. For each additional network interface, use the next
+    unused network card index, device index 0, for EFA-only network interface"
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html). An EFA with ENA
+    (interface type `efa`) takes an address in the fabric subnet; an EFA-only one cannot ("You can't
+    assign an IP address to an EFA-only network interface",
+    https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/create-efa.html).
+    GPU nodes take no public address: the template's interfaces say so (the launch template
+    interface field is a string, "Boolean value, can be left unset": pulumi_aws
+    LaunchTemplateNetworkInterface.associate_public_ip_address).
+    """
+    interfaces: list[dict[str, Any]] = [
+        {
+            "device_index": 0,
+            "network_card_index": 0,
+            "interface_type": "interface",
+            "subnet_id": management_subnet_id,
+            "security_groups": [security_group_id],
+            "associate_public_ip_address": "false",
+            "delete_on_termination": "true",
+        }
+    ]
+    interfaces += [
+        {
+            "device_index": 1 if card == 0 else 0,
+            "network_card_index": card,
+            "interface_type": "efa-only" if efa_only else "efa",
+            "subnet_id": fabric_subnet_id,
+            "security_groups": [security_group_id],
+            "delete_on_termination": "true",
+        }
+        for card in range(efa_interfaces)
+    ]
+    return interfaces
+
+
+def capacity_options(reservation_id: str | None, capacity_block: bool) -> dict[str, Any]:
+    """An instance's reservation inputs: none, an On-Demand Capacity Reservation, or a Capacity Block.
+
+    A Capacity Block is launched into with its reservation ID and the market type
+    `capacity-block` ("MarketType ... Valid Values: spot | capacity-block", EC2 API
+    InstanceMarketOptionsRequest, https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_InstanceMarketOptionsRequest.html;
+    "To use your Capacity Block, you must specify the Capacity Block reservation ID when launching
+    instances", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-launch.html).
+    """
+    if not reservation_id:
+        return {}
+    target = {"capacity_reservation_id": reservation_id}
+    out: dict[str, Any] = {"capacity_reservation_specification": {"capacity_reservation_target": target}}
+    if capacity_block:
+        out["instance_market_options"] = {"market_type": "capacity-block"}
+    return out
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -175,36 +231,22 @@ class GpuNodePool(pulumi.ComponentResource):
             opts,
         )
         child = pulumi.ResourceOptions(parent=self)
-        self.placement_group = aws.ec2.PlacementGroup(
-            f"{name}-pg", strategy="cluster", name=f"{args.cluster.name}-{name}", opts=child
-        )
-        # The primary interface (card 0, device 0) is a plain ENA in the management subnet; every
-        # network card then carries one EFA-only interface (device 1) in the GPU fabric subnet.
-        # GPU nodes take no public address: the template's interfaces say so (the launch template
-        # interface field is a string, "Boolean value, can be left unset": pulumi_aws
-        # LaunchTemplateNetworkInterface.associate_public_ip_address).
-        interfaces: list[dict[str, Any]] = [
-            {
-                "device_index": 0,
-                "network_card_index": 0,
-                "interface_type": "interface",
-                "subnet_id": args.management_subnet_id,
-                "security_groups": [args.security_group_id],
-                "associate_public_ip_address": "false",
-                "delete_on_termination": "true",
-            }
-        ]
-        interfaces += [
-            {
-                "device_index": 1,
-                "network_card_index": card,
-                "interface_type": "efa-only",
-                "subnet_id": args.fabric_subnet_id,
-                "security_groups": [args.security_group_id],
-                "delete_on_termination": "true",
-            }
-            for card in range(args.efa_interfaces)
-        ]
+        # With a capacity reservation made in a cluster placement group, the instances launch into
+        # that group ("The Amazon Resource Name (ARN) of the cluster placement group in which the
+        # Capacity Reservation was created", EC2 API CapacityReservation.PlacementGroupArn): a group of
+        # the pool's own would not match the reservation.
+        self.placement_group: aws.ec2.PlacementGroup | None = None
+        placement: pulumi.Input[str]
+        if args.placement_group_name:
+            placement = args.placement_group_name
+        else:
+            self.placement_group = aws.ec2.PlacementGroup(
+                f"{name}-pg", strategy="cluster", name=f"{args.cluster.name}-{name}", opts=child
+            )
+            placement = self.placement_group.name
+        interfaces = efa_network_interfaces(
+            args.efa_interfaces, efa_only=args.efa_only, management_subnet_id=args.management_subnet_id,
+            fabric_subnet_id=args.fabric_subnet_id, security_group_id=args.security_group_id)
         roles = sorted({role for node in args.nodes for role in node.roles})
         self.launch_template = aws.ec2.LaunchTemplate(
             f"{name}-lt",
@@ -215,11 +257,7 @@ class GpuNodePool(pulumi.ComponentResource):
             tags={TAG_POOL: name, TAG_ROLES: ",".join(roles)},
             opts=child,
         )
-        capacity = (
-            {"capacity_reservation_target": {"capacity_reservation_id": args.capacity_reservation_id}}
-            if args.capacity_reservation_id
-            else None
-        )
+        capacity = capacity_options(args.capacity_reservation_id, args.capacity_block)
         self.instances: dict[str, aws.ec2.Instance] = {}
         for node in args.nodes:
             self.instances[node.name] = aws.ec2.Instance(
@@ -227,17 +265,17 @@ class GpuNodePool(pulumi.ComponentResource):
                 ami=args.ami_id,
                 instance_type=args.instance_type,
                 launch_template={"id": self.launch_template.id, "version": "$Latest"},
-                placement_group=self.placement_group.name,
+                placement_group=placement,
                 availability_zone=args.availability_zone,
                 key_name=args.key_name,
                 root_block_device=_root(args.root_volume_gb),
                 metadata_options=_IMDS,
-                capacity_reservation_specification=capacity,
+                **capacity,
                 user_data=args.user_data[node.name],
                 tags=dict(args.tags[node.name]),
-                opts=child,
+                opts=pulumi.ResourceOptions.merge(child, _KEEP_IMAGE),
             )
-        self.register_outputs({"placementGroup": self.placement_group.name})
+        self.register_outputs({"placementGroup": placement})
 
 
 @dataclass(frozen=True)
@@ -286,7 +324,7 @@ class StorageNodes(pulumi.ComponentResource):
                 associate_public_ip_address=False,  # storage nodes: no public address
                 user_data=args.user_data[node.name],
                 tags=dict(args.tags[node.name]),
-                opts=child,
+                opts=pulumi.ResourceOptions.merge(child, _KEEP_IMAGE),
             )
         self.register_outputs({"placementGroup": self.placement_group.name})
 
@@ -312,6 +350,6 @@ class ServiceNodes(pulumi.ComponentResource):
                 metadata_options=_IMDS,
                 user_data=args.user_data[node.name],
                 tags=dict(args.tags[node.name]),
-                opts=child,
+                opts=pulumi.ResourceOptions.merge(child, _KEEP_IMAGE),
             )
         self.register_outputs({})

@@ -12,7 +12,7 @@ import pulumi_azure as azure
 
 from gpucluster.spec import Cluster, Node
 
-from .common import TAG_DISK_ENCRYPTION, storage_facts
+from .common import IMAGE_IGNORE_CHANGES, TAG_DISK_ENCRYPTION, storage_facts
 
 # A scale set with single_placement_group holds at most 100 VMs; InfiniBand connects only
 # the VMs of one placement group.
@@ -189,7 +189,8 @@ def _vms(
             platform_fault_domain=0 if scale_set_id else None,
             zone=zone_of.get(node.name),
             tags={**args.tags[node.name], **_DISK_ENCRYPTION_TAG},
-            opts=child,
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(ignore_changes=IMAGE_IGNORE_CHANGES["azure"])),
         )
         out[node.name] = (vm, nic)
     return out

@@ -24,6 +24,18 @@ TAG_PURPOSE = "gpucluster-purpose"
 # (Azure managed disks: server-side encryption with platform-managed keys), so the
 # disks-encrypted rule sees a decision rather than an omission.
 TAG_DISK_ENCRYPTION = "gpucluster-disk-encryption"
+# How a node's image was chosen: `pinned` (an ID the stack file names) or `lookup` (the newest
+# image matching a name at `pulumi up`), for the image-pinned policy rule.
+TAG_IMAGE = "gpucluster-image"
+# Instances ignore later changes of their image: a new pin (or a lookup that finds a newer image)
+# never replaces a running node; nodes created after the change boot the new image. Property names
+# as the providers' schemas spell them.
+# https://www.pulumi.com/docs/iac/concepts/options/ignorechanges/
+IMAGE_IGNORE_CHANGES: dict[str, list[str]] = {
+    "aws": ["ami"],
+    "azure": ["sourceImageReference"],
+    "oci": ["sourceDetails.sourceId"],
+}
 
 # Ports that reach a node's management plane or a service that must never face the internet:
 # what the stacks open (SSH, the Kubernetes API) and what the roles run on every node. Kubernetes

@@ -13,7 +13,7 @@ import pulumi_oci as oci
 
 from gpucluster.spec import Cluster, Node
 
-from .common import TAG_PURPOSE, storage_facts
+from .common import IMAGE_IGNORE_CHANGES, TAG_PURPOSE, storage_facts
 
 FAULT_DOMAINS = ("FAULT-DOMAIN-1", "FAULT-DOMAIN-2", "FAULT-DOMAIN-3")
 
@@ -167,7 +167,8 @@ def _instances(
             },
             metadata=metadata,
             freeform_tags=dict(args.tags[node.name]),
-            opts=child,
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(ignore_changes=IMAGE_IGNORE_CHANGES["oci"])),
         )
     return out
 

@@ -16,7 +16,9 @@ class KubeStackConfig(BaseModel):
 
     stack_file: str = Field(min_length=1)
     kubeconfig: str = Field(min_length=1)
-    gpu_mode: Literal["operator", "device_plugin"] = "operator"
+    # None: the cluster spec's kubernetes.gpu_mode, which the roles also read (it decides who runs
+    # dcgm-exporter); set here only to say the same thing again.
+    gpu_mode: Literal["operator", "device_plugin"] | None = None
     # None: the bill of materials' device_plugin pin (gpucluster/data/bom.yaml).
     device_plugin_chart_version: str | None = Field(None, pattern=r"^\d+\.\d+\.\d+$")
     ceph_fsid: str | None = None

@@ -23,12 +23,23 @@ from stacks.kubernetes.components import (
 from stacks.kubernetes.config import KubeStackConfig
 
 
+def gpu_mode(cluster: Cluster, cfg: KubeStackConfig) -> str:
+    """The layer's GPU mode: the cluster spec's, which the roles read too."""
+    kube = cluster.spec.kubernetes
+    return cfg.gpu_mode or (kube.gpu_mode if kube is not None else "operator")
+
+
 def check(cluster: Cluster, cfg: KubeStackConfig) -> list[str]:
     """Every cross-field problem, collected: raised once by :func:`build`."""
     problems: list[str] = []
     kube = cluster.spec.kubernetes
     if kube is None or not kube.enabled:
         problems.append(f"{cfg.stack_file}: Kubernetes is not enabled in the cluster's stack file")
+    elif cfg.gpu_mode is not None and cfg.gpu_mode != kube.gpu_mode:
+        # The roles converged the nodes for the spec's mode (dcgm-exporter's owner, the toolkit):
+        # installing the other one would leave a node without an exporter or with two.
+        problems.append(f"gpuclusterKube:gpuMode: {cfg.gpu_mode!r}, but {cfg.stack_file} says "
+                        f"kubernetes.gpu_mode {kube.gpu_mode!r}: set it in the cluster's stack file only")
     if cluster.spec.storage is not None:
         if not cfg.ceph_fsid:
             problems.append("gpuclusterKube:cephFsid: required: the cluster has Ceph storage (`ceph fsid` prints it)")
@@ -49,7 +60,7 @@ def build(cluster: Cluster, cfg: KubeStackConfig, provider: k8s.Provider | None 
     after_labels = pulumi.ResourceOptions(provider=provider, depends_on=[labels])
     release = (
         m.gpu_operator_release(cluster)
-        if cfg.gpu_mode == "operator"
+        if gpu_mode(cluster, cfg) == "operator"
         # The BOM pins the chart; devicePluginChartVersion, when set, overrides the pin.
         else m.device_plugin_release(cluster, cfg.device_plugin_chart_version)
     )

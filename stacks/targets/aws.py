@@ -13,7 +13,7 @@ from gpucluster.spec import Cluster
 from gpucluster.spec.models import AwsTarget
 
 from ..components import aws as comp
-from ..components.common import MANAGEMENT_PORTS, node_tags, pools, ssh_keys, stack_outputs
+from ..components.common import MANAGEMENT_PORTS, TAG_IMAGE, node_tags, pools, ssh_keys, stack_outputs
 from ..components.userdata import NodeData, render_cloud_init
 
 SSH_USER = "ubuntu"  # the Deep Learning Base AMI (Ubuntu) and Canonical's Ubuntu AMIs
@@ -40,7 +40,8 @@ def vpc_cidr(cluster: Cluster) -> str:
     return str(net)
 
 
-def _ami(name_filter: str, owner: str) -> pulumi.Output[str]:
+def _ami_lookup(name_filter: str, owner: str) -> pulumi.Output[str]:
+    # Only with `ami_lookup: true`: the newest AMI by name, reported by the image-pinned rule.
     return aws.ec2.get_ami_output(
         most_recent=True,
         owners=[owner],
@@ -73,8 +74,15 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
         key = aws.ec2.KeyPair(f"{name}-key", key_name=f"{name}-admin", public_key=target.ssh_public_key, tags=base_tags)
         key_name = key.key_name
     keys = ssh_keys(target.ssh_public_key)
-    gpu_ami = _ami(target.ami_name_filter, target.ami_owner)
-    plain_ami: pulumi.Output[str] | None = None
+    gpu_ami: pulumi.Input[str]
+    plain_ami: pulumi.Input[str] | None
+    if target.ami_lookup:
+        gpu_ami, plain_ami = _ami_lookup(target.ami_name_filter, target.ami_owner), target.service_ami_id
+    else:
+        pinned = target.pinned_ami()
+        assert pinned is not None  # AwsTarget refuses a target with neither a pin nor ami_lookup
+        gpu_ami, plain_ami = pinned, target.service_ami_id or pinned
+    node_base_tags = {**base_tags, TAG_IMAGE: "lookup" if target.ami_lookup else "pinned"}
 
     instances: dict[str, aws.ec2.Instance] = {}
     failure_domains: dict[str, str] = {}
@@ -85,9 +93,10 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
         user_data = {
             n.name: render_cloud_init(NodeData(hostname=n.name, ssh_user=SSH_USER, ssh_keys=keys)) for n in plan.nodes
         }
-        tags = {n.name: node_tags(cluster, n, base_tags) for n in plan.nodes}
+        tags = {n.name: node_tags(cluster, n, node_base_tags) for n in plan.nodes}
         if plan.kind == "gpu":
-            efa = comp.EFA_INTERFACES.get(plan.instance_type, cluster.profiles[plan.pool.profile].efa_interfaces)
+            platform = cluster.platform_of_pool(plan.pool.name)
+            efa_rails = [r for r in platform.rails if r.kind == "efa"]
             gpu = comp.GpuNodePool(
                 plan.pool.name,
                 comp.GpuPoolArgs(
@@ -103,14 +112,17 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
                     key_name=key_name,
                     availability_zone=target.availability_zone,
                     fabric_subnet_id=fabric.fabric_subnet.id,
-                    efa_interfaces=efa,
+                    efa_interfaces=platform.efa_interfaces,
+                    efa_only=all(r.addressing == "none" for r in efa_rails),
                     capacity_reservation_id=target.capacity_reservation_id,
+                    capacity_block=target.capacity_block,
+                    placement_group_name=target.placement_group,
                 ),
             )
             instances.update(gpu.instances)
             continue
         if plain_ami is None:
-            plain_ami = _ami(UBUNTU_FILTER, CANONICAL)
+            plain_ami = _ami_lookup(UBUNTU_FILTER, CANONICAL)
         args = dict(
             cluster=cluster,
             nodes=plan.nodes,

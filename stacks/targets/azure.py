@@ -9,7 +9,7 @@ from gpucluster.spec import Cluster
 from gpucluster.spec.models import AzureTarget
 
 from ..components import azure as comp
-from ..components.common import node_tags, pools, ssh_keys, stack_outputs
+from ..components.common import TAG_IMAGE, node_tags, pools, ssh_keys, stack_outputs
 from ..components.userdata import Interface, NodeData, render_cloud_init, with_prefix
 
 SSH_USER = "azureuser"
@@ -88,7 +88,8 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
             admin_username=SSH_USER,
             ssh_public_key=target.ssh_public_key,
             user_data=user_data,
-            tags={n.name: node_tags(cluster, n, base_tags) for n in plan.nodes},
+            # The model refuses an image without an explicit version: every Azure node boots a pin.
+            tags={n.name: node_tags(cluster, n, {**base_tags, TAG_IMAGE: "pinned"}) for n in plan.nodes},
             zones=tuple(target.zones),
         )
         component: comp.GpuNodePool | comp.StorageNodes | comp.ServiceNodes

@@ -11,7 +11,7 @@ from gpucluster.spec import Cluster
 from gpucluster.spec.models import OciTarget
 
 from ..components import oci as comp
-from ..components.common import node_tags, pools, ssh_keys, stack_outputs
+from ..components.common import TAG_IMAGE, node_tags, pools, ssh_keys, stack_outputs
 from ..components.userdata import NodeData, render_cloud_init
 
 SSH_USER = "ubuntu"
@@ -20,10 +20,11 @@ SSH_USER = "ubuntu"
 def _image(target: OciTarget, shape: str) -> pulumi.Input[str]:
     if target.image_id:
         return target.image_id
+    # Only with `image_lookup: true`: the newest platform image, reported by the image-pinned rule.
     images = oci.core.get_images_output(
         compartment_id=target.compartment_id,
         operating_system="Canonical Ubuntu",
-        operating_system_version="22.04",
+        operating_system_version=target.os.removeprefix("ubuntu-"),
         shape=shape,
         sort_by="TIMECREATED",
         sort_order="DESC",
@@ -36,6 +37,7 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
     assert isinstance(target, OciTarget)
     name = cluster.name
     tags = {"gpucluster-cluster": name}
+    image_source = "lookup" if target.image_lookup else "pinned"
     admin_ports = (22, 6443) if cluster.spec.kubernetes and cluster.spec.kubernetes.enabled else (22,)
     fabric = comp.Fabric(
         name,
@@ -73,7 +75,7 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
                 n.name: render_cloud_init(NodeData(hostname=n.name, ssh_user=SSH_USER, ssh_keys=keys))
                 for n in plan.nodes
             },
-            tags={n.name: node_tags(cluster, n, tags) for n in plan.nodes},
+            tags={n.name: node_tags(cluster, n, {**tags, TAG_IMAGE: image_source}) for n in plan.nodes},
         )
         component: comp.GpuNodePool | comp.StorageNodes | comp.ServiceNodes
         if plan.kind == "gpu":

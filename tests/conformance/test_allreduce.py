@@ -5,15 +5,18 @@ from __future__ import annotations
 import pytest
 
 from gpucluster.conformance import nccl_tests
-from gpucluster.conformance.bandwidth import AllReduceRun, judge
-from gpucluster.conformance.fabric import PAIR_STATUS_REASON, fault_key, verdict_sentence
+from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, judge
+from gpucluster.conformance.fabric import PAIR_STATUS_REASON, fault_key, verdict_sentence, verdict_size
 from gpucluster.conformance.pairs import PairSearch
 
 pytestmark = pytest.mark.gpu
 
 
-def _series(run: AllReduceRun) -> dict:
-    return {"label": run.label, "points": [[p.size_bytes, p.busbw_gbps] for p in run.points]}
+def _series(run: AllReduceRun, v: BandwidthVerdict) -> dict:
+    """The run's points, with the size its verdict reads from and, where its budget cut it, the
+    largest size it reached."""
+    return {"label": run.label, "points": [[p.size_bytes, p.busbw_gbps] for p in run.points],
+            "verdict_bytes": v.verdict_bytes, "reached_bytes": v.reached_bytes, "budget_s": run.budget_s}
 
 
 @pytest.mark.check("GC-AR-001")
@@ -25,12 +28,12 @@ def test_allreduce_intra(node):
         pytest.skip(f"profile {node.info.profile_name} sets no intra-node all-reduce floor")
     if node.run(f"test -x {nccl_tests.binary()}").rc != 0:
         pytest.fail(f"nccl-tests is not installed ({nccl_tests.binary()} missing)")
-    large = int(node.info.floor("large_message_bytes"))
+    large = verdict_size(node.info, "intra")
     run, _ = nccl_tests.run_intra(node.remote(), node.info.gpu_count, 2 * large)
     v = judge(run, float(floor), large)
     node.figure("busbw_gbps", v.busbw_gbps)
     node.figure("floor_gbps", v.floor_gbps)
-    node.figure("series", [_series(run)])
+    node.figure("series", [_series(run, v)])
     assert v.ok, verdict_sentence(f"the all-reduce across the node's {node.info.gpu_count} GPUs", run, v, large)
 
 
@@ -44,16 +47,17 @@ def test_allreduce_inter(node, fabric):
     if "skip" in data:
         pytest.skip(data["skip"])
     run = AllReduceRun.from_json(data["run"])
-    v = judge(run, float(floor), int(data["large_bytes"]))
+    verdict = int(data.get("verdict_bytes") or data["large_bytes"])
+    v = judge(run, float(floor), verdict)
     node.figure("engine", run.engine)
     node.figure("ranks", run.ranks)
     node.figure("busbw_gbps", v.busbw_gbps)
     node.figure("floor_gbps", v.floor_gbps)
-    node.figure("series", [_series(run)])
+    node.figure("series", [_series(run, v)])
     if data.get("log"):
         node.attach(data["log"])
     message = verdict_sentence(f"the ring all-reduce across {len(run.nodes)} nodes ({run.engine}, {run.ranks} ranks)",
-                               run, v, int(data["large_bytes"]))
+                               run, v, verdict)
     if not v.ok:
         search = fabric.pair_search()
         found = PairSearch.from_json(search["search"]) if "search" in search else None
@@ -78,8 +82,10 @@ def test_allreduce_pairs(node, fabric):
     node.figure("floor_gbps", node.info.floor("allreduce_inter_busbw_gbps"))
     for p in mine.pairs:
         node.figure(f"pair_busbw_gbps_{p['peer']}", p["busbw_gbps"])
-    node.figure("series", [{"label": r["label"], "points": [[q["size_bytes"], q["busbw_gbps"]] for q in r["points"]]}
-                           for r in data["runs"] if node.name in r["nodes"]])
+    floor = float(node.info.floor("allreduce_inter_busbw_gbps"))
+    verdict = int(data.get("verdict_bytes") or verdict_size(node.info, "inter"))
+    node.figure("series", [_series(run, judge(run, floor, verdict))
+                           for run in (AllReduceRun.from_json(r) for r in data["runs"]) if node.name in run.nodes])
     for r in data["runs"]:
         if node.name in r["nodes"] and r["label"] in data.get("logs", {}):
             node.attach(data["logs"][r["label"]])
@@ -87,8 +93,15 @@ def test_allreduce_pairs(node, fabric):
         pytest.skip(mine.message)
     if mine.status != "ok":
         node.cause(fault_key(search, node.name))
-    floor = node.info.floor("allreduce_inter_busbw_gbps")
-    low = ", ".join(f"{p['peer']} " + ("not measured" if p["busbw_gbps"] is None else f"{p['busbw_gbps']:.3g} GB/s")
-                    for p in mine.pairs if not p["ok"])
-    assert mine.status == "ok", (f"pair all-reduce busbw with {low} < floor {floor:g} GB/s: "
+    if mine.status == "pair_slow":
+        pytest.fail(mine.message, pytrace=False)
+
+    def figure(p: dict) -> str:
+        if p["busbw_gbps"] is None:
+            return f"{p['peer']} not measured"
+        at = f" at {p['reached_bytes']} B, its budget ended there" if p.get("reached_bytes") else ""
+        return f"{p['peer']} {p['busbw_gbps']:.3g} GB/s{at}"
+
+    low = ", ".join(figure(p) for p in mine.pairs if not p["ok"])
+    assert mine.status == "ok", (f"pair all-reduce busbw with {low} < floor {floor:g} GB/s at >= {verdict} B: "
                                  f"{PAIR_STATUS_REASON.get(mine.status, mine.message)}")

@@ -6,8 +6,10 @@ import re
 
 import pytest
 
+from gpucluster.conformance.acceptance import xid_problems
 from gpucluster.conformance.gpu_checks import ecc_problems, nvlink_problems
 from gpucluster.parsers import parse
+from gpucluster.parsers.kernel_log import xid_events
 
 pytestmark = pytest.mark.gpu
 
@@ -85,11 +87,11 @@ def test_ecc_health(node):
 def test_no_xid(node):
     """The kernel log since boot MUST contain no NVIDIA Xid errors."""
     node.require_gpus()
-    res = node.run("journalctl -k -b --no-pager 2>/dev/null | grep 'NVRM: Xid' | tail -5")
-    lines = [x for x in res.stdout.splitlines() if x.strip()]
-    node.figure("xid_lines", len(lines))
-    assert not lines, (f"{len(lines)} Xid error line(s) since boot (at most 5 counted), the last: "
-                       f"{lines[-1] if lines else ''}")
+    res = node.run("journalctl -k -b --no-pager 2>/dev/null || dmesg 2>&1")
+    events, unreadable = xid_events(res.stdout)
+    node.figure("xid_lines", len(events))
+    problems = xid_problems(events, unreadable)
+    assert not problems, "Xid events since boot: " + "; ".join(problems[:10])
 
 
 @pytest.mark.check("GC-GPU-008")

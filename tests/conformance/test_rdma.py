@@ -14,8 +14,8 @@ pytestmark = pytest.mark.gpu
 def test_ib_write_bw(node, fabric):
     """ib_write_bw between this node and a peer MUST reach the profile's floor on every HCA."""
     node.require_hcas()
-    if node.info.floor("ib_write_bw_gbps") is None:
-        pytest.skip(f"profile {node.info.profile_name} sets no ib_write_bw floor")
+    if node.info.floor("rdma_write_bw_gbps") is None:
+        pytest.skip(f"platform {node.info.platform_name} sets no rdma_write_bw floor")
     data = fabric.rdma()
     if "skip" in data:
         pytest.skip(data["skip"])

@@ -39,7 +39,8 @@ def big_aws_stack(directory: Path, pools: int, per_pool: int) -> Path:
     doc = {
         "config": {
             "gpucluster:name": "big",
-            "gpucluster:target": {"kind": "aws", "region": "us-east-1", "availability_zone": "us-east-1a"},
+            "gpucluster:target": {"kind": "aws", "region": "us-east-1", "availability_zone": "us-east-1a",
+                                  "ami_id": "ami-0123456789abcdef0"},
             "gpucluster:node_pools": [
                 {"name": f"gpu{i}", "count": per_pool, "roles": ["gpu"], "profile": "h100-sxm-8"}
                 for i in range(pools)

@@ -18,7 +18,9 @@ options:
   application: {type: str, required: true, choices: [rbd, cephfs], description: Application tag.}
   size: {type: int, required: true, description: Replicas.}
   min_size: {type: int, description: Replicas needed for I/O (default size - 1, at least 1).}
-  pg_num: {type: int, required: true, description: Placement groups (the autoscaler is off for this pool).}
+  pg_num:
+    type: int
+    description: Placement groups (autoscaler off for this pool); unset, the PG autoscaler sizes the pool.
   crush_rule: {type: str, description: CRUSH rule by name (default the cluster's default rule for new pools; left alone).}
 """
 
@@ -37,7 +39,7 @@ def main() -> None:
             "application": {"type": "str", "required": True, "choices": ["rbd", "cephfs"]},
             "size": {"type": "int", "required": True},
             "min_size": {"type": "int", "required": False},
-            "pg_num": {"type": "int", "required": True},
+            "pg_num": {"type": "int", "required": False},
             "crush_rule": {"type": "str", "required": False},
         },
         supports_check_mode=True,
@@ -46,6 +48,9 @@ def main() -> None:
     name: str = p["name"]
     min_size = p["min_size"] if p["min_size"] is not None else max(p["size"] - 1, 1)
     rule: str | None = p["crush_rule"]
+    # A PG count in the spec pins the pool; without one Ceph's PG autoscaler sizes it
+    # (https://docs.ceph.com/en/latest/rados/operations/placement-groups/#autoscaling-placement-groups).
+    fixed = p["pg_num"] is not None
     rule_id: int | None = None
     if rule is not None:
         # The rule must exist (the role creates it first); its id is what a pool records.
@@ -56,8 +61,9 @@ def main() -> None:
     if current is None:
         actions.append("create")
         if not module.check_mode:
-            _ceph(module, "osd", "pool", "create", name, str(p["pg_num"]), str(p["pg_num"]), "replicated",
-                  *([rule] if rule is not None else []), "--autoscale-mode=off")
+            pgs = [str(p["pg_num"]), str(p["pg_num"])] if fixed else []
+            _ceph(module, "osd", "pool", "create", name, *pgs, "replicated",
+                  *([rule] if rule is not None else []), f"--autoscale-mode={'off' if fixed else 'on'}")
             pools = {d["pool_name"]: d for d in json.loads(_ceph(module, "osd", "pool", "ls", "detail", "-f", "json"))}
             current = pools[name]
     current = current or {}
@@ -68,8 +74,10 @@ def main() -> None:
         "min_size": current.get("min_size"),
         "pg_num": current.get("pg_num_target", current.get("pg_num")),
     }
-    want = {"pg_autoscale_mode": "off", "size": p["size"], "min_size": min_size, "pg_num": p["pg_num"]}
-    for key in ("pg_autoscale_mode", "size", "min_size", "pg_num"):
+    want: dict[str, object] = {"pg_autoscale_mode": "off" if fixed else "on", "size": p["size"], "min_size": min_size}
+    if fixed:
+        want["pg_num"] = p["pg_num"]
+    for key in want:
         if str(have[key]) != str(want[key]):
             actions.append(f"{key}={want[key]}")
             if not module.check_mode:

@@ -10,6 +10,7 @@ import pytest
 
 from gpucluster.ceph.parse import parse_health, parse_osd_tree, parse_quorum_status, parse_rados_bench, parse_status
 from gpucluster.ceph.suite import ceph, quote, require_admin, storage_spec
+from gpucluster.conformance import sentences
 
 
 def _tail(text: str, lines: int = 3) -> str:
@@ -26,9 +27,8 @@ def test_ceph_health(node):
     health = parse_health(ceph(node, "health detail -f json"))
     node.figure("health", health.status)
     node.figure("health_checks", health.codes())
-    bad = health.unexpected(storage_spec(node).get("allowed_health_warnings") or [])
-    assert not bad, f"{health.status}: " + "; ".join(
-        f"{c.code} ({c.summary}): {' | '.join(c.details[:5])}" for c in bad)
+    allowed = storage_spec(node).get("allowed_health_warnings") or []
+    assert not health.unexpected(allowed), sentences.ceph_health(health, allowed)
 
 
 @pytest.mark.check("GC-CEPH-002")
@@ -38,13 +38,11 @@ def test_ceph_osds_up_and_in(node):
     require_admin(node)
     osds = parse_osd_tree(ceph(node, "osd tree -f json"))
     node.figure("osds", len(osds))
-    assert osds, "the cluster has no OSDs"
-    bad = [f"{o.name} on {o.host or '?'} is {'up' if o.up else 'DOWN'} and {'in' if o.is_in else 'OUT'}"
-           for o in osds if not (o.up and o.is_in)]
-    assert not bad, "; ".join(bad)
-    hosts = {o.host for o in osds}
-    missing = [h for h in node.inv.groups.get("storage", ()) if h not in hosts]
-    assert not missing, f"storage hosts without an OSD: {missing}"
+    node.figure("osds_up_in", sum(1 for o in osds if o.up and o.is_in))
+    problem = sentences.ceph_osds(osds)
+    assert not problem, problem
+    problem = sentences.ceph_osd_hosts(osds, list(node.inv.groups.get("storage", ())))
+    assert not problem, problem
 
 
 @pytest.mark.check("GC-CEPH-003")
@@ -54,9 +52,9 @@ def test_ceph_pgs_active_clean(node):
     require_admin(node)
     status = parse_status(ceph(node, "status -f json"))
     node.figure("pgs", status.num_pgs)
-    assert status.num_pgs > 0, "the cluster has no placement groups (no pools?)"
-    assert not status.pgs_not_active_clean(), (
-        f"{status.pgs_active_clean}/{status.num_pgs} PGs active+clean; others: {status.pgs_not_active_clean()}")
+    node.figure("pgs_active_clean", status.pgs_active_clean)
+    problem = sentences.ceph_pgs(status)
+    assert not problem, problem
 
 
 @pytest.mark.check("GC-CEPH-004")
@@ -67,11 +65,8 @@ def test_ceph_monitor_quorum(node):
     monitors = storage_spec(node)["monitors"]
     quorum = parse_quorum_status(ceph(node, "quorum_status -f json"))
     node.figure("quorum", list(quorum.in_quorum))
-    missing = [m for m in monitors if m not in quorum.monitors]
-    assert not missing, f"monitors not in the monmap: {missing}"
-    out = [m for m in monitors if m not in quorum.in_quorum]
-    assert not out, (f"monitor(s) out of quorum: {', '.join(out)} "
-                     f"(quorum holds with {len(quorum.in_quorum)}: {', '.join(quorum.in_quorum)})")
+    problem = sentences.ceph_monitors(quorum, monitors)
+    assert not problem, problem
 
 
 def _mount_path(node) -> str:
@@ -87,7 +82,8 @@ def test_ceph_cephfs_mounted_writable(node):
     """CephFS MUST be mounted at storage.cephfs.mount_path through a client key of the node's own (never client.admin), and a file written there MUST read back."""  # noqa: E501
     path = _mount_path(node)
     mnt = node.run(f"findmnt -n -o FSTYPE --mountpoint {quote(path)}", timeout=30)
-    assert mnt.ok and "ceph" in mnt.stdout, f"{path} is not a CephFS mount ({mnt.stdout.strip() or 'not mounted'})"
+    assert mnt.ok and "ceph" in mnt.stdout, (
+        f"{path} has file system type {mnt.stdout.strip() or 'none (not mounted)'}, expected ceph or fuse.ceph-fuse")
     node.figure("fstype", mnt.stdout.strip())
     who = node.run("ps -eo args | grep '^[c]eph-fuse' || true", timeout=30).stdout
     assert "--id admin" not in who and not ("ceph-fuse" in who and "--id" not in who), (
@@ -116,7 +112,8 @@ def test_ceph_cephfs_cross_node_checksum(node):
         writer.run(f"rm -f {quote(name)}")
     want = wrote.stdout.split()[0]
     assert got.ok, f"cannot read {name} written on {writer_name}: {_tail(got.stderr)}"
-    assert got.stdout.split()[0] == want, f"written on {writer_name} with sha256 {want}, read here as {got.stdout.split()[0]}"  # noqa: E501
+    assert got.stdout.split()[0] == want, (
+        f"sha256 {got.stdout.split()[0]} read here, expected {want} as written on {writer_name}")
 
 
 @pytest.mark.check("GC-CEPH-007")
@@ -141,5 +138,5 @@ def test_ceph_rados_bench(node):
                        ("write_iops", write.average_iops), ("read_iops", read.average_iops),
                        ("write_latency_s", write.average_latency_s), ("read_latency_s", read.average_latency_s)):
         node.figure(key, value)
-    assert write.bandwidth_mb_s > 0 and write.ops > 0, f"rados bench write made no progress: {write}"
-    assert read.bandwidth_mb_s > 0 and read.ops > 0, f"rados bench read made no progress: {read}"
+    problem = sentences.rados_bench("write", write) or sentences.rados_bench("read", read)
+    assert not problem, problem

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from gpucluster.conformance import sentences
 from gpucluster.kube.manifests import GPU_RESOURCE
 from gpucluster.kube.suite import Kube
 from gpucluster.kube.workloads import allreduce_job, nvidia_smi_pod, parse_allreduce_verdict
@@ -32,13 +33,8 @@ def _wait_pod(kube: Kube, name: str, timeout_s: int) -> str:
 def test_every_node_ready(kube, inventory):
     """Every GPU and control-plane node of the inventory MUST be registered and report Ready."""
     want = {n.name for n in inventory.in_groups(("gpu", "control_plane"))}
-    nodes = kube.json("get", "nodes")["items"]
-    ready = {
-        n["metadata"]["name"]
-        for n in nodes
-        if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
-    }
-    assert not want - ready, f"not Ready or not registered: {sorted(want - ready)}"
+    problem = sentences.k8s_nodes_ready(kube.json("get", "nodes")["items"], want)
+    assert not problem, problem
 
 
 @pytest.mark.gpu
@@ -48,7 +44,8 @@ def test_allocatable_gpus_equal_profile(node, kube):
     if node.info.gpu_count == 0:
         pytest.skip(f"profile {node.info.profile_name} has no GPU")
     alloc = kube.json("get", "node", node.name)["status"].get("allocatable", {})
-    assert int(alloc.get(GPU_RESOURCE, "0")) == node.info.gpu_count
+    problem = sentences.k8s_allocatable(node.name, alloc, GPU_RESOURCE, node.info.gpu_count, node.info.profile_name)
+    assert not problem, problem
 
 
 @pytest.mark.check("GC-K8S-003")
@@ -63,8 +60,9 @@ def test_pod_runs_nvidia_smi(kube, inventory):
     try:
         phase = _wait_pod(kube, pod["metadata"]["name"], 300)
         log = kube.run("-n", kube.namespace, "logs", pod["metadata"]["name"]).stdout
-        assert phase == "Succeeded", f"pod {phase}: {_tail(log)}"
-        assert "GPU 0:" in log, _tail(log)
+        listed = sum(1 for line in log.splitlines() if line.startswith("GPU ") and ": " in line)
+        problem = sentences.k8s_pod(phase, listed, _tail(log))
+        assert not problem, problem
     finally:
         kube.delete([pod])
 
@@ -79,17 +77,18 @@ def test_indexed_job_allreduce(kube, inventory):
     floors = [n.floor("allreduce_inter_busbw_gbps") for n in nodes]
     floor = min(f for f in floors if f is not None) if any(f is not None for f in floors) else None
     docs = allreduce_job("gc-k8s-004-allreduce", kube.namespace, len(nodes), gpus,
-                         message_bytes=int(nodes[0].floor("large_message_bytes")))
+                         message_bytes=int(nodes[0].floor("allreduce_inter_verdict_bytes")))
     kube.delete(docs)
     kube.apply(docs)
     try:
         res = kube.run("-n", kube.namespace, "wait", "--for=condition=Complete", "job/gc-k8s-004-allreduce",
                        "--timeout=900s", timeout=960)
         log = kube.run("-n", kube.namespace, "logs", "job/gc-k8s-004-allreduce").stdout
-        assert res.returncode == 0, f"the job did not complete: {_tail(res.stderr)} {_tail(log)}"
+        assert res.returncode == 0, f"the job did not complete within 900 s: {_tail(res.stderr)} {_tail(log)}"
         verdict = parse_allreduce_verdict(log)
-        assert verdict.world_size == len(nodes) * gpus
-        assert verdict.passes(floor), f"busbw {verdict.busbw_gbps:.1f} GB/s, floor {floor}, correct {verdict.correct}"
+        problem = sentences.k8s_allreduce(verdict.world_size, len(nodes) * gpus, verdict.busbw_gbps, floor,
+                                          verdict.correct)
+        assert not problem, problem
     finally:
         kube.delete(docs)
 

@@ -64,6 +64,7 @@ def test_spec_show_json_is_the_resolved_spec(capsys: pytest.CaptureFixture[str])
         "pool": "hgx",
         "roles": ["gpu"],
         "profile": "h100-sxm-8",
+        "platform": "dgx-h100-roce",
         "management_ip": "10.10.0.10",
         "fabric_ip": "10.20.0.10",
     }

@@ -6,7 +6,7 @@ its own floor."""
 from __future__ import annotations
 
 from gpucluster.conformance.reports import Report
-from gpucluster.conformance.verdict import CheckResult
+from gpucluster.conformance.verdict import CLUSTER, CheckResult
 
 SIZES = [1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 28]  # 4 KiB .. 256 MiB
 INTER_FLOOR_GBPS = 40.0
@@ -78,3 +78,66 @@ def passing_report() -> Report:
                   results=[CheckResult("gpu-1", "GC-AR-001", "passed",
                                        figures={"busbw_gbps": 178.2, "floor_gbps": INTRA_FLOOR_GBPS,
                                                 "series": [INTRA]})])
+
+
+def _burn(node: str, tflops: float) -> CheckResult:
+    # Synthetic figures, no claim about any GPU: the fleet comparison only needs them alike.
+    return CheckResult(node, "GC-BURN-001", "passed", duration_s=61.0,
+                       figures={"engines": "burn_torch", **{f"tflops_burn_torch_cuda:{i}_bf16": tflops
+                                                            for i in range(4)}})
+
+
+def passing_run() -> Report:
+    """docs/img/report-pass.png: three GPU nodes, every check passed, the fleet comparison beside them."""
+    from gpucluster.conformance import fleet
+
+    nodes = ["gpu-1", "gpu-2", "gpu-3"]
+    results: list[CheckResult] = []
+    for n, burn, intra in zip(nodes, (702.0, 688.0, 695.0), (181.0, 176.5, 179.0), strict=True):
+        results += [
+            CheckResult(n, "GC-OS-001", "passed", figures={"os_id": "debian", "os_codename": "bookworm"}),
+            CheckResult(n, "GC-SYS-001", "passed", figures={"leap_status": "Normal", "offset_s": 0.000412}),
+            CheckResult(n, "GC-NET-002", "passed", figures={"mtu": 9000}),
+            CheckResult(n, "GC-AR-001", "passed",
+                        figures={"busbw_gbps": intra, "floor_gbps": INTRA_FLOOR_GBPS,
+                                 "series": [{"label": f"intra:{n}", "points": _curve(intra)}]}),
+            _burn(n, burn),
+        ]
+    results += [
+        CheckResult("gpu-1", "GC-AR-003", "passed", figures={"pair_status": "ok", "pair_busbw_gbps_gpu-2": 45.0,
+                                                            "floor_gbps": INTER_FLOOR_GBPS, "series": [PAIR_12]}),
+        CheckResult("gpu-2", "GC-AR-003", "passed", figures={"pair_status": "ok", "pair_busbw_gbps_gpu-1": 45.0,
+                                                            "floor_gbps": INTER_FLOOR_GBPS, "series": [PAIR_12]}),
+    ]
+    return Report(meta={"cluster": "example", "inventory": "inventory/example.yml",
+                        "started": "2026-11-23T15:00:00+00:00", "duration_s": 188.0, "fleet_margin": 0.1},
+                  nodes=nodes, results=[*results, *fleet.fleet_results(results, 0.1)])
+
+
+def skips_run() -> Report:
+    """docs/img/report-skips.png: a lab run, no GPU and no HCA, every skip grouped by its reason."""
+    nodes = ["lab-1", "lab-2", "lab-3"]
+    no_gpu = "profile cpu-lab has no GPU"
+    no_hca = "profile cpu-lab has no HCA"
+    results: list[CheckResult] = []
+    for n in nodes:
+        results += [CheckResult(n, "GC-OS-001", "passed"), CheckResult(n, "GC-SYS-001", "passed"),
+                    CheckResult(n, "GC-NET-001", "passed"), CheckResult(n, "GC-NET-002", "passed",
+                                                                        figures={"mtu": 9000})]
+        results += [CheckResult(n, cid, "skipped", no_gpu) for cid in ("GC-GPU-001", "GC-GPU-002", "GC-AR-001")]
+        results += [CheckResult(n, cid, "skipped", no_hca) for cid in ("GC-NET-003", "GC-RDMA-001")]
+        results.append(CheckResult(n, "GC-BURN-001", "skipped", "burn switched off (--no-burn)"))
+    results += [CheckResult(CLUSTER, cid, "skipped", "no kubeconfig given (set GPUCLUSTER_KUBECONFIG): Kubernetes "
+                                                     "checks need a running cluster")
+                for cid in ("GC-K8S-001", "GC-K8S-003", "GC-K8S-004")]
+    results += [CheckResult(n, "GC-AR-003", "passed", figures={"pair_status": "ok", "floor_gbps": 0.05,
+                                                              f"pair_busbw_gbps_{p}": 0.27})
+                for n, p in (("lab-1", "lab-2"), ("lab-2", "lab-3"), ("lab-3", "lab-1"))]
+    return Report(meta={"cluster": "lab", "inventory": "lab/inventory.yml", "started": "2026-11-23T15:00:00+00:00",
+                        "duration_s": 12.2, "burn": False},
+                  nodes=nodes, results=results)
+
+
+# The screenshots of docs/img/, each of the real HTML of one of these runs in Chromium.
+SCREENSHOTS = {"report-example.png": example_report, "report-pass.png": passing_run,
+               "report-skips.png": skips_run}

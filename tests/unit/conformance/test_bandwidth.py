@@ -53,3 +53,28 @@ def test_incomplete_run_fails():
     run = AllReduceRun("mpi-cpu", "x", ("a", "b"), 2, [SizePoint(1 << 24, 10.0, 9.0, 9.0, 0)], status="incomplete",
                        notes=["the run did not finish"])
     assert not judge(run, 0.1, 1 << 24).ok
+
+
+def test_budget_is_what_the_sizes_take_at_the_floor_with_room():
+    from gpucluster.conformance.bandwidth import budget_s, floor_seconds
+
+    sizes = (1 << 20, 4 << 20, 16 << 20, 32 << 20)
+    # Two ranks: busbw = algbw, so 4 iterations of 53 MiB at 0.05 GB/s take 4.45 s.
+    assert floor_seconds(sizes, 2, 0.05, 4) == pytest.approx(4 * sum(sizes) / 0.05e9)
+    # Three ranks move 4/3 of the bytes for the same busbw.
+    assert floor_seconds(sizes, 3, 0.05, 4) == pytest.approx(4 * sum(sizes) * 4 / 3 / 0.05e9)
+    assert budget_s(sizes, 2, 0.05, 4, launch_s=5.0) == pytest.approx(5.0 + 2 * 4 * sum(sizes) / 0.05e9)
+
+
+def test_a_run_cut_by_its_budget_is_slow_never_passed():
+    pts = [point(1 << 20, 400_000.0, 2), point(16 << 20, 6_000_000.0, 2)]
+    cut = AllReduceRun("mpi-cpu", "pair:a+b", ("a", "b"), 2, points=pts, status="cut", budget_s=14.0)
+    v = judge(cut, 0.0001, 16 << 20)
+    # Even a figure above the floor at the sizes reached does not pass a run that did not finish.
+    assert not v.ok and v.reached_bytes == 16 << 20 and v.busbw_gbps == pts[-1].busbw_gbps
+    assert v.floor_at_reached_gbps == 0.0001 and "14 s" in v.message
+    low = judge(AllReduceRun("mpi-cpu", "p", ("a", "b"), 2, points=pts[:1], status="cut"), 0.05, 16 << 20)
+    assert not low.ok and low.reached_bytes == 1 << 20 and low.floor_at_reached_gbps is None
+    none = judge(AllReduceRun("mpi-cpu", "p", ("a", "b"), 2, status="cut"), 0.05, 16 << 20)
+    assert not none.ok and none.reached_bytes is None and none.busbw_gbps is None
+    assert AllReduceRun.from_json(cut.to_json()).budget_s == 14.0

@@ -34,3 +34,21 @@ def test_pytest_command_runs_hosts_in_parallel(tmp_path):
     assert argv[argv.index("-n") + 1] == "3" and "loadgroup" in argv and "--no-burn" in argv
     one = pytest_argv(VerifyOptions(GOLDEN, tmp_path, limit=("gpu-1",)), inv)
     assert "-n" not in one and one[one.index("--limit") + 1] == "gpu-1"
+
+
+def test_a_fleet_margin_outside_0_to_1_exits_2_naming_the_option(tmp_path, capsys):
+    for bad in ("1.5", "-0.1", "nan"):
+        assert main(["verify", "--inventory", str(GOLDEN), "--fleet-margin", bad, "--run-dir",
+                     str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: --fleet-margin: must be a fraction"), err
+
+
+def test_the_fleet_margin_reaches_the_suite_only_when_given(tmp_path):
+    from types import SimpleNamespace
+
+    inv = SimpleNamespace(nodes=(1, 2, 3))  # the argv needs the host count alone
+    given = pytest_argv(VerifyOptions(GOLDEN, tmp_path, fleet_margin=0.15), inv)  # type: ignore[arg-type]
+    assert given[given.index("--fleet-margin") + 1] == "0.15"
+    # Not given: the suite takes the inventory's gpucluster_conformance.fleet_margin.
+    assert "--fleet-margin" not in pytest_argv(VerifyOptions(GOLDEN, tmp_path), inv)  # type: ignore[arg-type]

@@ -117,7 +117,8 @@ def test_fault_keys_name_the_slow_node_the_slow_link_or_the_ring():
     assert fault_key(link, "gpu-2") == fault_key(link, "gpu-3") == "fabric-link:gpu-2+gpu-3"
     assert fault_key(link, "gpu-1") == "fabric-link:gpu-2+gpu-3"  # its ring failure is that link's
     two = find_slow(["gpu-1", "gpu-2"], [PairResult("gpu-1", "gpu-2", False, SLOW)])
-    assert fault_key(two, "gpu-1") == fault_key(two, "gpu-2") == "fabric-ring"
+    # Two nodes: the pair is the finding, no node is blamed.
+    assert fault_key(two, "gpu-1") == fault_key(two, "gpu-2") == "fabric-pair:gpu-1+gpu-2"
 
 
 def test_a_slow_pair_of_two_nodes_is_one_finding_across_both_nodes_and_checks():

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from gpucluster.conformance.fabric import fault_key
 from gpucluster.conformance.pairs import PairResult, PairSearch, find_slow, ring_pairs, rounds
 
 FLOOR = 1.0
@@ -60,8 +61,63 @@ def test_all_failing_cannot_single_out_and_fails_everyone():
 
 
 def test_two_nodes_cannot_tell_which():
-    s = find_slow(["a", "b"], measure([("a", "b")], slow={"a"}))
+    s = find_slow(["gpu-1", "gpu-2"], measure([("gpu-1", "gpu-2")], slow={"gpu-1"}))
+    # No node blamed; both marked as in the slow pair, with the same words.
+    assert s.slow == [] and {v.status for v in s.nodes.values()} == {"pair_slow"}
+    for v in s.nodes.values():
+        assert v.message.startswith("pair gpu-1/gpu-2 slow, cannot isolate with two nodes"), v.message
+    assert fault_key(s, "gpu-1") == fault_key(s, "gpu-2") == "fabric-pair:gpu-1+gpu-2"
+    # A pair of two that passes is simply ok.
+    ok = find_slow(["gpu-1", "gpu-2"], measure([("gpu-1", "gpu-2")]))
+    assert {v.status for v in ok.nodes.values()} == {"ok"}
+
+
+def table(rows: str) -> list[PairResult]:
+    """A pair table as an operator reads it: one ``a b ok|slow`` per line."""
+    out = []
+    for line in rows.strip().splitlines():
+        a, b, verdict = line.split()
+        out.append(PairResult(a, b, verdict == "ok", 5.0 if verdict == "ok" else 0.002))
+    return out
+
+
+def test_three_nodes_name_the_one_in_every_slow_pair():
+    s = find_slow(["gpu-1", "gpu-2", "gpu-3"], table("""
+        gpu-1 gpu-2 slow
+        gpu-2 gpu-3 slow
+        gpu-3 gpu-1 ok
+    """))
+    assert s.slow == ["gpu-2"] and s.nodes["gpu-2"].status == "slow"
+    assert s.nodes["gpu-1"].status == s.nodes["gpu-3"].status == "ok"
+    assert fault_key(s, "gpu-2") == "fabric-slow-node:gpu-2"
+
+
+def test_three_nodes_one_slow_pair_is_the_link_not_a_node():
+    s = find_slow(["gpu-1", "gpu-2", "gpu-3"], table("""
+        gpu-1 gpu-2 slow
+        gpu-2 gpu-3 ok
+        gpu-3 gpu-1 ok
+    """))
+    assert s.slow == [] and s.nodes["gpu-1"].status == s.nodes["gpu-2"].status == "suspect"
+    assert s.nodes["gpu-3"].status == "ok" and fault_key(s, "gpu-1") == "fabric-link:gpu-1+gpu-2"
+
+
+def test_three_nodes_every_pair_slow_names_nobody():
+    s = find_slow(["gpu-1", "gpu-2", "gpu-3"], table("""
+        gpu-1 gpu-2 slow
+        gpu-2 gpu-3 slow
+        gpu-3 gpu-1 slow
+    """))
     assert s.slow == [] and {v.status for v in s.nodes.values()} == {"undetermined"}
+    assert fault_key(s, "gpu-1") == "fabric-ring"
+
+
+def test_a_pair_cut_by_its_budget_keeps_the_size_it_reached():
+    r = PairResult("gpu-1", "gpu-2", False, 0.0025, "slow", reached_bytes=4 << 20)
+    s = find_slow(["gpu-1", "gpu-2", "gpu-3"], [r, *table("gpu-2 gpu-3 slow\ngpu-3 gpu-1 ok")])
+    assert s.slow == ["gpu-2"]
+    assert [p["reached_bytes"] for p in s.nodes["gpu-1"].pairs if p["peer"] == "gpu-2"] == [4 << 20]
+    assert PairSearch.from_json(s.to_json()).results[0].reached_bytes == 4 << 20
 
 
 def test_bad_link_between_good_nodes_is_suspect_not_passed():

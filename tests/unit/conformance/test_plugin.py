@@ -116,7 +116,9 @@ def test_the_real_kubernetes_checks_are_counted_as_the_clusters(tmp_path: Path, 
     data = json.loads((run / "results.json").read_text())
     mine = {r["check_id"]: r for r in data["results"] if r["node"] == CLUSTER}
     assert set(mine) == {"GC-K8S-001", "GC-K8S-003", "GC-K8S-004"}
-    assert mine["GC-K8S-001"]["outcome"] == "failed" and "not Ready" in mine["GC-K8S-001"]["message"]
+    assert mine["GC-K8S-001"]["outcome"] == "failed"
+    assert mine["GC-K8S-001"]["message"] == ("0 of 2 nodes Ready, expected 2: gpu-1 not registered; "
+                                             "gpu-2 not registered")
     assert data["exit_code"] == 1 and CLUSTER in {v["node"] for v in data["verdicts"]}
     # pytest's summary line counts what ran; results.json and junit.xml hold as many.
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error)", out.stdout)}
@@ -130,7 +132,8 @@ def test_the_real_kubernetes_checks_are_counted_as_the_clusters(tmp_path: Path, 
     ready = cases["test_every_node_ready"]
     assert _props(ready)["check_id"] == "GC-K8S-001" and _props(ready)["node"] == CLUSTER
     failure = ready.find("failure")
-    assert failure is not None and failure.get("type") == "AssertionError" and "not Ready" in failure.get("message", "")
+    assert failure is not None and failure.get("type") == "AssertionError"
+    assert failure.get("message", "").startswith("0 of 2 nodes Ready, expected 2: ")
     per_node = [c for name, c in cases.items() if name.startswith("test_allocatable_gpus_equal_profile[")]
     assert per_node and all(_props(c)["node"] in c.get("name", "") for c in per_node)
 
@@ -159,6 +162,91 @@ def test_checks_selects_by_id_or_pattern_and_refuses_a_pattern_matching_nothing(
     assert bad.returncode != 0 and "GC-NOPE-* matches no check ID" in bad.stdout + bad.stderr
 
 
+FLEET_CHECKS = '''
+import pytest
+
+
+@pytest.mark.check("GC-AR-001")
+def test_intra(node, inventory):
+    """Intra-node all-reduce."""
+    first = sorted(n.name for n in inventory.nodes)[0]
+    node.figure("busbw_gbps", 300.0 if node.name == first else 480.0)
+    node.figure("floor_gbps", 250.0)
+'''
+
+
+def _with_fleet_margin(inventory: Path, value: str) -> Path:
+    """The golden inventory with ``gpucluster_conformance.fleet_margin`` set to ``value`` (as YAML)."""
+    text = GOLDEN.read_text()
+    if re.search(r"^      fleet_margin: ", text, re.M):
+        text = re.sub(r"^(      fleet_margin: ).*$", lambda m: m.group(1) + value, text, count=1, flags=re.M)
+    else:
+        text = text.replace("  vars:\n", f"  vars:\n    gpucluster_conformance: {{fleet_margin: {value}}}\n", 1)
+    inventory.write_text(text)
+    return inventory
+
+
+def _fleet_suite(tmp_path: Path) -> Path:
+    suite = tmp_path / "fleet-suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(SYNTHETIC_CONFTEST)
+    (suite / "test_fleet_synthetic.py").write_text(textwrap.dedent(FLEET_CHECKS))
+    return suite
+
+
+def test_a_node_well_below_the_fleet_fails_above_the_floor_and_the_margin_is_the_operators(
+        tmp_path: Path, ssh_stub: Path) -> None:
+    suite = _fleet_suite(tmp_path)
+    run = tmp_path / "run"
+    _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(GOLDEN), "--run-dir", str(run)], tmp_path)
+    data = json.loads((run / "results.json").read_text())
+    fleet = [r for r in data["results"] if r["check_id"] == "GC-FLEET-001"]
+    assert sorted((r["node"], r["outcome"]) for r in fleet) == [("gpu-1", "failed"), ("gpu-2", "passed"),
+                                                                ("stor-1", "passed")]
+    assert data["exit_code"] == 1 and data["meta"]["fleet_margin"] == 0.1
+    slow = next(r for r in fleet if r["outcome"] == "failed")
+    assert slow["log"] == "logs/checks/gpu-1/GC-FLEET-001_allreduce-intra.log"
+    log = (run / slow["log"]).read_text()
+    assert "message: intra-node all-reduce busbw 300 GB/s is 37.5 % below the fleet median 480 GB/s" in log
+    assert "next steps:" in log
+    cases = [c for c in _testcases(run / "junit.xml") if _props(c).get("check_id") == "GC-FLEET-001"]
+    assert len(cases) == 3 and sum(c.find("failure") is not None for c in cases) == 1
+    assert "Fleet comparison" in (run / "summary.md").read_text()
+    assert 'id="fleet"' in (run / "summary.html").read_text()
+
+    # 40 % of margin lets the same figures pass, from the command line or from the inventory.
+    wide = tmp_path / "wide"
+    _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(GOLDEN), "--run-dir", str(wide),
+             "--fleet-margin", "0.4"], tmp_path)
+    data = json.loads((wide / "results.json").read_text())
+    assert data["exit_code"] == 0 and data["meta"]["fleet_margin"] == 0.4
+    inventory = _with_fleet_margin(tmp_path / "inventory.yml", "0.4")
+    _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(inventory), "--run-dir",
+             str(tmp_path / "inv")], tmp_path)
+    assert json.loads((tmp_path / "inv" / "results.json").read_text())["exit_code"] == 0
+
+
+def test_a_bad_fleet_margin_is_bad_input_naming_the_field(tmp_path: Path, ssh_stub: Path) -> None:
+    suite = _fleet_suite(tmp_path)
+    bad = _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(GOLDEN), "--run-dir",
+                   str(tmp_path / "run"), "--fleet-margin", "1.5"], tmp_path)
+    assert bad.returncode == 4 and "--fleet-margin: must be a fraction from 0 to below 1" in bad.stderr
+    inventory = _with_fleet_margin(tmp_path / "inventory.yml", "lots")
+    bad = _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(inventory), "--run-dir",
+                   str(tmp_path / "run2")], tmp_path)
+    # The inventory's model or the suite's own reading: either way one line naming the file and field.
+    assert bad.returncode == 4 and str(inventory) in bad.stderr and "gpucluster_conformance.fleet_margin" in bad.stderr
+
+
+def test_checks_naming_the_fleet_comparison_run_the_checks_it_compares(tmp_path: Path, ssh_stub: Path) -> None:
+    suite = _fleet_suite(tmp_path)
+    run = tmp_path / "run"
+    _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(GOLDEN), "--run-dir", str(run),
+             "--checks", "GC-FLEET-*"], tmp_path)
+    ran = {r["check_id"] for r in json.loads((run / "results.json").read_text())["results"]}
+    assert ran == {"GC-AR-001", "GC-FLEET-001"}
+
+
 def test_rerun_failed_takes_the_checks_and_nodes_that_failed_last(tmp_path: Path) -> None:
     from gpucluster import verify
     from gpucluster.errors import InputError
@@ -182,3 +270,31 @@ def test_rerun_failed_takes_the_checks_and_nodes_that_failed_last(tmp_path: Path
                                                                  "outcome": "passed"}]}))
     with pytest.raises(InputError, match="nothing failed"):
         verify.last_failures(runs_dir)
+    for broken in ("[]", '{"meta": {}}', '{"results": [{"node": "gpu-1"}]}',
+                   '{"results": [{"node": "gpu-1", "check_id": "GC-OS-001", "outcome": "maybe"}]}'):
+        (newer / "results.json").write_text(broken)
+        with pytest.raises(InputError, match="is not a verify report"):
+            verify.last_failures(runs_dir)
+
+
+def test_rerun_failed_reads_results_json_through_the_report_and_reruns_a_fleet_with_its_fleet(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucluster import verify
+    from gpucluster.conformance import fleet
+    from gpucluster.conformance.reports import Report
+    from gpucluster.conformance.verdict import CheckResult
+
+    burn = [CheckResult(n, "GC-BURN-001", "passed", figures={"tflops_gpu-burn_gpu0_fp32": 50.0 if n == "c" else 99.0})
+            for n in ("a", "b", "c", "d")]
+    report = Report(meta={}, nodes=["a", "b", "c", "d"],
+                    results=[*burn, *fleet.fleet_results(burn), CheckResult("b", "GC-SYS-003", "failed", "down",
+                                                                            param="chrony")])
+    folder = tmp_path / "runs" / "20261102T000000Z-bbbbbb-verify"
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps(report.to_json()))
+    read: list[dict] = []
+    real = Report.from_json
+    monkeypatch.setattr(Report, "from_json", staticmethod(lambda d: read.append(d) or real(d)))
+    # The burn that measured the figure, on the whole fleet: on c alone there is no median.
+    assert verify.last_failures(tmp_path / "runs") == (("GC-BURN-001", "GC-SYS-003"), ("a", "b", "c", "d"))
+    assert len(read) == 1

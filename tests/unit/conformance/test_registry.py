@@ -39,8 +39,17 @@ def test_every_test_names_a_registered_check_with_its_must_statement():
 
 
 def test_every_registered_check_is_implemented_exactly_once():
-    ids = [cid for _, cid, _, _ in _tests()]
+    # A derived check (the fleet comparison) is the controller's, from the other checks' figures.
+    ids = [cid for _, cid, _, _ in _tests()] + [c.id for c in checks.DERIVED_CHECKS]
     assert sorted(ids) == sorted(checks.CHECKS), set(ids) ^ set(checks.CHECKS)
+
+
+def test_derived_checks_are_computed_from_checks_the_suite_runs():
+    from gpucluster.conformance import fleet
+
+    assert [c.id for c in checks.DERIVED_CHECKS] == [fleet.FLEET_CHECK]
+    implemented = {cid for _, cid, _, _ in _tests()}
+    assert set(fleet.SOURCES) <= implemented
 
 
 def test_group_markers_match_the_registry():

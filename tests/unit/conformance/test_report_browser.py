@@ -6,7 +6,8 @@ marker, the size labels do not overlap, and the console shows no error.
 
 Needs the Debian packages ``chromium`` and ``chromium-driver`` (scripts/host-packages.txt). Without
 them the test skips, except under CI (``CI=true``), where it fails and says what to install.
-``GPUCLUSTER_REPORT_SCREENSHOT=docs/img/report-example.png`` also saves a screenshot of the page.
+``GPUCLUSTER_REPORT_SCREENSHOTS=docs/img`` also saves a screenshot of each example run's page there
+(report_example.SCREENSHOTS: a failing run with a slow node, a passing run, a run with skips).
 """
 
 from __future__ import annotations
@@ -21,11 +22,17 @@ from typing import Any
 import pytest
 
 from gpucluster.conformance import html_report
-from tests.unit.conformance.report_example import INTER_FLOOR_GBPS, INTRA_FLOOR_GBPS, SIZES, example_report
+from tests.unit.conformance.report_example import (
+    INTER_FLOOR_GBPS,
+    INTRA_FLOOR_GBPS,
+    SCREENSHOTS,
+    SIZES,
+    example_report,
+)
 
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
 DRIVER = "chromedriver"
-SCREENSHOT_ENV = "GPUCLUSTER_REPORT_SCREENSHOT"
+SCREENSHOT_ENV = "GPUCLUSTER_REPORT_SCREENSHOTS"
 
 pytestmark = pytest.mark.slow  # a browser start: about ten seconds
 
@@ -125,11 +132,40 @@ def test_banner_floor_points_and_a_quiet_console(page: Any) -> None:
     assert not details[0].find_element(By.TAG_NAME, "ul").is_displayed()
 
     assert severe == [], f"console errors: {severe}"
-    shot = os.environ.get(SCREENSHOT_ENV)
-    if shot:
-        height = page.execute_script("return document.documentElement.scrollHeight")
-        page.set_window_size(1100, min(int(height) + 40, 4000))
-        assert page.save_screenshot(str(Path(shot).resolve())), shot
+
+
+@pytest.mark.parametrize("name", sorted(SCREENSHOTS))
+def test_each_example_run_renders_and_its_screenshot(browser: Any, tmp_path: Path, name: str) -> None:
+    """The pages docs/img/ shows: rendered by the real template, laid out by Chromium, banner as the
+    exit code says; saved as the screenshot when GPUCLUSTER_REPORT_SCREENSHOTS names a folder."""
+    from selenium.webdriver.common.by import By
+
+    report = SCREENSHOTS[name]()
+    path = tmp_path / "summary.html"
+    path.write_text(html_report.render(report), encoding="utf-8")
+    browser.get("about:blank")
+    browser.get_log("browser")
+    browser.get(path.as_uri())
+    assert _severe(browser) == []
+    banner = browser.find_element(By.ID, "verdict-banner")
+    assert banner.is_displayed() and banner.text.startswith("PASS" if report.exit_code == 0 else "FAIL")
+    groups = browser.find_elements(By.CSS_SELECTOR, "details.skipped-group summary")
+    assert len(groups) == len(html_report.skipped_groups(report))
+    assert all(g.is_displayed() and g.size["height"] > 0 for g in groups)
+    if any(r.check_id == "GC-FLEET-001" for r in report.results):
+        assert browser.find_element(By.ID, "fleet").is_displayed()
+    folder = os.environ.get(SCREENSHOT_ENV)
+    if folder and groups:
+        groups[0].click()  # one group open in the picture: the checks a reason covers
+        assert browser.find_element(By.CSS_SELECTOR, "details.skipped-group ul").is_displayed()
+    if folder:
+        height = browser.execute_script("return document.documentElement.scrollHeight")
+        browser.set_window_size(1100, min(int(height) + 40, 4000))
+        browser.execute_script("window.scrollTo(0, 0)")  # the click scrolled its group into view
+        try:
+            assert browser.save_screenshot(str(Path(folder).resolve() / name)), name
+        finally:
+            browser.set_window_size(1100, 1600)
 
 
 def test_the_console_check_sees_errors(page: Any) -> None:

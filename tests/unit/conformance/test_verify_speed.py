@@ -35,7 +35,7 @@ def test_configs_of_one_run_share_their_control_masters(tmp_path):
     assert _control_path(a) == _control_path(b) != _control_path(alone)
 
 
-def test_pair_runs_measure_only_the_verdict_sizes(tmp_path, monkeypatch):
+def test_pair_runs_ramp_to_the_verdict_sizes_only(tmp_path, monkeypatch):
     inv = load_inventory(GOLDEN)
     seen: list[tuple[int, ...]] = []
 
@@ -49,10 +49,10 @@ def test_pair_runs_measure_only_the_verdict_sizes(tmp_path, monkeypatch):
     nodes = [n for n in inv.nodes if n.name in ("gpu-1", "gpu-2")]
     monkeypatch.setattr(fabric, "_place_key", lambda launcher: None)
     monkeypatch.setattr(fabric, "_remove_key", lambda launcher, path: None)
-    large = fabric.large_bytes(nodes)
+    large = fabric.verdict_bytes(nodes)
     fabric._allreduce(nodes, "inter", sweep=True)
     fabric._allreduce(nodes, "pair", sweep=False)
-    assert seen[0] == allreduce_mpi.sizes_up_to(large) and seen[1] == (large, 2 * large)
+    assert seen[0] == allreduce_mpi.sizes_up_to(large) and seen[1] == allreduce_mpi.ramp_to(large)
 
 
 def test_nccl_tests_pairs_start_at_the_large_size():

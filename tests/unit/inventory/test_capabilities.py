@@ -78,7 +78,7 @@ def test_an_inventory_without_capabilities_is_refused() -> None:
 
 
 def test_an_inventory_of_the_schema_before_capabilities_is_refused_with_the_remedy(tmp_path: Path) -> None:
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     data = _golden("lab")
     data["all"]["vars"]["gpucluster_inventory_schema"] = 1
     del data["all"]["vars"]["gpucluster_capabilities"]
@@ -87,7 +87,7 @@ def test_an_inventory_of_the_schema_before_capabilities_is_refused_with_the_reme
     with pytest.raises(InputError) as err:
         read_inventory(path)
     assert err.value.problems == [
-        "all.vars.gpucluster_inventory_schema: 1, but this gpucluster reads version 2; write the inventory again "
+        "all.vars.gpucluster_inventory_schema: 1, but this gpucluster reads version 3; write the inventory again "
         "with `gpucluster inventory` (or `gpucluster lab up`)"]
 
 

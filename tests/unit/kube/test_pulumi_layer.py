@@ -41,15 +41,29 @@ def _recording_register(self: Any, request: Any) -> Any:
 pulumi.runtime.mocks.MockMonitor.RegisterResource = _recording_register  # type: ignore[method-assign]
 
 
-def _run(stack: str, **cfg: Any) -> tuple[Mocks, dict[str, pulumi.Resource]]:
+def _stack_with_gpu_mode(stack: str, mode: str) -> Path:
+    """A copy of an example stack whose spec says kubernetes.gpu_mode MODE."""
+    import tempfile
+
+    import yaml
+
+    data = yaml.safe_load((REPO / stack).read_text())
+    data["config"]["gpucluster:kubernetes"]["gpu_mode"] = mode
+    path = Path(tempfile.mkdtemp(prefix="kube-layer-")) / stack
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _run(stack: str, spec_gpu_mode: str | None = None, **cfg: Any) -> tuple[Mocks, dict[str, pulumi.Resource]]:
     from stacks.kubernetes.config import KubeStackConfig
     from stacks.kubernetes.program import build
 
     DEPENDENCIES.clear()
     mocks = Mocks()
     pulumi.runtime.set_mocks(mocks, preview=False)
-    cluster = load_spec(REPO / stack)
-    config = KubeStackConfig(stack_file=str(REPO / stack), kubeconfig="/dev/null", **cfg)
+    path = _stack_with_gpu_mode(stack, spec_gpu_mode) if spec_gpu_mode else REPO / stack
+    cluster = load_spec(path)
+    config = KubeStackConfig(stack_file=str(path), kubeconfig="/dev/null", **cfg)
     out: dict[str, pulumi.Resource] = {}
 
     @pulumi.runtime.test  # type: ignore[misc]
@@ -125,7 +139,7 @@ def test_node_labels_come_from_the_profile() -> None:
 
 
 def test_ethernet_cluster_has_no_rdma_plugin_and_device_plugin_mode() -> None:
-    mocks, out = _run("Pulumi.aws-h100.yaml", gpu_mode="device_plugin", ceph_fsid=FSID, ceph_user_key="k")
+    mocks, out = _run("Pulumi.aws-h100.yaml", spec_gpu_mode="device_plugin", ceph_fsid=FSID, ceph_user_key="k")
     assert "rdma" not in out  # EFA fabric: no RDMA shared device plugin
     releases = {r.inputs["name"]: r.inputs for r in _of(mocks, "kubernetes:helm.sh/v3:Release")}
     assert "nvidia-device-plugin" in releases and "gpu-operator" not in releases
@@ -137,10 +151,21 @@ def test_ethernet_cluster_has_no_rdma_plugin_and_device_plugin_mode() -> None:
 
 
 def test_device_plugin_chart_version_config_overrides_the_bom() -> None:
-    mocks, _ = _run("Pulumi.aws-h100.yaml", gpu_mode="device_plugin", device_plugin_chart_version="0.17.0",
+    mocks, _ = _run("Pulumi.aws-h100.yaml", spec_gpu_mode="device_plugin", device_plugin_chart_version="0.17.0",
                     ceph_fsid=FSID, ceph_user_key="k")
     plugin = next(r for r in _of(mocks, "kubernetes:helm.sh/v3:Release") if r.inputs["name"] == "nvidia-device-plugin")
     assert plugin.inputs["version"] == "0.17.0"
+
+
+def test_a_gpu_mode_other_than_the_specs_is_refused() -> None:
+    # The roles chose dcgm-exporter's owner from the spec's mode: the layer may not install the other.
+    with pytest.raises(InputError) as err:
+        _run("Pulumi.aws-h100.yaml", gpu_mode="device_plugin", ceph_fsid=FSID, ceph_user_key="k")
+    assert any(p.startswith("gpuclusterKube:gpuMode: 'device_plugin'") and "kubernetes.gpu_mode 'operator'" in p
+               for p in err.value.problems)
+    mocks, _ = _run("Pulumi.aws-h100.yaml", spec_gpu_mode="device_plugin", gpu_mode="device_plugin",
+                    ceph_fsid=FSID, ceph_user_key="k")
+    assert any(r.inputs["name"] == "nvidia-device-plugin" for r in _of(mocks, "kubernetes:helm.sh/v3:Release"))
 
 
 def test_bad_device_plugin_chart_version_is_reported_with_its_key() -> None:

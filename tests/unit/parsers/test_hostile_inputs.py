@@ -32,8 +32,9 @@ SAMPLES = {
     "gpu-burn": ["gpu_burn_01.txt"],
     "ib_write_bw": ["ib_write_bw_02.txt", "ib_write_bw_04.txt"],
     "nvidia-smi": ["nvidia_smi_01.txt", "nvidia_smi_02.txt", "nvidia_smi_05.txt", "nvidia_smi_08.txt",
-                   "nvidia_smi_10.txt"],
+                   "nvidia_smi_10.txt", "nvidia_smi_11.txt", "nvidia_smi_12.txt"],
     "dcgmi": ["dcgmi_diag_01.txt"],
+    "nvbandwidth": ["nvbandwidth_01.txt"],
 }  # fmt: skip
 
 BIG = "9" * 5000  # more digits than int() accepts (4300)
@@ -74,12 +75,18 @@ HOSTILE_LINES = {
         f"| N/A   {BIG}C    P0     1e999W /  {BIG}W |  {BIG}MiB / 1e999MiB |  {BIG}%  Default |",
         f"GPU {BIG}: NVIDIA A100 (UUID: GPU-1)",
         f"\t Link {BIG}: {BIG}.{BIG} GB/s",
+        f"\t Link {BIG}: Replay Errors: {BIG}",
         f"GPU{BIG}\t X \t0-19",
     ],
     "dcgmi": [
         f"| GPU Memory                | Fail - GPU: {BIG}                            |",
         f"|                           | GPU{BIG}: Fail                                 |",
         f"| Driver Version Detected   | {BIG}.{BIG}                                    |",
+    ],
+    "nvbandwidth": [
+        f"{BIG}     {BIG}     1e999",
+        f"SUM host_to_device_memcpy_ce {BIG}",
+        "memcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)" + " " * 50_000,
     ],
 }
 GENERIC_LINES = ["x" * 131_072 + " " + "y" * 131_072, "a," * 70_000, JUNK, "\x00" * 1000, "\r" * 1000 + "ok"]

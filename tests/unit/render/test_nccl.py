@@ -15,11 +15,15 @@ from gpucluster.render.nccl import (
     parse_nccl_conf,
     socket_ifname_value,
 )
-from gpucluster.spec.loader import load_profiles
+from gpucluster.spec.cluster import platform_data
+from gpucluster.spec.loader import load_platforms
 
 
 def _profile(hcas: int, aws: str | None = None) -> dict[str, Any]:
-    return {"hca": {"count": hcas, "rate_gbps": 400}, "instance_types": {"aws": aws}}
+    """A platform as the inventory carries it: ``hcas`` compute ports named mlx5_0.. (exact names)."""
+    rails = [{"name": "compute", "kind": "infiniband", "role": "compute", "count": hcas, "rate_gbps": 400,
+              "devices": [f"mlx5_{i}" for i in range(hcas)], "addressing": "shared_subnet"}] if hcas else []
+    return {"rails": rails, "instance_types": {"aws": aws} if aws else {}}
 
 
 def _fabric(kind: str, **extra: Any) -> dict[str, Any]:
@@ -84,12 +88,34 @@ def test_efa_device_rdma_only_where_the_instance_has_rdma_read() -> None:
     assert {"p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge"} <= EFA_RDMA_READ_INSTANCE_TYPES
 
 
-def test_every_gpu_profile_on_aws_gets_device_rdma() -> None:
-    """The AWS instance types of the GPU profiles (p4de, p5, p5e, g6e) all have EFA RDMA read."""
-    for profile in load_profiles().values():
-        aws = profile.instance_types.get("aws")
-        if aws and profile.gpu.count:
-            assert aws in EFA_RDMA_READ_INSTANCE_TYPES, f"{profile.name}: {aws}"
+def test_every_gpu_platform_on_aws_gets_device_rdma() -> None:
+    """The AWS instance types of the GPU platforms (p4d, p4de, p5, p5en, g6e) all have EFA RDMA read."""
+    for platform in load_platforms().values():
+        aws = platform.instance_types.get("aws")
+        if aws and platform.profiles:
+            assert aws in EFA_RDMA_READ_INSTANCE_TYPES, f"{platform.name}: {aws}"
+
+
+@pytest.mark.parametrize("name", sorted(load_platforms()))
+def test_every_platform_names_its_compute_rails_only_and_exactly(name: str) -> None:
+    """On every platform, NCCL_IB_HCA lists exactly its IB/RoCE compute devices, never a storage or
+    frontend one, and no name in it selects another device by prefix (mlx5_1 and mlx5_10)."""
+    platform = load_platforms()[name]
+    data = platform_data(platform)
+    every = [d for r in platform.rails for d in r.device_names()]
+    compute = [d for r in platform.compute_rails() if r.kind in ("infiniband", "roce") for d in r.device_names()]
+    kinds = {r.kind for r in platform.compute_rails()} & {"infiniband", "roce", "efa"} or {"ethernet"}
+    for kind in kinds:
+        got = nccl_settings(_fabric(kind), data, None)
+        if kind == "efa":
+            assert got["FI_PROVIDER"] == "efa" and "NCCL_IB_HCA" not in got
+            continue
+        if not compute:
+            assert "NCCL_IB_HCA" not in got
+            continue
+        value = got["NCCL_IB_HCA"]
+        assert value.startswith("=")
+        assert [d for d in every if _selects(value, d)] == compute, name
 
 
 def test_ethernet_disables_ib_and_pins_the_socket_interface() -> None:

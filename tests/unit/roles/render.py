@@ -121,7 +121,12 @@ def first_host(inventory: dict[str, Any], group: str) -> str:
 
 def _resolve(value: Any, ctx: dict[str, Any]) -> Any:
     if isinstance(value, str) and ("{{" in value or "{%" in value):
-        return NATIVE.from_string(value).render(ctx)
+        out = NATIVE.from_string(value).render(ctx)
+        if isinstance(out, jinja2.Undefined):
+            # A lone expression over a variable not resolved yet: native rendering hands back the
+            # Undefined itself instead of raising; try again on the next pass, as for any other.
+            raise jinja2.UndefinedError(str(value))
+        return out
     if isinstance(value, list):
         return [_resolve(v, ctx) for v in value]
     if isinstance(value, dict):

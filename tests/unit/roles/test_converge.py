@@ -173,7 +173,7 @@ def test_heavy_sets_the_extra_var(tmp_path: Path, inventory_file: Path) -> None:
 
 def test_load_inventory_names_each_problem(tmp_path: Path) -> None:
     path = tmp_path / "inv.yml"
-    path.write_text(yaml.safe_dump({"all": {"vars": {"gpucluster_inventory_schema": 2, "gpucluster_target": "lab",
+    path.write_text(yaml.safe_dump({"all": {"vars": {"gpucluster_inventory_schema": 3, "gpucluster_target": "lab",
                                                      "gpucluster_profiles": {"cpu-lab": {}}},
                                             "hosts": {"n1": {"gpucluster_profile": "nope"}}}}))
     with pytest.raises(InputError) as err:
@@ -189,7 +189,7 @@ def test_an_inventory_of_another_schema_is_refused_with_the_remedy(tmp_path: Pat
     data["all"]["vars"]["gpucluster_inventory_schema"] = 1
     path = tmp_path / "inv.yml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(InputError, match="reads version 2; write the inventory again"):
+    with pytest.raises(InputError, match="reads version 3; write the inventory again"):
         load_inventory(path)
 
 
@@ -374,11 +374,13 @@ def test_a_failure_under_no_log_names_the_way_to_its_cause() -> None:
     assert "--debug-no-log" in NO_LOG_HINT
 
 
-def test_a_failed_command_names_its_own_words() -> None:
+@pytest.mark.parametrize("summary", ["non-zero return code",  # ansible-core up to 2.19
+                                     "The command exited with a non-zero return code."])  # 2.20 and newer
+def test_a_failed_command_names_its_own_words(summary: str) -> None:
     progress = Progress(io.StringIO(), io.StringIO(), io.StringIO())
     progress(_event(1, "runner_on_failed", "", host="gpu-1", task="Init the cluster",
                     task_action="ansible.builtin.command",
-                    res={"msg": "non-zero return code", "rc": 1, "stderr": "W0101 warn\n[ERROR Port-6443]: in use"}))
+                    res={"msg": summary, "rc": 1, "stderr": "W0101 warn\n[ERROR Port-6443]: in use"}))
     assert progress.failures["gpu-1"] == "Init the cluster: rc 1: [ERROR Port-6443]: in use"
 
 

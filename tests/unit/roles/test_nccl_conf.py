@@ -109,7 +109,7 @@ def test_the_check_expects_what_the_role_writes(stack: Path, interface: str | No
         assert text.startswith(f"#\n# {ANSIBLE_MANAGED}\n#\n")
         assert "{{" not in text and "{%" not in text
         settings = [line for line in text.splitlines() if line and not line.startswith("#")]
-        want = render_nccl.nccl_settings(inv.fabric, info.profile, info.fabric_interface)
+        want = render_nccl.nccl_settings(inv.fabric, info.platform, info.fabric_interface)
         assert settings == [f"{k}={v}" for k, v in want.items()], info.name
         CHECK.test_nccl_conf(_Node(info, inv, {render_nccl.NCCL_CONF_PATH: text}))
 
@@ -142,13 +142,15 @@ def test_the_lab_gets_the_socket_transport_on_its_fabric_interface() -> None:
 
 
 def test_ib_and_roce_name_the_compute_rails_exactly() -> None:
-    """h100-sxm-8 lists 8 HCAs; the profiles carry no storage NICs, so all 8 are compute rails."""
-    rails = "=" + ",".join(f"mlx5_{i}:1" for i in range(8))
-    for stack in ("Pulumi.onprem-h100-ib.yaml", "Pulumi.onprem-h100-roce.yaml", "Pulumi.azure-h100.yaml",
-                  "Pulumi.oci-h100.yaml"):
+    """The platform's compute rails, by their exact names: never a storage or frontend port."""
+    dgx = "=" + ",".join(f"mlx5_{i}:1" for i in (0, 3, 4, 5, 6, 9, 10, 11))
+    oci = "=" + ",".join(f"mlx5_{i}:1" for i in (*range(0, 2), *range(3, 11), *range(12, 18)))
+    azure = "=" + ",".join(f"mlx5_ib{i}:1" for i in range(8))
+    for stack, rails in (("Pulumi.onprem-h100-ib.yaml", dgx), ("Pulumi.onprem-h100-roce.yaml", dgx),
+                         ("Pulumi.azure-h100.yaml", azure), ("Pulumi.oci-h100.yaml", oci)):
         data = _inventory(REPO / stack, None)
         host = next(iter(data["all"]["children"]["gpu"]["hosts"]))
-        assert render_nccl.parse_nccl_conf(render_nccl_conf(data, host))["NCCL_IB_HCA"] == rails
+        assert render_nccl.parse_nccl_conf(render_nccl_conf(data, host))["NCCL_IB_HCA"] == rails, stack
 
 
 def test_efa_writes_the_provider_and_device_rdma() -> None:

@@ -23,14 +23,48 @@ def test_gpu_profiles_have_floors_and_cite_sources(name: str) -> None:
     profile = load_profiles()[name]
     assert profile.gpu.count == 8
     floors = profile.floors
-    assert floors.allreduce_intra_busbw_gbps and floors.allreduce_inter_busbw_gbps and floors.ib_write_bw_gbps
+    assert floors.allreduce_intra_busbw_gbps and floors.allreduce_intra_verdict_bytes
     assert set(floors.burn_tflops) >= {"fp32", "tf32", "bf16"}
     # Each floor line carries its source in a comment (same line or the lines above).
     text = (PROFILE_DIR / f"{name}.yaml").read_text()
-    for key in ("allreduce_intra_busbw_gbps", "allreduce_inter_busbw_gbps", "ib_write_bw_gbps", "burn_tflops"):
+    for key in ("allreduce_intra_busbw_gbps", "burn_tflops", "pcie_generation"):
         block = text.split(f"  {key}:")[0].rsplit("\n  ", 3)[-3:]
         same_line = re.search(rf"{key}:[^\n]*#", text)
         assert same_line or any("#" in b for b in block), f"{name}: {key} has no source comment"
+
+
+# The GPU figures each profile states, from NVIDIA's datasheets (the URL is beside each in the file):
+# PCIe generation and width, and one NVLink's speed as nvidia-smi nvlink -s prints it.
+GPU_FIGURES = {
+    "h100-sxm-8": (5, 16, 26.562, "https://www.nvidia.com/en-us/data-center/h100/"),
+    "h200-sxm-8": (5, 16, 26.562, "https://www.nvidia.com/en-us/data-center/h200/"),
+    "a100-sxm-8": (4, 16, 25.0, "https://www.nvidia.com/en-us/data-center/a100/"),
+    "a100-40gb-sxm-8": (4, 16, 25.0, "https://www.nvidia.com/en-us/data-center/a100/"),
+    "l40s-pcie": (4, 16, None, "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GPU_FIGURES))
+def test_gpu_figures_are_the_datasheets(name: str) -> None:
+    gen, width, link, url = GPU_FIGURES[name]
+    gpu = load_profiles()[name].gpu
+    assert (gpu.pcie_generation, gpu.pcie_width, gpu.nvlink_gbps_per_link) == (gen, width, link)
+    assert url in (PROFILE_DIR / f"{name}.yaml").read_text()
+    assert (gpu.nvlink_gbps_per_link is None) == (not gpu.nvlink)
+
+
+def test_nvswitch_profiles_judge_intra_node_all_reduce_at_8_to_16_gib() -> None:
+    for profile in load_profiles().values():
+        if profile.gpu.nvswitch and profile.gpu.count == 8:
+            assert 8 << 30 <= (profile.floors.allreduce_intra_verdict_bytes or 0) <= 16 << 30, profile.name
+
+
+def test_a100_memory_matches_the_part() -> None:
+    """p4d carries the 40GB A100, p4de the 80GB one: each profile's memory is its part's."""
+    profiles = load_profiles()
+    assert (profiles["a100-40gb-sxm-8"].gpu.model, profiles["a100-40gb-sxm-8"].gpu.memory_mib) == (
+        "NVIDIA A100-SXM4-40GB", 40960)
+    assert (profiles["a100-sxm-8"].gpu.model, profiles["a100-sxm-8"].gpu.memory_mib) == ("NVIDIA A100-SXM4-80GB", 81920)
 
 
 def test_nvswitch_profiles_need_fabric_manager() -> None:

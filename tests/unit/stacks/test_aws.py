@@ -36,8 +36,42 @@ def test_efa_interfaces_sit_in_the_gpu_subnet_and_the_primary_in_management(aws_
     efa_subnet = one(aws_plan, "aws:ec2/subnet:Subnet", "aws-h100-efa")
     assert (mgmt.inputs["cidrBlock"], efa_subnet.inputs["cidrBlock"]) == ("10.40.0.0/20", "10.40.16.0/20")
     nics = one(aws_plan, "aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt").inputs["networkInterfaces"]
-    assert [n["subnetId"] for n in nics if n["deviceIndex"] == 0] == [mgmt.id]
-    assert {n["subnetId"] for n in nics if n["deviceIndex"] == 1} == {efa_subnet.id}
+    primary = [n for n in nics if n["interfaceType"] == "interface"]
+    assert [(n["networkCardIndex"], n["deviceIndex"], n["subnetId"]) for n in primary] == [(0, 0, mgmt.id)]
+    assert {n["subnetId"] for n in nics if n["interfaceType"] != "interface"} == {efa_subnet.id}
+
+
+def test_efa_layout_is_the_one_aws_documents_for_p5(aws_plan: Plan) -> None:
+    """Card 0: the ENA primary at device 0 and an EFA-only at device 1; every other card: one
+    EFA-only at device 0 (docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html)."""
+    nics = one(aws_plan, "aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt").inputs["networkInterfaces"]
+    layout = sorted((n["networkCardIndex"], n["deviceIndex"], n["interfaceType"]) for n in nics)
+    want = [(0, 0, "interface"), (0, 1, "efa-only"), *((card, 0, "efa-only") for card in range(1, 32))]
+    assert layout == want
+    # EFA-only interfaces take no address: nothing asks for one.
+    assert not any("privateIpAddress" in n or "ipv4AddressCount" in n for n in nics if n["interfaceType"] == "efa-only")
+
+
+def test_an_efa_platform_with_addresses_gets_efa_with_ena_interfaces() -> None:
+    from stacks.components.aws import efa_network_interfaces
+
+    nics = efa_network_interfaces(4, efa_only=False, management_subnet_id="m", fabric_subnet_id="f",
+                                  security_group_id="sg")
+    assert [(n["network_card_index"], n["device_index"], n["interface_type"]) for n in nics] == [
+        (0, 0, "interface"), (0, 1, "efa"), (1, 0, "efa"), (2, 0, "efa"), (3, 0, "efa")]
+
+
+def test_the_platform_sets_the_efa_count(tmp_path: Path) -> None:
+    import yaml
+
+    from tests.unit.stacks.conftest import ROOT
+
+    pools = yaml.safe_load((ROOT / "Pulumi.aws-h100.yaml").read_text())["config"]["gpucluster:node_pools"]
+    pools[0].update(platform="aws-p5en-48xlarge", profile="h200-sxm-8")
+    plan = plan_stack(write_stack(tmp_path, "aws-h100", {"node_pools": pools}))
+    lt = one(plan, "aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt")
+    assert sum(n["interfaceType"] == "efa-only" for n in lt.inputs["networkInterfaces"]) == 16
+    assert {r.inputs["instanceType"] for r in _instances(plan, "gpu")} == {"p5en.48xlarge"}
 
 
 def test_security_group_admits_itself_and_ssh_only_from_admin_cidrs(aws_plan: Plan) -> None:
@@ -64,11 +98,12 @@ def test_storage_nodes_spread_over_partitions_on_nvme_instances(aws_plan: Plan) 
     assert all(r.parent == comp.urn for r in ceph)
 
 
-def test_ami_is_chosen_by_filter_per_node_kind(aws_plan: Plan) -> None:
+def test_the_pinned_amis_reach_the_instances_per_node_kind(aws_plan: Plan) -> None:
     gpu_ami = {r.inputs["ami"] for r in _instances(aws_plan, "gpu")}
     cpu_ami = {r.inputs["ami"] for r in _instances(aws_plan, "ceph") + _instances(aws_plan, "cp")}
-    assert len(gpu_ami) == len(cpu_ami) == 1
-    assert gpu_ami != cpu_ami  # Deep Learning Base AMI for GPUs, Canonical's Ubuntu for the rest
+    # The stack file's ami_id (Deep Learning Base AMI) and service_ami_id (Canonical's Ubuntu).
+    assert gpu_ami == {"ami-0123456789abcdef0"}
+    assert cpu_ami == {"ami-0fedcba9876543210"}
 
 
 def test_outputs_carry_instance_ids_and_partitions(aws_plan: Plan) -> None:
@@ -91,6 +126,7 @@ def test_capacity_reservation_and_key_pair_when_the_spec_names_them(tmp_path: Pa
     for r in _instances(plan, "gpu"):
         spec = r.inputs["capacityReservationSpecification"]["capacityReservationTarget"]
         assert spec["capacityReservationId"] == "cr-0123456789abcdef0"
+        assert "instanceMarketOptions" not in r.inputs  # an On-Demand Capacity Reservation, not a block
     key = plan.by_type("aws:ec2/keyPair:KeyPair")
     assert [k.inputs["publicKey"] for k in key] == ["ssh-ed25519 AAAAtest x"]
     assert {r.inputs["keyName"] for r in plan.by_type(INSTANCE)} == {key[0].inputs["keyName"]}
@@ -107,3 +143,22 @@ def test_components_use_typed_tokens_and_parent_their_children(aws_plan: Plan) -
         if r.custom and r.type != "aws:ec2/keyPair:KeyPair":
             parent = comps[r.parent]  # type: ignore[index]
             assert r.name.startswith(f"{parent.name}-")
+
+
+def test_a_capacity_block_launches_with_the_capacity_block_market_type(tmp_path: Path) -> None:
+    path = write_stack(tmp_path, "aws-h100", {"target.capacity_reservation_id": "cr-0123456789abcdef0",
+                                              "target.capacity_block": True})
+    gpus = _instances(plan_stack(path), "gpu")
+    assert gpus
+    for r in gpus:
+        assert r.inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
+        target = r.inputs["capacityReservationSpecification"]["capacityReservationTarget"]
+        assert target["capacityReservationId"] == "cr-0123456789abcdef0"
+
+
+def test_a_reservation_in_a_cluster_placement_group_launches_into_that_group(tmp_path: Path) -> None:
+    path = write_stack(tmp_path, "aws-h100", {"target.capacity_reservation_id": "cr-0123456789abcdef0",
+                                              "target.placement_group": "reserved-p5-group"})
+    plan = plan_stack(path)
+    assert [r.name for r in plan.by_type("aws:ec2/placementGroup:PlacementGroup")] == ["ceph-pg"]
+    assert {r.inputs["placementGroup"] for r in _instances(plan, "gpu")} == {"reserved-p5-group"}

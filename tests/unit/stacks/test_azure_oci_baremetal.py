@@ -65,7 +65,9 @@ def test_oci_gpu_instances_join_one_compute_cluster(oci_plan: Plan) -> None:
     assert [r.inputs["shape"] for r in gpus] == ["BM.GPU.H100.8"] * 2
     assert {r.inputs["computeClusterId"] for r in gpus} == {cc.id}
     assert {r.inputs["sourceDetails"]["bootVolumeSizeInGbs"] for r in gpus} == {"512"}
-    assert {r.inputs["sourceDetails"]["sourceId"] for r in gpus} == {"ocid1.image.oc1..mockubuntu2204"}
+    # The stack file's image_id, not a lookup.
+    assert {r.inputs["sourceDetails"]["sourceId"] for r in gpus} == {
+        "ocid1.image.oc1.iad.aaaaaaaaplaceholderreplacewithyourimageocid"}
 
 
 def test_oci_storage_instances_over_fault_domains(oci_plan: Plan) -> None:

@@ -1,0 +1,227 @@
+"""Acceptance checks vendors run before a GPU node takes jobs: pure verdicts over parsed output.
+
+Each function takes what a parser returned (``gpucluster.parsers``) and the expected figures
+(``gpucluster.conformance.expect``) and returns one problem line per fault, naming the GPU, link,
+HCA or port; an empty list passes. Nothing here runs a command.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from gpucluster.conformance.expect import Rail
+from gpucluster.parsers.kernel_log import XidEvent
+from gpucluster.parsers.libfabric import NcclNet
+from gpucluster.parsers.sysfs import IbPort, pcie_gen
+
+# Clocks event reasons that mean the GPU is slowed by heat or power, not by idling or settings
+# (nvidia-smi -q "Clocks Event Reasons"; "Clocks Throttle Reasons" before driver 530).
+SLOWDOWN_REASONS = ("SW Power Cap", "HW Slowdown", "HW Thermal Slowdown", "HW Power Brake Slowdown",
+                    "SW Thermal Slowdown")
+NVLINK_COUNTERS = ("Replay Errors", "Recovery Errors", "CRC Errors")
+
+
+def _status(parsed: dict[str, Any], tool: str) -> list[str]:
+    if parsed.get("status") == "ok":
+        return []
+    notes = "; ".join(str(n) for n in parsed.get("notes", [])[:5])
+    return [f"{tool} {parsed.get('status')}: {notes}"]
+
+
+def dcgm_problems(parsed: dict[str, Any]) -> list[str]:
+    """Every failed or warning DCGM test, with the GPUs it names."""
+    out = []
+    for t in parsed.get("tests", []):
+        if t.get("result") in ("fail", "warn"):
+            gpus = t.get("failed_gpus") or []
+            where = f" on GPU {', '.join(map(str, gpus))}" if gpus else f" ({t.get('raw')})"
+            out.append(f"DCGM {t.get('name')}: {t.get('result')}{where}")
+    out += [f"DCGM error: {e}" for e in parsed.get("errors", [])[:5]]
+    return out or _status(parsed, "dcgmi diag")
+
+
+def fabric_problems(gpus: list[dict[str, Any]]) -> list[str]:
+    """nvidia-smi -q Fabric: State Completed and Status Success on every GPU."""
+    out = []
+    for g in gpus:
+        state, status = g.get("fabric_state"), g.get("fabric_status")
+        if state != "Completed" or status != "Success":
+            out.append(f"GPU {g.get('index')} ({g.get('bus_id')}): fabric state {state}, status {status}")
+    return out
+
+
+def gpu_pcie_problems(gpus: list[dict[str, Any]], generation: int, width: int) -> list[str]:
+    """The link's maximum generation and current width against the profile.
+
+    An idle GPU lowers its link generation to save power, so the current generation is a figure
+    and the check holds the link's Max (what the GPU and host negotiated) to the profile; the
+    width does not drop at idle.
+    """
+    out = []
+    for g in gpus:
+        who = f"GPU {g.get('index')} ({g.get('bus_id')})"
+        gen_max, w_cur = g.get("pcie_gen_max"), g.get("pcie_width_current")
+        if gen_max != generation:
+            out.append(f"{who}: PCIe Gen{gen_max} max, the profile says Gen{generation}")
+        if w_cur != width:
+            out.append(f"{who}: PCIe x{w_cur}, the profile says x{width}")
+    return out
+
+
+def hca_pcie_problems(speeds: dict[str, str], widths: dict[str, str], rails: list[Rail]) -> list[str]:
+    """Each HCA a rail lists: its current link generation and width against the rail's."""
+    out = []
+    for rail in rails:
+        for hca in rail.devices:
+            if rail.pcie_generation is None and rail.pcie_width is None:
+                continue
+            gen, width = pcie_gen(speeds.get(hca)), widths.get(hca)
+            if hca not in speeds and hca not in widths:
+                out.append(f"{hca} (rail {rail.name}): no PCIe link reading")
+                continue
+            if rail.pcie_generation is not None and gen != rail.pcie_generation:
+                out.append(f"{hca} (rail {rail.name}): {speeds.get(hca)} (Gen{gen}), "
+                           f"the rail says Gen{rail.pcie_generation}")
+            if rail.pcie_width is not None and (width or "").lstrip("x") != str(rail.pcie_width):
+                out.append(f"{hca} (rail {rail.name}): x{width}, the rail says x{rail.pcie_width}")
+    return out
+
+
+def nvlink_speed_problems(gpus: list[dict[str, Any]], gbytes_per_link: float) -> list[str]:
+    """Every NVLink up at the profile's speed (GB/s per link, as nvidia-smi nvlink -s prints it)."""
+    out = []
+    for g in gpus:
+        if g.get("all_inactive"):
+            out.append(f"GPU {g.get('index')}: all NVLinks inactive")
+            continue
+        slow = [f"{x.get('link')}: {x.get('speed_gbytes_per_s') or x.get('state')}" for x in g.get("links", [])
+                if x.get("state") != "active" or abs((x.get("speed_gbytes_per_s") or 0) - gbytes_per_link) > 0.01]
+        if slow:
+            out.append(f"GPU {g.get('index')}: links not at {gbytes_per_link} GB/s ({'; '.join(slow[:8])})")
+    return out
+
+
+def nvlink_error_problems(gpus: list[dict[str, Any]], limit: int = 0) -> list[str]:
+    """Replay, recovery and CRC counters of every link at most ``limit``; unreadable ones fail."""
+    out = []
+    for g in gpus:
+        for link in g.get("links", []):
+            counters = link.get("counters", {})
+            for name in NVLINK_COUNTERS:
+                if name not in counters:
+                    continue
+                value = counters[name]
+                if value is None or value > limit:
+                    out.append(f"GPU {g.get('index')} link {link.get('link')}: {name} {value}")
+    return out
+
+
+def xid_problems(events: list[XidEvent], unreadable: int) -> list[str]:
+    counts = Counter((e.pci, e.xid) for e in events)
+    out = [f"Xid {xid} on PCI {pci} ({n}x)" for (pci, xid), n in sorted(counts.items())]
+    if unreadable:
+        out.append(f"{unreadable} Xid line(s) that could not be read")
+    return out
+
+
+def clocks_problems(gpus: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for g in gpus:
+        active = g.get("clocks_event_reasons_active")
+        if active is None:
+            out.append(f"GPU {g.get('index')}: no clocks event reasons read")
+            continue
+        slow = [r for r in active if r in SLOWDOWN_REASONS]
+        if slow:
+            out.append(f"GPU {g.get('index')}: {', '.join(slow)} active")
+    return out
+
+
+def ib_port_problems(ports: list[IbPort], rates: dict[str, float]) -> list[str]:
+    """Every port ACTIVE at its rail's rate (``rates``: HCA -> Gb/s; an HCA not listed is not judged)."""
+    out = []
+    for p in ports:
+        want = rates.get(p.hca)
+        if want is None:
+            continue
+        if p.state != "ACTIVE" or p.rate_gbps != want:
+            out.append(f"{p.hca}/{p.port}: {p.state} at {p.rate_gbps} Gb/s, expected ACTIVE at {want:g}")
+    return out
+
+
+def ib_counter_problems(before: list[IbPort], after: list[IbPort]) -> list[str]:
+    """symbol_error, link_downed, port_rcv_errors: zero before, and no growth while the run lasted
+    (a link_downed step during the run is a link flap)."""
+    old = {(p.hca, p.port): p for p in before}
+    out = []
+    for p in after:
+        prev = old.get((p.hca, p.port))
+        for name, value in sorted(p.counters.items()):
+            was = prev.counters.get(name) if prev else None
+            if value is None:
+                out.append(f"{p.hca}/{p.port}: {name} unreadable")
+            elif was is not None and value > was:
+                flap = " (link flapped)" if name == "link_downed" else ""
+                out.append(f"{p.hca}/{p.port}: {name} rose {was} -> {value} during the run{flap}")
+            elif value > 0:
+                out.append(f"{p.hca}/{p.port}: {name} {value}")
+    return out
+
+
+def firmware_outliers(fleet: dict[str, dict[str, str]]) -> dict[str, list[str]]:
+    """{node: ["hca fw X, the fleet runs Y"]} for every HCA whose firmware differs from the most common one."""
+    counts = Counter(fw for hcas in fleet.values() for fw in hcas.values())
+    if len(counts) <= 1:
+        return {}
+    common, _ = counts.most_common(1)[0]
+    out: dict[str, list[str]] = {}
+    for node, hcas in sorted(fleet.items()):
+        odd = [f"{hca} firmware {fw}, the fleet runs {common}" for hca, fw in sorted(hcas.items()) if fw != common]
+        if odd:
+            out[node] = odd
+    return out
+
+
+def gdr_problems(runs: list[dict[str, Any]], floor_gbps: float) -> list[str]:
+    """ib_write_bw --use_cuda per GPU/HCA pair: each run ok and its bandwidth at the floor."""
+    out = []
+    for r in runs:
+        where = f"GPU {r.get('gpu')} / {r.get('hca')}"
+        if r.get("status") != "ok":
+            out.append(f"{where}: {r.get('status')} ({'; '.join(map(str, r.get('notes', [])[:3]))})")
+        elif (r.get("peak_gbps") or 0) < floor_gbps:
+            out.append(f"{where}: {r.get('peak_gbps')} Gb/s under the floor {floor_gbps:g}")
+    return out
+
+
+def efa_problems(devices: list[str], expected: int) -> list[str]:
+    if len(devices) != expected:
+        listed = ", ".join(devices) or "none"
+        return [f"fi_info -p efa lists {len(devices)} EFA device(s) ({listed}), expected {expected}"]
+    return []
+
+
+def ofi_problems(net: NcclNet) -> list[str]:
+    """NCCL must have loaded the OFI plugin over the efa provider (not its sockets or IB transport)."""
+    out = []
+    if not any("Libfabric" in n for n in net.networks):
+        out.append(f"NCCL used network {', '.join(net.networks) or 'unknown'}, not the OFI plugin (AWS Libfabric)")
+    if "efa" not in net.providers:
+        out.append(f"the OFI plugin selected provider {', '.join(net.providers) or 'none'}, not efa")
+    return out
+
+
+def nvbandwidth_problems(parsed: dict[str, Any], gpus: int, floor_gbps: float) -> list[str]:
+    out = _status(parsed, "nvbandwidth")
+    tests = {t["name"]: t for t in parsed.get("tests", [])}
+    for name in ("host_to_device_memcpy_ce", "device_to_host_memcpy_ce"):
+        per_gpu = tests.get(name, {}).get("per_gpu_gbps", {})
+        if not per_gpu:
+            out.append(f"{name}: no result")
+            continue
+        for i in range(gpus):
+            value = per_gpu.get(str(i))
+            if value is None or value < floor_gbps:
+                out.append(f"{name} GPU {i}: {value} GB/s under the floor {floor_gbps:g}")
+    return out

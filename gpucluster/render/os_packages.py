@@ -1,0 +1,329 @@
+"""Packages and repositories per role and per OS: the one table the roles resolve through.
+
+A role asks ``gpucluster.cluster.os_packages`` (this module's :func:`os_packages`) with the host's
+``gpucluster_os`` and the inventory's bill of materials, and gets its apt repositories, its
+package names with the BOM's versions pinned, the kernel headers and the kernel packages to hold,
+and (for Ceph) where Ceph comes from. Versions come only from the BOM; names and URLs from here.
+
+:func:`preinstalled_action` decides what a role does with a component the image already ships
+(the driver, CUDA, NCCL, EFA, OFED): adopt it where it equals the pin, else follow the pool's
+``preinstalled`` policy, and never layer repository packages over a runfile install.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+ROLES = ("common", "nvidia_driver", "cuda_toolkit", "nccl", "gpu_validation", "container_runtime",
+         "rdma_fabric", "monitoring", "kubernetes_node", "kubernetes_control_plane", "ceph_common")
+
+CUDA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos"
+# NVIDIA's CUDA repository signing key (3bf863cc.pub beside each repository folder).
+# https://docs.nvidia.com/cuda/cuda-installation-guide-linux/ (Network Repository Installation)
+CUDA_REPO_KEY_ID = "3bf863cc"
+TOOLKIT_REPO_URL = "https://nvidia.github.io/libnvidia-container/stable/deb"
+DOCA_REPO_URL = "https://linux.mellanox.com/public/repo/doca"
+KUBERNETES_REPO_URL = "https://pkgs.k8s.io/core:/stable:"
+
+
+@dataclass(frozen=True)
+class OsTraits:
+    """What differs between the supported OS releases, beyond the BOM's id/version/codename."""
+
+    # NVIDIA's CUDA repository folder (https://developer.download.nvidia.com/compute/cuda/repos/).
+    nvidia_repo_dist: str
+    # DOCA-OFED's repository folder (<DOCA_REPO_URL>/<version>/<folder>/<arch>/); None: not offered here.
+    doca_dist: str | None
+    # Debian's non-free NVIDIA driver and CUDA toolkit exist on Debian only.
+    distro_nvidia: bool
+
+
+OS_TRAITS: dict[str, OsTraits] = {
+    "ubuntu-22.04": OsTraits(nvidia_repo_dist="ubuntu2204", doca_dist="ubuntu22.04", distro_nvidia=False),
+    "ubuntu-24.04": OsTraits(nvidia_repo_dist="ubuntu2404", doca_dist="ubuntu24.04", distro_nvidia=False),
+    "debian-12": OsTraits(nvidia_repo_dist="debian12", doca_dist=None, distro_nvidia=True),
+}
+
+
+def _release(bom: Mapping[str, Any], os_id: str) -> Mapping[str, Any]:
+    table = bom.get("os") or {}
+    if os_id not in table or os_id not in OS_TRAITS:
+        known = ", ".join(sorted(OS_TRAITS))
+        raise ValueError(f"gpucluster_os: {os_id!r} is not a supported OS (one of {known}); "
+                         "set target.os or node_pools[].os in the stack file and run `gpucluster inventory`")
+    release: Mapping[str, Any] = table[os_id]
+    return release
+
+
+def _repo(name: str, uri: str, suites: Sequence[str], signed_by: str,
+          components: Sequence[str] = ()) -> dict[str, Any]:
+    return {"name": name, "uris": [uri], "suites": list(suites), "components": list(components),
+            "signed_by": signed_by}
+
+
+def _deb_arch(arch: str) -> str:
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(arch, arch)
+
+
+def _nvidia_arch(arch: str) -> str:
+    return "sbsa" if arch == "aarch64" else "x86_64"
+
+
+def kernel_hold(os_id: str, kernel: str, arch: str) -> list[str]:
+    """The running kernel's packages and the meta packages that would pull a newer one (held, so
+    DKMS modules keep matching the kernel they were built for)."""
+    if os_id.startswith("ubuntu"):
+        # 6.8.0-1015-aws -> flavour aws; 5.15.0-119-generic -> generic.
+        flavour = kernel.rsplit("-", 1)[-1] if "-" in kernel else "generic"
+        return [f"linux-image-{kernel}", f"linux-headers-{kernel}", f"linux-{flavour}",
+                f"linux-image-{flavour}", f"linux-headers-{flavour}"]
+    return [f"linux-image-{kernel}", f"linux-headers-{kernel}", f"linux-image-{_deb_arch(arch)}",
+            f"linux-headers-{_deb_arch(arch)}"]
+
+
+def ceph_release(bom: Mapping[str, Any], os_id: str, source: str) -> dict[str, str]:
+    """The Ceph release and version a node of ``os_id`` installs from ``source`` (upstream | distro)."""
+    ceph = bom["ceph"]
+    if source == "upstream":
+        return {"release": ceph["release"], "version": ceph["version"]}
+    distro = (ceph.get("distro") or {}).get(os_id)
+    if distro is None:
+        raise ValueError(f"ceph.distro: the bill of materials names no {os_id} archive Ceph; "
+                         "this OS installs Ceph from download.ceph.com (ceph source upstream)")
+    return {"release": distro["release"], "version": distro["version"]}
+
+
+def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "", arch: str = "x86_64",
+                ceph_source: str = "upstream", ceph_mirror_url: str = "",
+                names: Sequence[str] | None = None) -> dict[str, Any]:
+    """One role's repositories, pinned packages, kernel headers and held kernel packages on ``os_id``.
+
+    ``names`` replaces the role's default package names where the role computes them (Ceph's
+    per-host daemons); versions are pinned from the BOM either way.
+    """
+    rel = _release(bom, os_id)
+    traits = OS_TRAITS[os_id]
+    if role not in ROLES:
+        raise ValueError(f"os_packages: no table for role {role!r} (one of {', '.join(ROLES)})")
+    cuda_uri = f"{CUDA_REPO_URL}/{traits.nvidia_repo_dist}/{_nvidia_arch(arch)}/"
+    cuda_repo = _repo("gpucluster-cuda", cuda_uri, ["/"], f"{cuda_uri}{CUDA_REPO_KEY_ID}.pub")
+    out: dict[str, Any] = {
+        "os": {"id": rel["id"], "version_id": rel["version_id"], "codename": rel["codename"]},
+        "repositories": [],
+        "packages": [],
+        "kernel_headers": [f"linux-headers-{kernel}"] if kernel else [],
+        "kernel_hold": kernel_hold(os_id, kernel, arch) if kernel else [],
+        "nvidia_repo_dist": traits.nvidia_repo_dist,
+    }
+    if role == "common":
+        # The common role owns the kernel: it holds out["kernel_hold"] (common_kernel_hold_enabled).
+        out["packages"] = list(names or ("chrony", "nftables", "openssh-server"))
+    elif role == "nvidia_driver":
+        drv = bom["nvidia_driver"]
+        out["repositories"] = [cuda_repo]
+        out["packages"] = [f"nvidia-open-{drv['branch']}={drv['version']}-*", "dkms", *out["kernel_headers"]]
+        out["distro_method"] = traits.distro_nvidia
+        out["distro_version"] = drv["debian_version"] if traits.distro_nvidia else None
+    elif role == "cuda_toolkit":
+        cuda = bom["cuda"]
+        out["repositories"] = [cuda_repo]
+        out["packages"] = [f"cuda-toolkit-{cuda['package_suffix']}={cuda['version']}-*"]
+        out["distro_method"] = traits.distro_nvidia
+    elif role == "nccl":
+        nccl = bom["nccl"]
+        pin = f"{nccl['version']}-1+cuda{nccl['cuda_build']}"
+        out["repositories"] = [cuda_repo]
+        out["packages"] = [f"libnccl2={pin}", f"libnccl-dev={pin}"]
+    elif role == "gpu_validation":
+        out["repositories"] = [cuda_repo]
+        out["packages"] = [f"datacenter-gpu-manager-4-core={bom['dcgm']['version']}-*"]
+    elif role == "container_runtime":
+        v = bom["container_toolkit"]["version"]
+        out["repositories"] = [_repo("gpucluster-nvidia-container-toolkit", f"{TOOLKIT_REPO_URL}/$(ARCH)", ["/"],
+                                     TOOLKIT_REPO_URL.removesuffix("/stable/deb") + "/gpgkey")]
+        # containerd from the OS archive (Debian 12 and both Ubuntu releases name it `containerd`).
+        out["runtime_packages"] = list(names or ("containerd",))
+        out["toolkit_repo_url"] = TOOLKIT_REPO_URL
+        out["toolkit_packages"] = [f"nvidia-container-toolkit={v}-*", f"nvidia-container-toolkit-base={v}-*"]
+        out["packages"] = [*out["runtime_packages"], *out["toolkit_packages"]]
+    elif role == "rdma_fabric":
+        out["packages"] = list(names or ("rdma-core", "ibverbs-providers", "ibverbs-utils", "perftest",
+                                         "infiniband-diags", "iproute2"))
+        doca = (bom.get("doca_ofed") or {}).get("version", "")
+        out["doca_version"] = doca
+        out["doca_dist"] = traits.doca_dist
+        if traits.doca_dist and doca:
+            uri = f"{DOCA_REPO_URL}/{doca}/{traits.doca_dist}/{_nvidia_arch(arch).replace('sbsa', 'arm64-sbsa')}/"
+            out["doca_repositories"] = [_repo("gpucluster-doca", uri, ["./"], f"{uri}GPG-KEY-Mellanox.pub")]
+        else:
+            out["doca_repositories"] = []
+    elif role == "monitoring":
+        out["packages"] = ["prometheus-node-exporter"]
+    elif role == "kubernetes_node":
+        kube = bom["kubernetes"]
+        uri = f"{KUBERNETES_REPO_URL}/v{kube['minor']}/deb/"
+        # pkgs.k8s.io: one repository per minor, the same line on every OS
+        # (https://kubernetes.io/docs/setup/production-environment/tools/kubeadm/install-kubeadm/).
+        out["repositories"] = [_repo("gpucluster-kubernetes", uri, ["/"], f"{uri}Release.key")]
+        out["hold"] = ["kubelet", "kubeadm", "kubectl"]
+        out["packages"] = [*(f"{p}={kube['version']}-*" for p in out["hold"]), "cri-tools", "kubernetes-cni"]
+        # What kubeadm's preflight and kube-proxy need, from the OS archive.
+        out["prerequisites"] = list(names or ("conntrack", "socat", "ebtables", "ethtool", "iptables", "ipset",
+                                              "curl", "ca-certificates"))
+    elif role == "kubernetes_control_plane":
+        # The API server's virtual IP with more than one control-plane node.
+        out["packages"] = ["keepalived"]
+    elif role == "ceph_common":
+        ceph = ceph_release(bom, os_id, ceph_source)
+        mirror = (ceph_mirror_url or bom["ceph"]["mirror_url"]).rstrip("/")
+        if ceph_source == "upstream":
+            out["repositories"] = [_repo("gpucluster-ceph", f"{mirror}/debian-{ceph['release']}/", [rel["codename"]],
+                                         f"{mirror}/keys/release.asc", ["main"])]
+        out["ceph"] = {"source": ceph_source, **ceph}
+        out["packages"] = [f"{n}={ceph['version']}*" for n in (names or ("ceph-common",))]
+    return out
+
+
+# --- components the image may already ship ------------------------------------------------------
+
+ACTIONS = ("install", "adopt", "replace", "fail")
+
+
+def version_matches(found: str, pin: str) -> bool:
+    """``found`` is the pin, or the pin with a package revision (570.172.08-1, 2.27.3-1+cuda12.8)."""
+    found = found.split(":", 1)[-1]
+    return found == pin or (found.startswith(pin) and found[len(pin):len(pin) + 1] in ("-", "+", "~"))
+
+
+def preinstalled_action(component: str, pin: str, found: str, runfile: bool, policy: str,
+                        method: str = "package") -> dict[str, str]:
+    """What a role does with ``component`` found at ``found`` ('' if absent), given the pin and policy.
+
+    ``runfile``: the component was installed by NVIDIA's .run installer (/usr/bin/nvidia-uninstall
+    or /var/log/nvidia-installer.log), whose files packages would overwrite without owning them.
+    ``method``: how the role installs it (``package`` or ``runfile``).
+    """
+    if policy not in ("adopt_or_replace", "adopt_or_fail"):
+        raise ValueError(f"preinstalled: {policy!r} is not adopt_or_replace or adopt_or_fail")
+    if not found and not runfile:
+        return {"action": "install", "message": f"{component}: none installed, installing {pin}"}
+    if found and version_matches(found, pin):
+        how = " (runfile install)" if runfile else ""
+        return {"action": "adopt", "message": f"{component}: {found}{how} equals the pin {pin}, adopted"}
+    shown = found or "an unknown version"
+    if runfile and method != "runfile":
+        return {"action": "fail", "message": (
+            f"{component}: {shown} was installed by NVIDIA's runfile and differs from the pin {pin}; "
+            "packages are never layered over a runfile install. Run /usr/bin/nvidia-uninstall on the node, "
+            "or install by runfile (nvidia_driver_install_method: runfile), then converge again")}
+    if policy == "adopt_or_replace":
+        return {"action": "replace", "message": f"{component}: {shown} differs from the pin {pin}, replacing it "
+                                                "(preinstalled: adopt_or_replace)"}
+    return {"action": "fail", "message": (
+        f"{component}: the image ships {shown}, the bill of materials pins {pin} and the pool's policy is "
+        "preinstalled: adopt_or_fail. Pin the image's version in gpucluster/data/bom.yaml, or set the pool's "
+        "preinstalled: adopt_or_replace to replace it")}
+
+
+# --- what the image ships: one probe's outputs read into versions -------------------------------
+
+# The EFA installer records itself here ("# EFA installer version: <v>" then the packages it
+# installed; efa_installer.sh, write_package_file) and puts libfabric under /opt/amazon/efa.
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-start.html
+EFA_INSTALLED_PACKAGES = "/opt/amazon/efa_installed_packages"
+EFA_PREFIX = "/opt/amazon/efa"
+_EFA_VERSION = re.compile(r"^# EFA installer version: ([0-9][0-9A-Za-z.+~-]*)\s*$", re.MULTILINE)
+# `ofed_info -s`: "MLNX_OFED_LINUX-23.10-1.1.9.0:" (MLNX_OFED) or "OFED-internal-23.07-0.5.0:"
+# (DOCA-Host's OFED); the version is what follows the prefix, without the colon.
+_OFED_VERSION = re.compile(r"^(?:MLNX_OFED_LINUX|OFED-internal)-([0-9][0-9A-Za-z.-]*?):?$")
+PREINSTALLED_COMPONENTS = ("nvidia-driver", "efa", "ofed")
+
+
+def efa_installer_version(installed_packages: str) -> str:
+    """The EFA installer's version from /opt/amazon/efa_installed_packages ('' when absent)."""
+    found = _EFA_VERSION.search(installed_packages)
+    return found.group(1) if found else ""
+
+
+def ofed_version(ofed_info_s: str) -> str:
+    """The OFED version from ``ofed_info -s`` ('' when the tool is absent or says something else)."""
+    lines = [line.strip() for line in ofed_info_s.splitlines() if line.strip()]
+    found = _OFED_VERSION.match(lines[0]) if lines else None
+    return found.group(1) if found else ""
+
+
+def detect_preinstalled(probe: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """What the image ships, per component, from one probe's raw outputs.
+
+    ``probe`` keys (each optional; absent or empty means not found):
+    ``driver_module`` (/sys/module/nvidia/version), ``driver_package`` (dpkg's version),
+    ``driver_runfile`` (NVIDIA's uninstaller or installer log exists),
+    ``efa_installed_packages`` (the text of /opt/amazon/efa_installed_packages),
+    ``efa_prefix`` (/opt/amazon/efa exists), ``ofed_info`` (the output of ``ofed_info -s``).
+    Returns ``{component: {"found": version or "", "present": bool, "runfile": bool}}``; an EFA
+    prefix without the installer's record is present at an unknown version (``found`` '').
+    """
+    driver = str(probe.get("driver_module") or "").strip() or str(probe.get("driver_package") or "").strip()
+    driver = driver.split(":", 1)[-1]
+    runfile = bool(probe.get("driver_runfile"))
+    efa = efa_installer_version(str(probe.get("efa_installed_packages") or ""))
+    ofed = ofed_version(str(probe.get("ofed_info") or ""))
+    return {
+        "nvidia-driver": {"found": driver, "present": bool(driver) or runfile, "runfile": runfile},
+        "efa": {"found": efa, "present": bool(efa) or bool(probe.get("efa_prefix")), "runfile": False},
+        "ofed": {"found": ofed, "present": bool(ofed), "runfile": False},
+    }
+
+
+def preinstalled_plan(probe: Mapping[str, Any], pins: Mapping[str, str], policy: str) -> dict[str, dict[str, str]]:
+    """:func:`preinstalled_action` for every component the pool pins (``pins``: component -> version)."""
+    unknown = sorted(set(pins) - set(PREINSTALLED_COMPONENTS))
+    if unknown:
+        raise ValueError(f"preinstalled: no detection for {', '.join(unknown)} "
+                         f"(one of {', '.join(PREINSTALLED_COMPONENTS)})")
+    found = detect_preinstalled(probe)
+    out = {}
+    for component, pin in pins.items():
+        seen = found[component]
+        # Present at an unknown version (an EFA prefix without the installer's record) is not "none".
+        version = seen["found"] or ("unknown" if seen["present"] else "")
+        out[component] = preinstalled_action(component, pin, version, seen["runfile"], policy)
+    return out
+
+
+# --- what the cloud images ship, as their publishers list it -------------------------------------
+
+
+@dataclass(frozen=True)
+class CloudImage:
+    """One published image's components (README, "Operating systems"); '' where not listed."""
+
+    target: str
+    name: str
+    driver: str
+    cuda: str
+    nccl: str
+    fabric: str
+    aws_ofi_nccl: str
+    source: str
+
+
+CLOUD_IMAGES: tuple[CloudImage, ...] = (
+    # "Major package versions" table of the release notes.
+    CloudImage("aws", "Deep Learning Base AMI with Single CUDA (Ubuntu 22.04) 20260102", "580.105.08", "13.0", "",
+               "EFA 1.45.0", "1.17.2",
+               "https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-gpubasesinglecuda-ul2204-2026-01-02.html"),
+    CloudImage("aws", "Deep Learning ARM64 Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20261006", "595.91.07",
+               "13.2", "", "EFA 1.50.0", "1.21.1",
+               "https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-gpubaseossarm64-ul2204-2026-10-08.html"),
+    # The image's build recipe: nvidia.ubuntu22.04.driver, cuda.ubuntu22.04, nccl.common, doca.ubuntu22.04.
+    CloudImage("azure", "microsoft-dsvm:ubuntu-hpc:2204", "570.133.20", "12.8", "2.26.2-1",
+               "DOCA 2.10.0 (OFED 25.01)", "",
+               "https://github.com/Azure/azhpc-images/blob/8f9d77221f463df5b0d1752047c7898d5570d17a/versions.json"),
+    # The image name states its OFED, driver branch and CUDA.
+    CloudImage("oci", "Canonical-Ubuntu-22.04-2024.10.04-0-OCA-OFED-24.10-1.1.4.0-GPU-560-CUDA-12.6", "560", "12.6", "",
+               "OFED 24.10-1.1.4.0", "", "https://github.com/oracle-quickstart/oci-hpc-oke/pull/47/files"),
+)

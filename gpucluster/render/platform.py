@@ -1,0 +1,36 @@
+"""What a node's platform (``gpucluster_platforms[gpucluster_platform]`` in the inventory) says about
+its RDMA devices: the one reading the roles (through the ``gpucluster.cluster.platform_devices`` and
+``gpucluster.cluster.platform_rdma_addressed`` filters) and the conformance checks share, so that
+nvidia-peermem, the RoCE QoS script, GC-NET-003 and GC-NET-005 name the same devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpucluster.spec.models import expand_devices
+
+RDMA_KINDS = ("infiniband", "roce", "efa")
+
+
+def _rails(platform: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    return list((platform or {}).get("rails") or [])
+
+
+def platform_devices(platform: Mapping[str, Any] | None, kinds: Sequence[str] = ("infiniband", "roce"),
+                     role: str = "compute") -> list[str]:
+    """The exact RDMA device names (mlx5_0, ...) of the platform's ``role`` rails of ``kinds``, in
+    rail order. EFA rails name no devices (the OS numbers them), so they add none."""
+    out: list[str] = []
+    for rail in _rails(platform):
+        if rail.get("role") == role and rail.get("kind") in kinds:
+            out += expand_devices(list(rail.get("devices") or []))
+    return out
+
+
+def platform_rdma_addressed(platform: Mapping[str, Any] | None) -> bool:
+    """Whether a node of the platform carries an address on its RDMA fabric: it has an RDMA rail
+    (InfiniBand, RoCE, EFA) whose addressing is not ``none``. A storage VM with no RDMA rail, or
+    EFA (addressing none: libfabric needs no IP on it), carries none."""
+    return any(r.get("kind") in RDMA_KINDS and r.get("addressing", "none") != "none" for r in _rails(platform))

@@ -1,0 +1,193 @@
+"""GC-NET-003 and GC-NET-005 judge against the node's platform, and the all-reduce verdict size comes
+from the profile or platform with no fallback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucluster.conformance.fabric import verdict_size
+from gpucluster.conformance.nodes import NodeInfo
+from gpucluster.conformance.rdma_checks import (
+    compute_hcas,
+    dscp_prio_map,
+    hca_problems,
+    pfc_priorities,
+    roce_qos_problems,
+)
+from gpucluster.render.platform import platform_devices, platform_rdma_addressed
+
+REPO = Path(__file__).resolve().parents[3]
+PLATFORMS = REPO / "gpucluster" / "data" / "platforms"
+PROFILES = REPO / "gpucluster" / "data" / "profiles"
+
+
+def _platform(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((PLATFORMS / f"{name}.yaml").read_text())
+    return data
+
+
+DGX_COMPUTE = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"]
+DGX_ALL = [f"mlx5_{i}" for i in range(12)]
+
+
+# --- the platform reading the role and the checks share -----------------------------------------
+
+
+def test_platform_devices_are_the_exact_compute_names() -> None:
+    assert platform_devices(_platform("dgx-h100")) == DGX_COMPUTE
+    assert platform_devices(_platform("dgx-h100"), role="storage") == ["mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8"]
+    assert platform_devices(_platform("dgx-h100-roce"), kinds=("roce",)) == DGX_COMPUTE
+    assert platform_devices(_platform("dgx-h100"), kinds=("roce",)) == []
+    assert platform_devices(_platform("aws-p5-48xlarge")) == []
+
+
+@pytest.mark.parametrize(("name", "want"), [("dgx-h100", True), ("azure-nd96isr-h100-v5", True),
+                                            ("aws-p5-48xlarge", False), ("cloud-ethernet", False), ("lab", False)])
+def test_which_platforms_carry_a_fabric_address(name: str, want: bool) -> None:
+    assert platform_rdma_addressed(_platform(name)) is want
+
+
+# --- GC-NET-003 ---------------------------------------------------------------------------------
+
+
+def test_a_dgx_with_its_storage_ports_passes() -> None:
+    assert hca_problems(DGX_ALL, "dgx-h100", _platform("dgx-h100")) == []
+
+
+def test_a_missing_compute_device_is_named() -> None:
+    found = [d for d in DGX_ALL if d != "mlx5_9"]
+    assert hca_problems(found, "dgx-h100", _platform("dgx-h100")) == [
+        "missing compute RDMA device(s) of platform dgx-h100: mlx5_9"]
+    # Twelve devices but a compute one absent: a count would have passed this.
+    renamed = [*found, "mlx5_12"]
+    problems = hca_problems(renamed, "dgx-h100", _platform("dgx-h100"))
+    assert "missing compute RDMA device(s) of platform dgx-h100: mlx5_9" in problems
+    assert "RDMA device(s) no rail of platform dgx-h100 names: mlx5_12" in problems
+
+
+def test_ib_write_bw_measures_the_compute_devices_only() -> None:
+    assert compute_hcas(_platform("dgx-h100"), sorted(DGX_ALL)) == DGX_COMPUTE
+    assert compute_hcas(_platform("dgx-h100"), ["mlx5_1", "mlx5_0"]) == ["mlx5_0"]
+    assert compute_hcas(_platform("aws-p5-48xlarge"), ["rdmap0s0", "rdmap1s0"]) == ["rdmap0s0", "rdmap1s0"]
+
+
+def test_azure_frontend_port_is_expected() -> None:
+    found = [f"mlx5_ib{i}" for i in range(8)] + ["mlx5_an0"]
+    assert hca_problems(found, "azure-nd96isr-h100-v5", _platform("azure-nd96isr-h100-v5")) == []
+
+
+def test_efa_devices_are_counted() -> None:
+    p5 = _platform("aws-p5-48xlarge")
+    assert hca_problems([f"rdmap{i}s0" for i in range(32)], "aws-p5-48xlarge", p5) == []
+    short = hca_problems([f"rdmap{i}s0" for i in range(31)], "aws-p5-48xlarge", p5)
+    assert len(short) == 1 and "31 RDMA device(s)" in short[0] and "lists 32" in short[0]
+
+
+# --- GC-NET-005: iproute2 dcb's JSON ----------------------------------------------------------
+# Shapes from iproute2's source (dcb/dcb_app.c dcb_app_print_filtered, dcb/dcb_pfc.c
+# dcb_pfc_print_prio_pfc with dcb.c dcb_print_array_on_off; https://github.com/iproute2/iproute2):
+# no real captured output was found, so these follow the printing code of v6.1 (Debian 12: pairs)
+# and of v6.5 and later (each pair followed by a " " string).
+
+QOS = {"pfc_priority": 3, "dscp_trust": True, "ecn": True, "traffic_class": 106}
+
+
+def _app(entries: list[tuple[int, int]], trailing_space: bool) -> str:
+    rows = [[d, p, " "] if trailing_space else [d, p] for d, p in entries]
+    return json.dumps({"dscp_prio": rows}, separators=(",", ":"))
+
+
+def _pfc(on: list[int]) -> str:
+    return json.dumps({"prio_pfc": [i in on for i in range(8)]}, separators=(",", ":"))
+
+
+# The role's map (roles/rdma_fabric/vars/main.yml): DSCP // 8, RoCE's DSCP 26 on priority 3.
+ROLE_MAP = [(d, 3 if d == 26 else d // 8) for d in range(64)]
+
+
+@pytest.mark.parametrize("trailing_space", [False, True])
+def test_the_roles_qos_passes(trailing_space: bool) -> None:
+    app = _app(ROLE_MAP, trailing_space)
+    assert dscp_prio_map(app)[26] == 3 and len(dscp_prio_map(app)) == 64
+    assert pfc_priorities(_pfc([3])) == [3]
+    assert roce_qos_problems("ens1np0", app, _pfc([3]), QOS) == []
+
+
+def test_untrusted_dscp_and_wrong_pfc_fail_by_name() -> None:
+    # An empty APP table: dcb prints the object without the dscp_prio key.
+    problems = roce_qos_problems("ens1np0", "{}", _pfc([3, 4]), QOS)
+    assert problems == ["ens1np0: no DSCP entry in the APP table (DSCP not trusted)",
+                        "ens1np0: PFC on priorities [3, 4], the spec says [3]"]
+    # Traffic class 160 is DSCP 40; a table that leaves it on its default priority 5 is wrong.
+    default_map = _app([(d, d // 8) for d in range(64)], False)
+    assert roce_qos_problems("x", default_map, _pfc([3]), dict(QOS, traffic_class=160)) == [
+        "x: DSCP 40 maps to priority 5, the spec says 3"]
+
+
+def test_unreadable_dcb_output_is_an_error_not_a_pass() -> None:
+    with pytest.raises(ValueError, match="prio_pfc"):
+        pfc_priorities('{"prio_pfc":[true]}')
+    with pytest.raises(ValueError, match="not JSON"):
+        dscp_prio_map("Error: Interface not found")
+
+
+# --- all-reduce verdict sizes -------------------------------------------------------------------
+
+
+def _node(profile: dict[str, Any], platform: dict[str, Any]) -> NodeInfo:
+    return NodeInfo(name="n1", address="10.0.0.1", port=22, user="root", key_file=None, groups=("gpu",),
+                    profile_name="p", profile=profile, platform_name="q", platform=platform,
+                    fabric_ip=None, fabric_interface=None, host_vars={})
+
+
+def test_verdict_sizes_come_from_profile_and_platform() -> None:
+    profile = yaml.safe_load((PROFILES / "h100-sxm-8.yaml").read_text())
+    platform = _platform("dgx-h100")
+    node = _node(profile, platform)
+    assert verdict_size(node, "intra") == profile["floors"]["allreduce_intra_verdict_bytes"]
+    assert verdict_size(node, "inter") == platform["floors"]["allreduce_inter_verdict_bytes"] == 8589934592
+
+
+@pytest.mark.parametrize(("scope", "where"), [("intra", "gpucluster/data/profiles/p.yaml"),
+                                              ("inter", "gpucluster/data/platforms/q.yaml")])
+def test_a_floor_without_its_verdict_size_names_the_file(scope: str, where: str) -> None:
+    # large_message_bytes was the old fallback: it must no longer be read.
+    node = _node({"floors": {"allreduce_intra_busbw_gbps": 100.0, "large_message_bytes": 1 << 30}},
+                 {"floors": {"allreduce_inter_busbw_gbps": 50.0, "large_message_bytes": 1 << 30}})
+    with pytest.raises(ValueError) as err:
+        verdict_size(node, scope)
+    message = str(err.value)
+    assert message.startswith(f"{where}: floors.allreduce_{scope}_verdict_bytes is not set") and "\n" not in message
+
+
+def test_every_shipped_floor_has_its_verdict_size() -> None:
+    for path in sorted(PROFILES.glob("*.yaml")):
+        floors = yaml.safe_load(path.read_text())["floors"]
+        if floors.get("allreduce_intra_busbw_gbps") is not None:
+            assert floors.get("allreduce_intra_verdict_bytes"), path.name
+    for path in sorted(PLATFORMS.glob("*.yaml")):
+        floors = yaml.safe_load(path.read_text())["floors"]
+        if floors.get("allreduce_inter_busbw_gbps") is not None:
+            assert floors.get("allreduce_inter_verdict_bytes"), path.name
+
+
+@pytest.mark.parametrize(("folder", "key"), [("profiles", "allreduce_intra"), ("platforms", "allreduce_inter")])
+def test_loading_a_floor_without_its_verdict_size_is_one_line_naming_the_file(
+        tmp_path: Path, folder: str, key: str) -> None:
+    from gpucluster.errors import InputError
+    from gpucluster.spec.loader import load_platforms, load_profiles
+
+    source = PROFILES / "h100-sxm-8.yaml" if folder == "profiles" else PLATFORMS / "dgx-h100.yaml"
+    raw = yaml.safe_load(source.read_text())
+    raw["floors"][f"{key}_verdict_bytes"] = None
+    (tmp_path / source.name).write_text(yaml.safe_dump(raw))
+    load = load_profiles if folder == "profiles" else load_platforms
+    with pytest.raises(InputError) as err:
+        load(tmp_path)
+    lines = [p for p in err.value.problems if source.name in p]
+    assert len(lines) == 1 and f"{key}_verdict_bytes" in lines[0] and "\n" not in lines[0]

@@ -1,0 +1,42 @@
+"""run_pair judges a perftest run by its exit status as well as its rows (real output formats)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpucluster.conformance import ib_write_bw
+from gpucluster.conformance.remote import CommandResult
+
+SAMPLE = (Path(__file__).resolve().parents[2] / "data" / "samples" / "ib_write_bw_01.txt").read_text()
+
+
+class FakeRemote:
+    def __init__(self, result: CommandResult) -> None:
+        self.result = result
+        self.commands: list[str] = []
+
+    def run(self, command: str, *, stdin: str | None = None, timeout: float = 120.0) -> CommandResult:
+        self.commands.append(command)
+        return self.result
+
+
+def _pair(client_result: CommandResult) -> dict:
+    server = FakeRemote(CommandResult(0, "", ""))
+    return ib_write_bw.run_pair(server, FakeRemote(client_result), "10.0.0.2", "mlx5_0", "mlx5_0", seconds=1)
+
+
+def test_a_clean_run_is_ok_with_its_peak() -> None:
+    r = _pair(CommandResult(0, SAMPLE, ""))
+    assert r["status"] == "ok" and r["peak_gbps"] > 100 and r["device"] == "mlx5_0"
+
+
+def test_good_rows_then_a_non_zero_exit_is_failed() -> None:
+    # perftest prints its rows, then a completion error, and exits 1.
+    tail = "\n Completion with error at client\n Failed status 12: wr_id 0 syndrom 0x81\n"
+    r = _pair(CommandResult(1, SAMPLE + tail, ""))
+    assert r["status"] == "failed" and any("exited with status 1" in n for n in r["notes"])
+
+
+def test_no_output_at_all_says_so() -> None:
+    r = _pair(CommandResult(127, "bash: ib_write_bw: command not found\n", ""))
+    assert r["status"] == "failed" and r["rows"] == [] and any("command not found" in n for n in r["notes"])

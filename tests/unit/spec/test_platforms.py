@@ -1,0 +1,124 @@
+"""The shipped platforms: the network shapes, each figure from its vendor's page (URL in the file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpucluster.errors import InputError
+from gpucluster.spec.loader import PLATFORM_DIR, load_platforms, load_profiles
+from gpucluster.spec.models import Platform, expand_devices
+
+
+def _rails(name: str) -> dict[str, tuple[str, str, int, int, list[str], str]]:
+    return {r.name: (r.kind, r.role, r.count, r.rate_gbps, r.device_names(), r.addressing)
+            for r in load_platforms()[name].rails}
+
+
+# (platform, rail) -> (kind, role, count, rate Gb/s, devices, addressing), and the URL the file cites.
+FIGURES = {
+    ("aws-p5-48xlarge", "efa"): (("efa", "compute", 32, 100, [], "none"),
+                                 "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html"),
+    ("aws-p5en-48xlarge", "efa"): (("efa", "compute", 16, 200, [], "none"),
+                                   "https://aws.amazon.com/ec2/instance-types/p5/"),
+    ("aws-p4d-24xlarge", "efa"): (("efa", "compute", 4, 100, [], "none"),
+                                  "https://aws.amazon.com/blogs/compute/amazon-ec2-p4d-instances-deep-dive/"),
+    ("aws-g6e-48xlarge", "efa"): (("efa", "compute", 4, 100, [], "none"),
+                                  "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html"),
+    ("azure-nd96isr-h100-v5", "ib"): (
+        ("infiniband", "compute", 8, 400, [f"mlx5_ib{i}" for i in range(8)], "shared_subnet"),
+        "https://learn.microsoft.com/en-us/azure/virtual-machines/sizes/gpu-accelerated/ndh100v5-series"),
+    ("azure-nd96isr-h100-v5", "frontend"): (
+        ("ethernet", "frontend", 1, 80, ["mlx5_an0"], "shared_subnet"),
+        "https://learn.microsoft.com/en-us/azure/virtual-machines/sizes/gpu-accelerated/ndh100v5-series"),
+    ("oci-bm-gpu-h100-8", "rdma"): (
+        ("roce", "compute", 16, 200, [f"mlx5_{i}" for i in (0, 1, *range(3, 11), *range(12, 18))], "subnet_per_rail"),
+        "https://docs.oracle.com/en-us/iaas/Content/Compute/References/computeshapes.htm"),
+    ("dgx-h100", "compute"): (
+        ("infiniband", "compute", 8, 400, [f"mlx5_{i}" for i in (0, 3, 4, 5, 6, 9, 10, 11)], "shared_subnet"),
+        "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html"),
+    ("dgx-h100", "storage"): (
+        ("infiniband", "storage", 4, 400, [f"mlx5_{i}" for i in (1, 2, 7, 8)], "shared_subnet"),
+        "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html"),
+    ("lab", "fabric"): (("ethernet", "compute", 1, 10, ["eth1"], "shared_subnet"), "drivers/net/veth.c"),
+}
+
+
+@pytest.mark.parametrize(("platform", "rail"), sorted(FIGURES))
+def test_rail_figures_are_the_vendors(platform: str, rail: str) -> None:
+    want, url = FIGURES[(platform, rail)]
+    assert _rails(platform)[rail] == want
+    assert url in (PLATFORM_DIR / f"{platform}.yaml").read_text()
+
+
+def test_aggregate_bandwidth_is_the_vendors() -> None:
+    """The per-rail rates add up to each shape's published total."""
+    total = {name: sum(r.count * r.rate_gbps for r in p.compute_rails()) for name, p in load_platforms().items()}
+    assert total["aws-p5-48xlarge"] == total["aws-p5en-48xlarge"] == 3200
+    assert total["azure-nd96isr-h100-v5"] == total["oci-bm-gpu-h100-8"] == total["dgx-h100"] == 3200
+    assert total["aws-p4d-24xlarge"] == total["aws-g6e-48xlarge"] == 400
+
+
+def test_efa_only_interfaces_have_no_address() -> None:
+    for platform in load_platforms().values():
+        for rail in platform.rails:
+            if rail.kind == "efa":
+                assert rail.addressing == "none", platform.name
+
+
+def test_shapes_carry_the_right_gpus() -> None:
+    platforms, profiles = load_platforms(), load_profiles()
+    assert platforms["aws-p4d-24xlarge"].profiles == ["a100-40gb-sxm-8"]
+    assert platforms["aws-p4de-24xlarge"].profiles == ["a100-sxm-8"]
+    assert platforms["aws-g6e-48xlarge"].profiles == ["l40s-pcie"]
+    assert platforms["aws-p5en-48xlarge"].profiles == ["h200-sxm-8"]
+    for platform in platforms.values():
+        assert set(platform.profiles) <= set(profiles), platform.name
+
+
+def test_rdma_platforms_judge_inter_node_all_reduce_at_8_gib_or_more() -> None:
+    for platform in load_platforms().values():
+        if platform.hca_count:
+            assert (platform.floors.allreduce_inter_verdict_bytes or 0) >= 8 << 30, platform.name
+
+
+def test_hca_count_is_compute_rdma_rails_only() -> None:
+    platforms = load_platforms()
+    assert platforms["dgx-h100"].hca_count == 8  # the 4 storage ports are not counted
+    assert platforms["azure-nd96isr-h100-v5"].hca_count == 8  # the frontend VF is not
+    assert platforms["aws-p5-48xlarge"].hca_count == platforms["aws-p5-48xlarge"].efa_interfaces == 32
+    assert platforms["lab"].hca_count == 0
+    assert platforms["azure-nd96isr-h100-v5"].subnet_manager == "provider"
+
+
+def test_device_ranges_expand_once() -> None:
+    assert expand_devices(["mlx5_ib{0..2}", "mlx5_an0"]) == ["mlx5_ib0", "mlx5_ib1", "mlx5_ib2", "mlx5_an0"]
+    assert expand_devices(["mlx5_{10..11}"]) == ["mlx5_10", "mlx5_11"]
+    with pytest.raises(ValueError, match="backwards"):
+        expand_devices(["mlx5_{3..1}"])
+
+
+def _platform(**rail: object) -> dict[str, object]:
+    base = {"name": "c", "kind": "infiniband", "role": "compute", "count": 2, "rate_gbps": 400,
+            "devices": ["mlx5_{0..1}"], "addressing": "none"}
+    return {"name": "p", "description": "d", "targets": ["baremetal"], "rails": [{**base, **rail}],
+            "floors": {"rdma_write_bw_gbps": None, "allreduce_inter_busbw_gbps": None,
+                       "allreduce_inter_verdict_bytes": None}}
+
+
+@pytest.mark.parametrize(("rail", "message"), [
+    ({"count": 3}, "count 3 but devices name 2"),
+    ({"devices": None}, "names its devices"),
+    ({"devices": ["mlx5_0", "mlx5_0"]}, "named twice"),
+])
+def test_bad_rails_are_refused(rail: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Platform.model_validate(_platform(**rail))
+
+
+def test_a_bad_platform_file_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "broken.yaml").write_text("name: broken\ndescription: x\ntargets: [mars]\nfloors: {}\n")
+    with pytest.raises(InputError) as err:
+        load_platforms.__wrapped__(tmp_path)
+    assert all(p.startswith("broken.yaml: platform.") for p in err.value.problems)
