@@ -105,15 +105,20 @@ def nvlink_speed_problems(gpus: list[dict[str, Any]], gbytes_per_link: float) ->
 def nvlink_error_problems(gpus: list[dict[str, Any]], limit: int = 0) -> list[str]:
     """Replay, recovery and CRC counters of every link at most ``limit``; unreadable ones fail."""
     out = []
+    read = 0
     for g in gpus:
         for link in g.get("links", []):
             counters = link.get("counters", {})
             for name in NVLINK_COUNTERS:
                 if name not in counters:
                     continue
+                read += 1
                 value = counters[name]
                 if value is None or value > limit:
                     out.append(f"GPU {g.get('index')} link {link.get('link')}: {name} {value}")
+    if not read:
+        # Output without any of the counters (another nvidia-smi's names, or none at all) shows nothing.
+        out.append(f"no NVLink error counter read ({', '.join(NVLINK_COUNTERS)}) in nvidia-smi nvlink -e")
     return out
 
 

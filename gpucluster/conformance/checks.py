@@ -102,7 +102,7 @@ _CHECKS = (
           "The node MUST NOT be the one its pair all-reduce results name slow: every pair it is in "
           "reaches the inter-node floor, or the shortfall is another node's.", ("gpu",)),
     Check("GC-RDMA-001", "RDMA", "RDMA write bandwidth",
-          "ib_write_bw between this node and a peer MUST reach the profile's floor on every HCA.", ("gpu",)),
+          "ib_write_bw between this node and a peer MUST reach the platform's floor on every compute HCA.", ("gpu",)),
     Check("GC-GPU-013", "GPU", "NVSwitch fabric registered",
           "On NVSwitch profiles every GPU MUST report the fabric State Completed and Status Success.", ("gpu",)),
     Check("GC-GPU-014", "GPU", "NVLinks at speed",
@@ -131,7 +131,7 @@ _CHECKS = (
           "ib_write_bw with GPU memory (--use_cuda) MUST reach the platform's RDMA write floor for every "
           "GPU and HCA pair.", ("gpu",)),
     Check("GC-EFA-001", "EFA", "EFA devices",
-          "fi_info -p efa MUST list as many EFA devices as the profile states.", ("gpu",)),
+          "fi_info -p efa MUST list as many EFA devices as the platform states.", ("gpu",)),
     Check("GC-EFA-002", "EFA", "NCCL over the OFI plugin",
           "An NCCL run on an EFA node MUST use the OFI plugin (AWS Libfabric) over the efa provider.", ("gpu",)),
     Check("GC-K8S-001", "K8S", "Nodes Ready",

@@ -62,6 +62,7 @@ class Rail:
     devices: tuple[str, ...]
     pcie_generation: int | None
     pcie_width: int | None
+    count: int = 0
 
 
 def rails(info: Any) -> list[Rail]:
@@ -80,10 +81,29 @@ def rails(info: Any) -> list[Rail]:
             rate_gbps=_opt_number(r.get("rate_gbps")),
             devices=tuple(str(d) for d in devices) if isinstance(devices, list) else (),
             pcie_generation=_opt_int(r.get("pcie_generation")), pcie_width=_opt_int(r.get("pcie_width")),
+            count=_opt_int(r.get("count")) or 0,
         ))
     if not out:
         raise Unstated("the platform states no rails")
     return out
+
+
+def compute_rails(info: Any) -> list[Rail]:
+    """The rails the GPUs compute over. Storage and front-end ports are wired and run at whatever
+    the site or the cloud chose (an in-band management port, an SR-IOV VF that reports its physical
+    link's rate), so the acceptance checks judge only these; Unstated when there are none."""
+    out = [r for r in rails(info) if r.role == "compute"]
+    if not out:
+        raise Unstated("the platform states no compute rails")
+    return out
+
+
+def efa_count(info: Any) -> int:
+    """EFA interfaces of the platform: the ``count`` of its EFA rails (0 without)."""
+    try:
+        return sum(r.count for r in rails(info) if r.kind == "efa")
+    except Unstated:
+        return 0
 
 
 def _opt_number(value: Any) -> float | None:

@@ -308,7 +308,7 @@ class Node:
 
     def require_hcas(self) -> None:
         if self.info.hca_count == 0:
-            pytest.skip(f"profile {self.info.profile_name} has no HCA")
+            pytest.skip(f"platform {self.info.platform_name} has no HCA on a compute rail")
 
     def in_container(self) -> str | None:
         res = self.run("systemd-detect-virt --container 2>/dev/null || true")

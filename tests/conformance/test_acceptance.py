@@ -11,6 +11,7 @@ import pytest
 
 from gpucluster.conformance import acceptance as acc
 from gpucluster.conformance import expect
+from gpucluster.conformance.rdma_checks import compute_hcas
 from gpucluster.conformance.remote import SshRemote
 from gpucluster.parsers import libfabric, parse_run, sysfs
 
@@ -119,7 +120,7 @@ def test_gpu_pcie_link(node):
 def test_hca_pcie_link(node):
     """Every HCA a platform rail lists MUST run its PCIe link at the rail's generation and width."""
     node.require_hcas()
-    rails = _stated(lambda: expect.rails(node.info))
+    rails = _stated(lambda: expect.compute_rails(node.info))
     if not any(r.devices for r in rails):
         pytest.skip("the platform's rails list no HCA devices")
     values = _hca_dump(node)
@@ -143,7 +144,7 @@ def test_host_device_copies(node):
 def test_hca_ports_at_rail_rate(node):
     """Every port of an HCA a platform rail lists MUST be ACTIVE at the rail's rate."""
     node.require_hcas()
-    rails = _stated(lambda: expect.rails(node.info))
+    rails = _stated(lambda: expect.compute_rails(node.info))
     rates = {d: r.rate_gbps for r in rails for d in r.devices if r.rate_gbps is not None}
     if not rates:
         pytest.skip("the platform's rails state no HCA devices with a rate")
@@ -157,12 +158,13 @@ def test_hca_ports_at_rail_rate(node):
 def test_hca_port_counters(node):
     """Every HCA port MUST show zero symbol errors, link-downed events and receive errors, with none rising during the run."""  # noqa: E501
     node.require_hcas()
-    before = sysfs.ib_ports(_hca_dump(node))
+    compute = {d for r in _stated(lambda: expect.compute_rails(node.info)) for d in r.devices}
+    before = [p for p in sysfs.ib_ports(_hca_dump(node)) if not compute or p.hca in compute]
     if not before:
-        pytest.skip(f"no HCA ports under {_IB}")
+        pytest.skip(f"no compute HCA ports under {_IB}")
     # The ports carry traffic during the suite's RDMA and all-reduce checks; a second reading now,
     # and the first against the second, catches a counter that moves while the node is in use.
-    after = sysfs.ib_ports(_hca_dump(node))
+    after = [p for p in sysfs.ib_ports(_hca_dump(node)) if not compute or p.hca in compute]
     problems = acc.ib_counter_problems(before, after)
     assert not problems, "; ".join(problems)
 
@@ -201,17 +203,26 @@ def test_gpudirect_rdma(node):
     node.require_hcas()
     floor = node.info.floor("rdma_write_bw_gbps")
     if floor is None:
-        pytest.skip(f"profile {node.info.profile_name} states no rdma_write_bw_gbps floor")
+        pytest.skip(f"platform {node.info.platform_name} states no rdma_write_bw_gbps floor")
     _need(node, "ib_write_bw")
-    hcas = sorted(node.run(f"ls {_IB} 2>/dev/null").stdout.split())
+    if "use_cuda" not in node.run("ib_write_bw --help 2>&1").stdout:
+        pytest.skip("this ib_write_bw is built without CUDA (no --use_cuda): perftest with CUDA is needed")
+    # The platform's compute HCAs only, in its order: never a storage or front-end port.
+    hcas = compute_hcas(node.info.platform, sorted(node.run(f"ls {_IB} 2>/dev/null").stdout.split()))
     pairs = list(zip(range(node.info.gpu_count), hcas, strict=False))
     if not pairs:
-        pytest.skip(f"no HCA under {_IB}")
+        pytest.skip(f"no compute HCA of platform {node.info.platform_name} under {_IB}")
+    # Without nvidia-peermem (inbox rdma-core with the open kernel modules) GPU memory is registered
+    # through DMA-BUF; --use_cuda alone would need peermem.
+    dmabuf = " --use_cuda_dmabuf" if node.run("test -d /sys/module/nvidia_peermem").rc != 0 else ""
     runs = []
     for gpu, hca in pairs:
         # Loopback on the node: the server and the client both move GPU memory through the HCA.
-        base = f"ib_write_bw -d {shlex.quote(hca)} --use_cuda={gpu} --report_gbits -F -D 5 -p {18600 + gpu}"
-        res = node.run(f"({base} >/dev/null 2>&1 &); sleep 2; {base} localhost 2>&1", timeout=120)
+        # The server is bounded too: a client that never connects must not leave it holding the GPU.
+        base = (f"ib_write_bw -d {shlex.quote(hca)} --use_cuda={gpu}{dmabuf} --report_gbits -F -D 5 "
+                f"-p {18600 + gpu}")
+        res = node.run(f"(timeout 60 {base} >/dev/null 2>&1 &); sleep 2; timeout 60 {base} localhost 2>&1",
+                       timeout=120)
         run = parse_run("ib_write_bw", res.stdout, res.rc)
         runs.append({**run, "gpu": gpu, "hca": hca})
     problems = acc.gdr_problems(runs, float(floor))
@@ -220,10 +231,10 @@ def test_gpudirect_rdma(node):
 
 @pytest.mark.check("GC-EFA-001")
 def test_efa_devices(node):
-    """fi_info -p efa MUST list as many EFA devices as the profile states."""
-    expected = int(node.profile.get("efa_interfaces") or 0)
+    """fi_info -p efa MUST list as many EFA devices as the platform states."""
+    expected = expect.efa_count(node.info)
     if expected == 0:
-        pytest.skip(f"profile {node.info.profile_name} states no EFA interfaces")
+        pytest.skip(f"platform {node.info.platform_name} states no EFA interfaces")
     _need(node, "fi_info")
     res = node.run("fi_info -p efa -t FI_EP_RDM 2>&1")
     devices = libfabric.fi_info(res.stdout).devices("efa")
@@ -235,8 +246,8 @@ def test_efa_devices(node):
 def test_nccl_uses_ofi(node):
     """An NCCL run on an EFA node MUST use the OFI plugin (AWS Libfabric) over the efa provider."""
     node.require_gpus()
-    if not int(node.profile.get("efa_interfaces") or 0):
-        pytest.skip(f"profile {node.info.profile_name} states no EFA interfaces")
+    if not expect.efa_count(node.info):
+        pytest.skip(f"platform {node.info.platform_name} states no EFA interfaces")
     binary = "/opt/nccl-tests/build/all_reduce_perf"
     if node.run(f"test -x {binary}").rc != 0:
         pytest.skip(f"{binary} is not installed on the node")

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.mark.check("GC-RDMA-001")
 def test_ib_write_bw(node, fabric):
-    """ib_write_bw between this node and a peer MUST reach the profile's floor on every HCA."""
+    """ib_write_bw between this node and a peer MUST reach the platform's floor on every compute HCA."""
     node.require_hcas()
     if node.info.floor("rdma_write_bw_gbps") is None:
         pytest.skip(f"platform {node.info.platform_name} sets no rdma_write_bw floor")

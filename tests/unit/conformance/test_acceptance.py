@@ -140,7 +140,8 @@ class _NoGpuNode:
     """A lab node: no GPU, no HCA, no NVIDIA tool; any command it is asked to run is recorded."""
 
     def __init__(self) -> None:
-        self.info = SimpleNamespace(gpu_count=0, hca_count=0, profile_name="cpu-lab", host_vars={})
+        self.info = SimpleNamespace(gpu_count=0, hca_count=0, profile_name="cpu-lab", platform_name="lab",
+                                    platform={}, host_vars={})
         self.profile = {"gpu": {"count": 0, "nvlink": False, "nvswitch": False}, "efa_interfaces": 0, "floors": {}}
         self.ran: list[str] = []
 
@@ -171,3 +172,22 @@ def test_every_acceptance_check_skips_with_a_reason_on_a_node_without_gpu_or_hca
             getattr(module, name)(node)
         assert str(skipped.value.msg), name
         assert node.ran == [], f"{name} ran {node.ran} on a node without GPU or HCA"
+
+
+def test_nvlink_errors_with_no_counter_read_is_not_a_pass():
+    gpus = [{"index": 0, "links": [{"link": 0, "counters": {}}]}]
+    assert acc.nvlink_error_problems(gpus) and "no NVLink error counter read" in acc.nvlink_error_problems(gpus)[0]
+
+
+def test_only_compute_rails_are_judged_and_efa_is_counted_from_the_platform():
+    info = SimpleNamespace(platform={"rails": [
+        {"name": "compute", "kind": "infiniband", "role": "compute", "count": 8, "rate_gbps": 400,
+         "devices": ["mlx5_0", "mlx5_1"]},
+        {"name": "storage", "kind": "infiniband", "role": "storage", "count": 2, "rate_gbps": 400,
+         "devices": ["mlx5_8"]},
+        {"name": "efa", "kind": "efa", "role": "compute", "count": 32, "rate_gbps": 100}]})
+    assert [r.name for r in expect.compute_rails(info)] == ["compute", "efa"]
+    assert expect.efa_count(info) == 32
+    assert expect.efa_count(SimpleNamespace(platform={})) == 0
+    with pytest.raises(expect.Unstated):
+        expect.compute_rails(SimpleNamespace(platform={"rails": [info.platform["rails"][1]]}))
