@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpucluster.render.platform import platform_rail_count
+
 DCGM_LEVELS = (1, 2, 3, 4)
 DCGM_DEFAULT_LEVEL = 2
 
@@ -62,7 +64,6 @@ class Rail:
     devices: tuple[str, ...]
     pcie_generation: int | None
     pcie_width: int | None
-    count: int = 0
 
 
 def rails(info: Any) -> list[Rail]:
@@ -81,7 +82,6 @@ def rails(info: Any) -> list[Rail]:
             rate_gbps=_opt_number(r.get("rate_gbps")),
             devices=tuple(str(d) for d in devices) if isinstance(devices, list) else (),
             pcie_generation=_opt_int(r.get("pcie_generation")), pcie_width=_opt_int(r.get("pcie_width")),
-            count=_opt_int(r.get("count")) or 0,
         ))
     if not out:
         raise Unstated("the platform states no rails")
@@ -100,10 +100,8 @@ def compute_rails(info: Any) -> list[Rail]:
 
 def efa_count(info: Any) -> int:
     """EFA interfaces of the platform: the ``count`` of its EFA rails (0 without)."""
-    try:
-        return sum(r.count for r in rails(info) if r.kind == "efa")
-    except Unstated:
-        return 0
+    platform = getattr(info, "platform", None)
+    return platform_rail_count(platform if isinstance(platform, dict) else None, ("efa",), role=None)
 
 
 def _opt_number(value: Any) -> float | None:

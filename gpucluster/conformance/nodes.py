@@ -17,7 +17,7 @@ import yaml
 from gpucluster.errors import InputError
 from gpucluster.inventory import parse_inventory_text
 from gpucluster.inventory_model import validate_inventory
-from gpucluster.spec.models import RDMA_KINDS
+from gpucluster.render.platform import RDMA_KINDS, platform_rail_count
 
 
 @dataclass(frozen=True)
@@ -43,8 +43,7 @@ class NodeInfo:
     @property
     def hca_count(self) -> int:
         """RDMA devices on the platform's compute rails (EFA included); storage and frontend ports never."""
-        return sum(int(r["count"]) for r in self.platform.get("rails") or []
-                   if r.get("role") == "compute" and r.get("kind") in RDMA_KINDS)
+        return platform_rail_count(self.platform, RDMA_KINDS)
 
     def floor(self, key: str) -> Any:
         """A floor from the profile's floors (the GPUs'), else the platform's (the network's); None if neither."""

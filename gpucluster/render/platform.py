@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpucluster.spec.models import expand_devices
+from gpucluster.spec.models import RDMA_KINDS, expand_devices
 
-RDMA_KINDS = ("infiniband", "roce", "efa")
+__all__ = ["RDMA_KINDS", "platform_devices", "platform_rail_count", "platform_rdma_addressed"]
 
 
 def _rails(platform: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
@@ -27,6 +27,14 @@ def platform_devices(platform: Mapping[str, Any] | None, kinds: Sequence[str] = 
         if rail.get("role") == role and rail.get("kind") in kinds:
             out += expand_devices(list(rail.get("devices") or []))
     return out
+
+
+def platform_rail_count(platform: Mapping[str, Any] | None, kinds: Sequence[str],
+                        role: str | None = "compute") -> int:
+    """Ports on the platform's rails of ``kinds`` (of ``role``; any role when None): the sum of the
+    rails' ``count``."""
+    return sum(int(r.get("count") or 0) for r in _rails(platform)
+               if r.get("kind") in kinds and (role is None or r.get("role") == role))
 
 
 def platform_rdma_addressed(platform: Mapping[str, Any] | None) -> bool:
