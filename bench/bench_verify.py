@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -24,8 +23,11 @@ import yaml
 
 from gpucluster.inventory import parse_inventory_text
 
-REPO = Path(__file__).resolve().parents[1]
-GC = [sys.executable, "-m", "gpucluster"]
+# run.py loads each benchmark by its path: the shared helper is imported from the folder beside it.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gccli import REPO, gc, tail
+
 LAB_ROOT = Path("/var/lib/gpucluster/lab")
 TARGET_8_S = 60.0
 VERIFY_RUNS = 2
@@ -45,14 +47,6 @@ def _stack(name: str, count: int, octet: int, folder: Path) -> Path:
     return path
 
 
-def _gc(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*GC, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False)
-
-
-def _tail(proc: subprocess.CompletedProcess[str], n: int = 5) -> list[str]:
-    return (proc.stderr or proc.stdout or "").strip().splitlines()[-n:]
-
-
 def _host_load() -> dict[str, Any]:
     others = sorted(p.name for p in LAB_ROOT.iterdir() if p.is_dir() and (p / "state.json").exists()) \
         if LAB_ROOT.is_dir() else []
@@ -67,16 +61,16 @@ def _iperf(stack: Path, inv: dict[str, Any]) -> dict[str, Any]:
     client_ip = str(hosts[client]["gpucluster_fabric_ip"])
     ssh = ("lab", "ssh", "--stack", str(stack))
     # `lab ssh` hands the command to ssh, which joins its words unquoted: one string per command.
-    started = _gc(*ssh, server, "--", f"iperf3 -s -D -1 -B {server_ip}", timeout=60)
+    started = gc(*ssh, server, "--", f"iperf3 -s -D -1 -B {server_ip}", timeout=60)
     if started.returncode != 0:
-        return {"error": f"iperf3 server on {server}: {_tail(started)}"}
+        return {"error": f"iperf3 server on {server}: {tail(started, 5)}"}
     time.sleep(1)
-    res = _gc(*ssh, client, "--", f"iperf3 -c {server_ip} -B {client_ip} -t {IPERF_SECONDS} -J", timeout=120)
+    res = gc(*ssh, client, "--", f"iperf3 -c {server_ip} -B {client_ip} -t {IPERF_SECONDS} -J", timeout=120)
     try:
         data = json.loads(res.stdout[res.stdout.index("{"):])
         bps = float(data["end"]["sum_received"]["bits_per_second"])
     except (ValueError, KeyError, TypeError):
-        return {"error": f"iperf3 client on {client} (exit {res.returncode}): {_tail(res)}"}
+        return {"error": f"iperf3 client on {client} (exit {res.returncode}): {tail(res, 5)}"}
     return {"from": client, "to": server, "seconds": IPERF_SECONDS, "gbytes_per_s": round(bps / 8e9, 3),
             "gbits_per_s": round(bps / 1e9, 2)}
 
@@ -100,12 +94,12 @@ def _allreduce(run_dir: Path) -> dict[str, Any]:
 
 def _verify(stack: Path, run_dir: Path) -> dict[str, Any]:
     started = time.perf_counter()
-    v = _gc("verify", "--stack", str(stack), "--no-burn", "--run-dir", str(run_dir), "--json", timeout=1200)
+    v = gc("verify", "--stack", str(stack), "--no-burn", "--run-dir", str(run_dir), "--json", timeout=1200)
     out: dict[str, Any] = {"wall_s": round(time.perf_counter() - started, 2), "exit": v.returncode}
     try:
         summary = json.loads(v.stdout)
     except json.JSONDecodeError:
-        out["error"] = _tail(v)
+        out["error"] = tail(v, 5)
         return out
     meta = summary.get("meta", {})
     out["suite_s"] = meta.get("duration_s")
@@ -125,23 +119,23 @@ def measure(count: int, octet: int, folder: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"nodes": count, "host_at_start": _host_load()}
     try:
         t0 = time.perf_counter()
-        up = _gc("lab", "up", "--stack", str(stack))
+        up = gc("lab", "up", "--stack", str(stack))
         if up.returncode != 0:
             # On a loaded shared host a container now and then exits during boot; `lab up` is
             # idempotent and restarts only what is not running.
-            out["lab_up_retried"] = _tail(up, 3)
-            up = _gc("lab", "up", "--stack", str(stack))
+            out["lab_up_retried"] = tail(up, 3)
+            up = gc("lab", "up", "--stack", str(stack))
         out["lab_up_s"] = round(time.perf_counter() - t0, 1)
         if up.returncode != 0:
-            out["error"] = ["lab up failed", *_tail(up)]
+            out["error"] = ["lab up failed", *tail(up, 5)]
             return out
         t0 = time.perf_counter()
         # The stack has no storage section: nothing tagged ceph has anything to do. Skipping the tag
         # also keeps ceph_client's delegate_to (templated before the import's `when`) from failing.
-        conv = _gc("converge", "--stack", str(stack), "--skip-tags", "ceph", "--json")
+        conv = gc("converge", "--stack", str(stack), "--skip-tags", "ceph", "--json")
         out["converge_s"] = round(time.perf_counter() - t0, 1)
         if conv.returncode != 0:
-            out["error"] = ["converge failed", *_tail(conv, 10)]
+            out["error"] = ["converge failed", *tail(conv, 10)]
             return out
         runs = []
         for i in range(VERIFY_RUNS):
@@ -159,7 +153,7 @@ def measure(count: int, octet: int, folder: Path) -> dict[str, Any]:
         out["host_at_end"] = _host_load()
     finally:
         if os.environ.get("GPUCLUSTER_BENCH_KEEP_LAB") != "1":
-            _gc("lab", "down", "--stack", str(stack))
+            gc("lab", "down", "--stack", str(stack))
     return out
 
 

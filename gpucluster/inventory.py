@@ -71,6 +71,12 @@ def _consistency(cluster: Cluster, outputs: StackOutputs, source: str) -> None:
             problems.append(f"{where}.roles: {node.roles} but the stack file says {list(planned.roles)}")
         if node.profile != planned.profile:
             problems.append(f"{where}.profile: {node.profile!r} but the stack file says {planned.profile!r}")
+        if planned.rails and [r.model_dump() for r in node.rails] != [r.as_dict() for r in planned.rails]:
+            # The stack file plans these rails (the lab's target.rails): outputs of an older plan
+            # would configure and check rails the nodes do not have.
+            have = ", ".join(r.interface for r in node.rails) or "none"
+            problems.append(f"{where}.rails: {have}, but the stack file plans "
+                            f"{', '.join(r.interface for r in planned.rails)} (bring the target up again)")
     missing = [n.name for n in cluster.nodes if n.name not in seen]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
@@ -107,6 +113,9 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
                 "gpucluster_management_ip": node.management_ip,
                 "gpucluster_fabric_ip": node.fabric_ip,
                 "gpucluster_fabric_interface": node.fabric_interface,
+                # The compute rails whose addresses the target planned: the fabric_rails role
+                # configures each, the GC-RAIL checks and the per-rail pair runs read them.
+                "gpucluster_rails": [r.model_dump() for r in node.rails],
             }
         )
         if node.failure_domain:

@@ -26,17 +26,27 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpucluster.errors import InputError
 from gpucluster.inventory import SCHEMA_VERSION, parse_inventory_text
 from gpucluster.spec.loader import validation_problems
+from gpucluster.spec.models import Cidr, IfName, IPv4
 
 SCHEMA_VAR = "gpucluster_inventory_schema"
 _REGENERATE = "write the inventory again with `gpucluster inventory` (or `gpucluster lab up`)"
 
 __all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryCapabilities", "InventoryConformance",
-           "InventoryGroup", "InventoryHost", "InventoryVars", "read_inventory", "validate_inventory"]
+           "InventoryGroup", "InventoryHost", "InventoryRail", "InventoryVars", "read_inventory", "validate_inventory"]
 
 
 class _Open(BaseModel):
     # Roles read variables this model does not name: they are kept, the named ones typed.
     model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+
+
+class InventoryRail(BaseModel):
+    """An addressed compute rail (gpucluster.outputs.OutputRail): interface, address, subnet."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    interface: IfName
+    address: IPv4
+    cidr: Cidr
 
 
 class InventoryHost(_Open):
@@ -52,6 +62,8 @@ class InventoryHost(_Open):
     gpucluster_management_ip: str
     gpucluster_fabric_ip: str | None
     gpucluster_fabric_interface: str | None = None
+    # Inventories written before rails were exported have none.
+    gpucluster_rails: list[InventoryRail] = Field(default_factory=list)
     gpucluster_os: Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
     gpucluster_preinstalled: Literal["adopt_or_replace", "adopt_or_fail"]
 

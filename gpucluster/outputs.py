@@ -33,6 +33,14 @@ class _Out(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+class OutputRail(_Out):
+    """An addressed compute rail of a node: the interface, its address, the rail's subnet."""
+
+    interface: IfName
+    address: IPv4
+    cidr: Cidr
+
+
 class OutputNode(_Out):
     name: Name
     roles: list[Role] = Field(min_length=1)
@@ -46,6 +54,9 @@ class OutputNode(_Out):
     # EC2 i-..., an Azure resource ID, an OCI OCID, a lab or bare-metal name.
     instance_id: str | None = Field(None, pattern=r"^[A-Za-z0-9/][A-Za-z0-9_.:/()-]{0,511}$")
     failure_domain: CrushBucketName | None = None
+    # Compute rails whose addresses the target planned (the lab's); none where the provider or the
+    # site addresses them. At most 64, as a platform's rail has at most 64 ports.
+    rails: list[OutputRail] = Field(default_factory=list, max_length=64)
 
 
 class OutputFabric(_Out):
@@ -141,6 +152,7 @@ def build_outputs(
                 "fabric_interface": (fabric_interfaces or {}).get(node.name, fabric_interface),
                 "instance_id": (instance_ids or {}).get(node.name),
                 "failure_domain": (failure_domains or {}).get(node.name),
+                "rails": [r.as_dict() for r in node.rails],
             }
         )
     fabric = cluster.spec.fabric

@@ -35,6 +35,7 @@ AREAS = {
     "PCIE": "PCIe links",
     "IB": "InfiniBand and RoCE ports",
     "EFA": "Elastic Fabric Adapter",
+    "RAIL": "Compute rails",
 }
 
 _CHECKS = (
@@ -92,6 +93,12 @@ _CHECKS = (
           "exactly the specified priority.", ("gpu",)),
     Check("GC-NET-006", "NET", "NCCL configuration",
           "/etc/nccl.conf MUST hold exactly the settings the spec renders for the node.", ("gpu",)),
+    Check("GC-RAIL-001", "RAIL", "Compute rails configured",
+          "Every addressed compute rail MUST be up at the fabric MTU with its address, its own routing table "
+          "and source rule, and the multi-NIC ARP and reverse-path settings.", ("gpu",)),
+    Check("GC-RAIL-002", "RAIL", "Compute rails reach every peer",
+          "A do-not-fragment ping at the fabric MTU MUST pass to and from every peer on every compute rail, "
+          "or the failure is another node's.", ("gpu",)),
     Check("GC-AR-001", "AR", "Intra-node all-reduce",
           "The all-reduce bus bandwidth across all GPUs of the node MUST reach the profile's intra-node "
           "floor at large message sizes, with no wrong results.", ("gpu",)),

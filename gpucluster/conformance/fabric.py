@@ -21,12 +21,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 from gpucluster.conformance import allreduce_mpi, ib_write_bw, nccl_tests, progress
 from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, budget_s, judge
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo
-from gpucluster.conformance.pairs import PairResult, PairSearch, find_slow, ring_pairs, rounds
+from gpucluster.conformance.pairs import PairResult, PairSearch, find_slow, rail_search, ring_pairs, rounds
 from gpucluster.conformance.rdma_checks import compute_hcas
 from gpucluster.conformance.remote import (
     Remote,
@@ -38,6 +39,41 @@ from gpucluster.conformance.remote import (
     revoke_script,
 )
 from gpucluster.hostkeys import HostKeyPolicy
+
+# Every rail ping of a verify run ends within this, wherever a peer does not answer (ping -W 1, 2 tries).
+RAIL_PING_TIMEOUT_S = 20.0
+
+
+def rail_ping_command(interface: str, peer: str, mtu: int, tag: str) -> str:
+    """One background ping from ``interface`` to ``peer`` with the fabric MTU's full frame and
+    don't-fragment set (IPv4 and ICMP headers are 28 bytes); prints ``<tag> <exit code>``.
+    Two tries a fifth of a second apart, one second's wait: a lost rail costs at most ~2 s."""
+    return (f"(ping -n -q -M do -s {mtu - 28} -c 2 -i 0.2 -W 1 -I {quote(interface)} {quote(peer)} "
+            f">/dev/null 2>&1; echo \"{tag} $?\") &")
+
+
+# Up to this many nodes every node pings every peer on each rail; past it, its ring neighbours only
+# (n² pings at fleet scale would take longer than the measurements they guard).
+RAIL_PING_ALL_MAX = 32
+
+
+def rail_ping_pairs(names: list[str]) -> list[tuple[str, str]]:
+    """The node pairs the rail pings cover: every pair of a small cluster, else the ring's."""
+    if len(names) <= RAIL_PING_ALL_MAX:
+        return [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+    return ring_pairs(names)
+
+
+def parse_rail_pings(text: str) -> dict[str, bool]:
+    """``<rail index> <peer> <exit code>`` lines to ``{"<rail index> <peer>": reached}``; ping's
+    exit code 0 is a reply received. A line missing (the node unreachable, the run cut) is absent."""
+    out: dict[str, bool] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0].isdigit() and parts[2].isdigit():
+            out[f"{parts[0]} {parts[1]}"] = parts[2] == "0"
+    return out
+
 
 # nccl-tests' iterations per size (perf_args: -w 5 -n 20) and what NCCL takes to set up its
 # communicator across nodes before the first size, which the floor says nothing about.
@@ -115,7 +151,7 @@ class Fabric:
     def allreduce_log(self, label: str) -> str:
         """The run folder's log of one all-reduce (mpirun's whole output, its command first),
         relative to the run folder, as the checks name it."""
-        safe = label.replace(":", "_").replace(",", "_").replace("+", "_")
+        safe = label.replace(":", "_").replace(",", "_").replace("+", "_").replace("@", "_")
         return f"{self.log_dir.name}/allreduce-{safe}.log"
 
     def remote(self, name: str) -> Remote:
@@ -158,11 +194,12 @@ class Fabric:
     def engine(self, nodes: list[NodeInfo]) -> str:
         return "nccl-tests" if nodes and all(n.gpu_count > 0 for n in nodes) else "mpi-cpu"
 
-    def budget(self, nodes: list[NodeInfo], sizes: tuple[int, ...]) -> float:
+    def budget(self, nodes: list[NodeInfo], sizes: tuple[int, ...],
+               floor_key: str = "allreduce_inter_busbw_gbps") -> float:
         """The measurement's whole time budget (the option, or from the lowest floor of its nodes)."""
         if self.options.budget_s is not None:
             return self.options.budget_s
-        floor = min(float(n.floor("allreduce_inter_busbw_gbps")) for n in nodes)
+        floor = min(float(n.floor(floor_key)) for n in nodes)
         if self.engine(nodes) == "nccl-tests":
             ranks = len(nodes) * max(1, nodes[0].gpu_count)
             return budget_s(sizes, ranks, floor, NCCL_ITERATIONS, NCCL_LAUNCH_S, self.options.budget_margin)
@@ -170,14 +207,38 @@ class Fabric:
         return budget_s(sizes, len(nodes), floor, allreduce_mpi.MpiSettings(sizes).warmup + 2,
                         allreduce_mpi.LAUNCH_S, self.options.budget_margin)
 
-    def _allreduce(self, nodes: list[NodeInfo], label: str, sweep: bool = True) -> AllReduceRun:
+    def control_cidr(self, nodes: list[NodeInfo]) -> str:
+        """The subnet mpirun's own traffic (and, without rails, the measured TCP data) goes over:
+        the fabric's where every node has a fabric address, else the management network's. EFA
+        interfaces carry no IP (AWS: fabric_ip is None), and NCCL reaches them through libfabric,
+        not through an address, so on EFA nothing may wait for an address the fabric lacks."""
+        if all(n.fabric_ip for n in nodes):
+            return str(self.inv.fabric["fabric_cidr"])
+        return str(self.inv.fabric["management_cidr"])
+
+    def rail_indexes(self, nodes: list[NodeInfo]) -> list[int]:
+        """The rail positions every one of ``nodes`` has an address on (the inventory's rails)."""
+        return list(range(min((len(n.rails) for n in nodes), default=0)))
+
+    def data_cidrs(self, nodes: list[NodeInfo], rail: int | None = None) -> str | None:
+        """The subnets an all-reduce's data goes over: rail ``rail``'s alone, or (None) every rail
+        the nodes share; None where they have no addressed rails (the fabric CIDR then)."""
+        shared = self.rail_indexes(nodes)
+        if not shared:
+            return None
+        chosen = shared if rail is None else [rail]
+        return ",".join(dict.fromkeys(nodes[0].rails[i]["cidr"] for i in chosen))
+
+    def _allreduce(self, nodes: list[NodeInfo], label: str, sweep: bool = True, rail: int | None = None,
+                   floor_key: str = "allreduce_inter_busbw_gbps") -> AllReduceRun:
         """One all-reduce over ``nodes``. ``sweep``: every size up to twice the verdict size (the
-        plot's series); otherwise a short ramp to the sizes the verdict reads (the pair runs)."""
+        plot's series); otherwise a short ramp to the sizes the verdict reads (the pair runs).
+        ``rail``: over that compute rail alone (its budget from ``floor_key``), else over all."""
         names = tuple(n.name for n in nodes)
         # mpirun starts its daemons over SSH on the management network (the firewall
         # admits SSH from there only); the traffic measured is pinned to the fabric CIDR.
         ips = [n.address for n in nodes]
-        cidr = str(self.inv.fabric["fabric_cidr"])
+        cidr = self.control_cidr(nodes)
         verdict = self.verdict_bytes(nodes)
         nccl = self.engine(nodes) == "nccl-tests"
         if nccl:
@@ -188,9 +249,9 @@ class Fabric:
             problems = allreduce_mpi.ship_script([self.remote(n) for n in names])
             if problems:
                 return AllReduceRun("mpi-cpu", label, names, 0, status="incomplete", notes=problems)
-        budget = self.budget(nodes, sizes)
-        progress.note(f"all-reduce {label.replace(':', ' ', 1).replace('+', '/')} ({self.engine(nodes)}, sizes up to "
-                      f"{_size(2 * verdict)})", budget_s=budget)
+        budget = self.budget(nodes, sizes, floor_key)
+        progress.note(f"all-reduce {label.replace(':', ' ', 1).replace('+', '/').replace('@', ' on ')} "
+                      f"({self.engine(nodes)}, sizes up to {_size(2 * verdict)})", budget_s=budget)
         tag = new_measurement_tag()
         launcher = TaggedRemote(self.remote(nodes[0].name), tag)
         problems = self._grant(nodes, tag)
@@ -204,7 +265,8 @@ class Fabric:
                 settings = allreduce_mpi.MpiSettings(sizes=sizes, iters=self.options.mpi_iters,
                                                      budget_s=self.options.mpi_budget_s, timeout_s=budget,
                                                      ssh_key=key)
-                run, log = allreduce_mpi.run_allreduce(launcher, names, ips, cidr, settings, label)
+                run, log = allreduce_mpi.run_allreduce(launcher, names, ips, cidr, settings, label,
+                                                       self.data_cidrs(nodes, rail))
         finally:
             self._remove_key(nodes[0], key)
             _, killed = self._end(nodes, tag)
@@ -235,31 +297,91 @@ class Fabric:
         return self.cached("inter_node", compute)
 
     def pair_search(self) -> dict[str, Any]:
+        """Every ring pair's all-reduce: over each compute rail alone where every participant has
+        addressed rails and a per-rail floor (the search then names the rail as well as the node),
+        else over all of the fabric at once."""
+
         def compute() -> dict[str, Any]:
             nodes = self.allreduce_participants()
             if len(nodes) < 2:
                 return {"skip": f"{len(nodes)} node(s) with an inter-node floor: pairs need two"}
             by_name = {n.name: n for n in nodes}
-            results: list[PairResult] = []
+            per_rail = [i for i in self.rail_indexes(nodes)
+                        if all(n.floor("allreduce_rail_busbw_gbps") is not None for n in nodes)]
+            floor_key = "allreduce_rail_busbw_gbps" if per_rail else "allreduce_inter_busbw_gbps"
+            results: dict[str, list[PairResult]] = {}
             runs: list[dict[str, Any]] = []
-            for this_round in rounds(ring_pairs([n.name for n in nodes])):
-                def one(pair: tuple[str, str]) -> tuple[PairResult, AllReduceRun]:
-                    a, b = by_name[pair[0]], by_name[pair[1]]
-                    run = self._allreduce([a, b], f"pair:{a.name}+{b.name}", sweep=False)
-                    floor = min(float(a.floor("allreduce_inter_busbw_gbps")),
-                                float(b.floor("allreduce_inter_busbw_gbps")))
-                    v = judge(run, floor, self.verdict_bytes([a, b]))
-                    return PairResult(a.name, b.name, v.ok, v.busbw_gbps, v.message, v.reached_bytes), run
+            chosen: list[int | None] = list(per_rail) or [None]
+            for rail in chosen:
+                rail_name = nodes[0].rails[rail]["interface"] if rail is not None else ""
+                for this_round in rounds(ring_pairs([n.name for n in nodes])):
+                    def one(pair: tuple[str, str], rail: int | None = rail,
+                            rail_name: str = rail_name) -> tuple[PairResult, AllReduceRun]:
+                        a, b = by_name[pair[0]], by_name[pair[1]]
+                        label = f"pair:{a.name}+{b.name}" + (f"@{rail_name}" if rail_name else "")
+                        run = self._allreduce([a, b], label, sweep=False, rail=rail, floor_key=floor_key)
+                        floor = min(float(a.floor(floor_key)), float(b.floor(floor_key)))
+                        v = judge(run, floor, self.verdict_bytes([a, b]))
+                        return PairResult(a.name, b.name, v.ok, v.busbw_gbps, v.message, v.reached_bytes), run
 
-                with ThreadPoolExecutor(max_workers=len(this_round)) as pool:
-                    for pr, run in pool.map(one, this_round):
-                        results.append(pr)
-                        runs.append(run.to_json())
-            search = find_slow([n.name for n in nodes], results)
-            return {"search": search.to_json(), "runs": runs, "verdict_bytes": self.verdict_bytes(nodes),
+                    with ThreadPoolExecutor(max_workers=len(this_round)) as pool:
+                        for pr, run in pool.map(one, this_round):
+                            results.setdefault(rail_name, []).append(pr)
+                            runs.append(run.to_json())
+            names = [n.name for n in nodes]
+            if per_rail:
+                search, per = rail_search(names, results)
+                rails = {rail: s.to_json() for rail, s in per.items()}
+            else:
+                search, rails = find_slow(names, results[""]), {}
+            return {"search": search.to_json(), "rails": rails, "floor_key": floor_key, "runs": runs,
+                    "verdict_bytes": self.verdict_bytes(nodes),
                     "logs": {r["label"]: self.allreduce_log(r["label"]) for r in runs}}
 
         return self.cached("pair_search", compute)
+
+    # --- compute rails ---------------------------------------------------------------------
+
+    def rail_reachability(self) -> dict[str, Any]:
+        """A do-not-fragment ping at the fabric MTU from every node to every peer on each compute
+        rail the nodes share, all nodes at once; per rail, a pair passes only when both ends
+        reach each other, and the pair search names the node (or the pair) a failure is on."""
+
+        def compute() -> dict[str, Any]:
+            nodes = [n for n in self.inv.in_groups(("gpu",)) if n.rails]
+            if len(nodes) < 2:
+                return {"skip": f"{len(nodes)} node(s) with addressed compute rails: a rail needs two"}
+            mtu = int(self.inv.fabric["mtu"])
+            indexes = self.rail_indexes(nodes)
+            progress.note(f"ping at MTU {mtu} on {len(indexes)} rail(s) between {len(nodes)} nodes",
+                          budget_s=RAIL_PING_TIMEOUT_S)
+
+            pairs = rail_ping_pairs([n.name for n in nodes])
+            by_name = {n.name: n for n in nodes}
+
+            def from_node(n: NodeInfo) -> tuple[str, dict[str, bool]]:
+                peers = [by_name[b if a == n.name else a] for a, b in pairs if n.name in (a, b)]
+                lines = [rail_ping_command(n.rails[i]["interface"], peer.rails[i]["address"], mtu, f"{i} {peer.name}")
+                         for i in indexes for peer in peers]
+                script = "\n".join(lines) + "\nwait\n"
+                res = self.remote(n.name).run(script, timeout=RAIL_PING_TIMEOUT_S)
+                return n.name, parse_rail_pings(res.stdout)
+
+            with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
+                seen = dict(pool.map(from_node, nodes))
+            per_rail: dict[str, list[PairResult]] = {}
+            for i in indexes:
+                rail = nodes[0].rails[i]["interface"]
+                for a_name, b_name in pairs:
+                    there = seen[a_name].get(f"{i} {b_name}", False)
+                    back = seen[b_name].get(f"{i} {a_name}", False)
+                    msg = (f"{a_name} -> {b_name} {'ok' if there else 'lost'}, "
+                           f"{b_name} -> {a_name} {'ok' if back else 'lost'}")
+                    per_rail.setdefault(rail, []).append(PairResult(a_name, b_name, there and back, None, msg))
+            search, per = rail_search([n.name for n in nodes], per_rail)
+            return {"mtu": mtu, "search": search.to_json(), "rails": {k: v.to_json() for k, v in per.items()}}
+
+        return self.cached("rail_reachability", compute)
 
     # --- RDMA ------------------------------------------------------------------------------
 
@@ -286,8 +408,11 @@ class Fabric:
                                       budget_s=self.options.ib_seconds + 60)
                         # Server and client carry one tag: whichever outlives the other is killed after.
                         tag = new_measurement_tag()
+                        # perftest exchanges its connection data over TCP: the fabric address, else
+                        # (no address on the fabric) the management one.
                         parsed = ib_write_bw.run_pair(TaggedRemote(self.remote(b_name), tag),
-                                                      TaggedRemote(self.remote(a_name), tag), str(b.fabric_ip),
+                                                      TaggedRemote(self.remote(a_name), tag),
+                                                      str(b.fabric_ip or b.address),
                                                       hcas[a_name][i], hcas[b_name][i], self.options.ib_seconds)
                         kills = kill_measurement([self.remote(x) for x in (a_name, b_name)], tag)
                         parsed["killed_after"] = {k: v for k, v in kills.items() if v != 0}

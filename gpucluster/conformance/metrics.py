@@ -87,6 +87,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("ranks", _f("allreduce_ranks"), "Ranks of the all-reduce run.", 1, "", "ranks"),
     Figure("offset_s", _f("clock_offset_seconds"), "chrony's system time offset.", 1, "s", "clock offset"),
     Figure("mtu", _f("link_mtu_bytes"), "MTU of the fabric link.", 1, "B", "MTU"),
+    Figure("mtu_(?P<rail>.+)", _f("rail_mtu_bytes"), "MTU of a compute rail's link.", 1, "B", "MTU of {rail}"),
+    Figure("rails", _f("compute_rails"), "Addressed compute rails of the node.", 1, "", "compute rails"),
     Figure("hcas", _f("rdma_hcas"), "RDMA HCAs the node shows.", 1, "", "HCAs"),
     Figure("gpus", _f("gpus"), "GPUs nvidia-smi shows.", 1, "", "GPUs"),
     Figure("gpus_seen", _f("container_gpus"), "GPUs nvidia-container-cli shows.", 1, "",
@@ -142,7 +144,8 @@ TEXT_FIGURES = frozenset({
     "os_id", "os_codename", "os_version_id", "os_declared", "kernel", "driver_version", "cuda_version",
     "nccl_version", "leap_status",
     "nftables_service", "state", "operstate", "health", "health_checks", "quorum", "fstype", "engine",
-    "engines", "pair_status", "series", "fleet_figure", "fleet_unit", "fleet_source", "fleet_members", "fleet_where",
+    "engines", "pair_status", "rail_status", "series", "fleet_figure", "fleet_unit", "fleet_source", "fleet_members",
+    "fleet_where",
 })
 
 _COMPILED = tuple((re.compile(f.pattern), f) for f in FIGURES)

@@ -35,6 +35,8 @@ class NodeInfo:
     fabric_ip: str | None
     fabric_interface: str | None
     host_vars: dict[str, Any] = field(repr=False)
+    # The node's addressed compute rails (interface, address, cidr), as the inventory gives them.
+    rails: tuple[dict[str, str], ...] = ()
 
     @property
     def gpu_count(self) -> int:
@@ -119,6 +121,7 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
             fabric_ip=hv.gpucluster_fabric_ip,
             fabric_interface=hv.gpucluster_fabric_interface,
             host_vars=dict(raw_hosts[name]),
+            rails=tuple(r.model_dump() for r in hv.gpucluster_rails),
         )
         for name, hv in inv.hosts.items()
     ]

@@ -131,3 +131,32 @@ def find_slow(nodes: list[str], results: list[PairResult]) -> PairSearch:
             out[n] = NodePairs(n, "suspect", f"pair(s) under the floor with {bad}, though both sides pass with "
                                "other nodes: the link between them, or a transient", figures)
     return PairSearch(slow=slow, nodes=out, results=list(results))
+
+
+def rail_search(nodes: list[str], per_rail: dict[str, list[PairResult]]) -> tuple[PairSearch, dict[str, PairSearch]]:
+    """The pair search over several rails measured one at a time: one search per rail (which
+    rail of which node is slow), and the node-level one, where a pair passes only on every rail;
+    a node's message then names the rails its failing pairs failed on."""
+    per = {rail: find_slow(nodes, results) for rail, results in per_rail.items()}
+    pairs: dict[tuple[str, str], list[tuple[str, PairResult]]] = {}
+    for rail, results in per_rail.items():
+        for r in results:
+            pairs.setdefault((r.a, r.b), []).append((rail, r))
+    combined = []
+    for (a, b), items in pairs.items():
+        failing = [(rail, r) for rail, r in items if not r.ok]
+        worst = min(items, key=lambda x: -1.0 if x[1].busbw_gbps is None else x[1].busbw_gbps)[1]
+        message = "; ".join(f"rail {rail}: {r.message}" for rail, r in failing) or "every rail reached the floor"
+        combined.append(PairResult(a, b, not failing, worst.busbw_gbps, message, worst.reached_bytes))
+    search = find_slow(nodes, combined)
+    for n, np in search.nodes.items():
+        if np.status == "ok" and not any(not p["ok"] for p in np.pairs):
+            continue
+        slow_on = [rail for rail, s in per.items() if n in s.slow]
+        failing_on = [rail for rail, results in per_rail.items()
+                      if any(not r.ok and n in (r.a, r.b) for r in results)]
+        if slow_on:
+            np.message += f"; slow on rail(s) {', '.join(slow_on)}"
+        elif failing_on:
+            np.message += f"; pairs under the floor on rail(s) {', '.join(failing_on)}"
+    return search, per

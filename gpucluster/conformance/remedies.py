@@ -164,6 +164,18 @@ _REMEDIES = (
         f"Rerun `{_CONVERGE.format(tag='rdma_fabric')}`; if it will not hold, the switch port's MTU is lower "
         "(`ping -M do -s MTU-28 PEER_FABRIC_IP` finds the largest that passes).",
     )),
+    Remedy("GC-RAIL-001", (
+        "The check names each rail and what differs: run `networkctl status RAIL`, `ip addr show dev RAIL`, "
+        "`ip rule` and `ip route show table TABLE` on the node.",
+        f"Rerun `{_CONVERGE.format(tag='fabric_rails')}`; a rail its network file does not configure is run by "
+        "another file that matches first (the role fails naming it: remove or rename that file).",
+    )),
+    Remedy("GC-RAIL-002", (
+        "The check names the rail and the pair: `ping -M do -s MTU-28 -I RAIL PEER_RAIL_IP` from each end finds "
+        "the side that drops full-size frames.",
+        "A node named alone on a rail: its rail interface, cable or switch port (MTU, link state). "
+        "Both ends named: the path between them.",
+    )),
     Remedy("GC-NET-003", (
         "Run `ibv_devices` and `lspci | grep -i mellanox` on the node; the check names each compute device of "
         "the platform (gpucluster/data/platforms/) it lacks and each device no rail names.",

@@ -245,8 +245,8 @@ def down(state_root: Path, name: str, *, progress: Progress = quiet) -> bool:
                 network.delete_netns(ns)
             if proxy.stop_proxy(plan):
                 progress("apt proxy stopped")
-            network.delete_link(plan.management_bridge)
-            network.delete_link(plan.fabric_bridge)
+            for bridge in (plan.management_bridge, plan.fabric_bridge, *plan.rail_bridges):
+                network.delete_link(bridge)
         for point in node.mounts_under(lab_dir):
             run(["umount", "-l", point], f"umount {point}")
         for loop in node.loops_under(lab_dir):
@@ -283,7 +283,8 @@ def status(state_root: Path, name: str) -> dict[str, Any] | None:
         "name": plan.name,
         "state_dir": str(plan.lab_dir),
         "proxy": {"url": plan.proxy_url, "running": bool(proxy.pids(plan))},
-        "bridges": {b: network.link_exists(b) for b in (plan.management_bridge, plan.fabric_bridge)},
+        "bridges": {b: network.link_exists(b)
+                    for b in (plan.management_bridge, plan.fabric_bridge, *plan.rail_bridges)},
         "rootfs": str(plan.rootfs_dir),
         "outputs_file": str(plan.outputs_file),
         "ssh_private_key_file": str(plan.key_file),

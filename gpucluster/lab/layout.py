@@ -30,6 +30,17 @@ def _short_hash(text: str) -> str:
 
 
 @dataclass(frozen=True)
+class RailLink:
+    """One compute rail of a node: a veth whose node end is ``interface`` and whose host end
+    ``veth`` sits on the rail's bridge. The lab makes the link; the fabric_rails role addresses it,
+    sets its MTU and brings it up, as on a real node."""
+
+    interface: str
+    veth: str
+    bridge: str
+
+
+@dataclass(frozen=True)
 class NodeLayout:
     name: str
     management_ip: str
@@ -39,6 +50,7 @@ class NodeLayout:
     veth_fabric: str  # host end; the node end is eth1
     data_disks: int
     data_disk_gb: int
+    rails: tuple[RailLink, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,9 @@ class LabLayout:
     packages: tuple[str, ...]
     rootfs_key: str
     nodes: tuple[NodeLayout, ...]
+    # One bridge per compute rail (no host address: the rails join nodes only), and its subnet.
+    rail_bridges: tuple[str, ...] = ()
+    rail_cidrs: tuple[str, ...] = ()
 
     # --- derived paths ------------------------------------------------------------
     @property
@@ -116,7 +131,9 @@ class LabLayout:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["packages"] = list(self.packages)
-        data["nodes"] = [asdict(n) for n in self.nodes]
+        data["nodes"] = [{**asdict(n), "rails": [asdict(r) for r in n.rails]} for n in self.nodes]
+        data["rail_bridges"] = list(self.rail_bridges)
+        data["rail_cidrs"] = list(self.rail_cidrs)
         return data
 
     @classmethod
@@ -126,10 +143,14 @@ class LabLayout:
         for key in ("boot_timeout_s", "proxy_port", "mtu"):
             fields[key] = int(fields[key])
         fields["packages"] = tuple(fields["packages"])
+        # A lab stored before it had rails has none.
+        fields["rail_bridges"] = tuple(fields.get("rail_bridges") or ())
+        fields["rail_cidrs"] = tuple(fields.get("rail_cidrs") or ())
         nodes = []
         for raw in fields["nodes"]:
             n = dict(raw)
             n["data_disks"], n["data_disk_gb"] = int(n["data_disks"]), int(n["data_disk_gb"])
+            n["rails"] = tuple(RailLink(**dict(r)) for r in n.get("rails") or ())
             nodes.append(NodeLayout(**n))
         fields["nodes"] = tuple(nodes)
         return cls(**fields)
@@ -159,6 +180,9 @@ def layout_lab(cluster: Cluster, *, packages: tuple[str, ...] = DEFAULT_PACKAGES
     if problems:
         raise InputError(problems, source=source)
     lab_hash = _short_hash(cluster.name)
+    rail_cidrs = tuple(dict.fromkeys(r.cidr for n in cluster.nodes for r in n.rails))
+    rail_bridges = tuple(f"gc{lab_hash}r{i}" for i in range(len(rail_cidrs)))
+    bridge_of = dict(zip(rail_cidrs, rail_bridges, strict=True))
     nodes = []
     for node in cluster.nodes:
         node_hash = _short_hash(f"{cluster.name}/{node.name}")
@@ -173,6 +197,8 @@ def layout_lab(cluster: Cluster, *, packages: tuple[str, ...] = DEFAULT_PACKAGES
                 veth_fabric=f"gv{node_hash}f",
                 data_disks=disks.count if disks else 0,
                 data_disk_gb=disks.size_gb if disks else 0,
+                rails=tuple(RailLink(r.interface, f"gv{node_hash}r{i}", bridge_of[r.cidr])
+                            for i, r in enumerate(node.rails)),
             )
         )
     suite = cluster.bom.debian.suite
@@ -191,17 +217,19 @@ def layout_lab(cluster: Cluster, *, packages: tuple[str, ...] = DEFAULT_PACKAGES
         packages=tuple(packages),
         rootfs_key=rootfs_key(suite, target.debian_mirror.rstrip("/"), packages),
         nodes=tuple(nodes),
+        rail_bridges=rail_bridges,
+        rail_cidrs=rail_cidrs,
     )
 
 
 def overlap_problems(plan: LabLayout, others: list[LabLayout]) -> list[str]:
     """Another lab whose networks overlap this one's: it cannot coexist on this host."""
     problems = []
-    mine = [ipaddress.IPv4Network(plan.management_cidr), ipaddress.IPv4Network(plan.fabric_cidr)]
+    mine = [ipaddress.IPv4Network(c) for c in (plan.management_cidr, plan.fabric_cidr, *plan.rail_cidrs)]
     for other in others:
         if other.name == plan.name:
             continue
-        for theirs in (other.management_cidr, other.fabric_cidr):
+        for theirs in (other.management_cidr, other.fabric_cidr, *other.rail_cidrs):
             net = ipaddress.IPv4Network(theirs)
             for ours in mine:
                 if ours.overlaps(net):
@@ -215,8 +243,8 @@ def overlap_problems(plan: LabLayout, others: list[LabLayout]) -> list[str]:
 def route_problems(plan: LabLayout, routes: list[dict[str, Any]]) -> list[str]:
     """Host routes (``ip -j route`` entries) that overlap the lab's networks and are not its own."""
     problems = []
-    ours = {plan.management_bridge, plan.fabric_bridge}
-    for cidr in (plan.management_cidr, plan.fabric_cidr):
+    ours = {plan.management_bridge, plan.fabric_bridge, *plan.rail_bridges}
+    for cidr in (plan.management_cidr, plan.fabric_cidr, *plan.rail_cidrs):
         net = ipaddress.IPv4Network(cidr)
         for route in routes:
             dst = str(route.get("dst", ""))

@@ -2,8 +2,11 @@
 
 Management: ``eth0`` in the node, its host end on the management bridge (the host and the
 apt proxy hold the subnet's first address). Fabric: ``eth1``, on the fabric bridge, with
-the spec's MTU end to end. Nothing is routed or NATed: nodes reach only each other and
-the proxy, which is the only thing that talks to the Debian mirror.
+the spec's MTU end to end. Compute rails (GPU nodes): one veth per rail onto the rail's own
+bridge, which has the spec's MTU and no host address; the node end is left down, without an
+address and at the kernel's default MTU, for the fabric_rails role to configure as on a real node.
+Nothing is routed or NATed: nodes reach only each other and the proxy, which is the only thing
+that talks to the Debian mirror.
 """
 
 from __future__ import annotations
@@ -56,15 +59,16 @@ def _with_prefix(ip: str, cidr: str) -> str:
     return f"{ip}/{ipaddress.IPv4Network(cidr).prefixlen}"
 
 
-def ensure_bridge(name: str, address: str, mtu: int) -> bool:
-    """Create the bridge with the host's address on it; return whether anything changed."""
+def ensure_bridge(name: str, address: str | None, mtu: int) -> bool:
+    """Create the bridge, with the host's address on it where one is given; return whether anything changed."""
     link = _link(name)
-    if link and link.get("mtu") == mtu and address in _addresses(name) and "UP" in link.get("flags", []):
+    if (link and link.get("mtu") == mtu and (address is None or address in _addresses(name))
+            and "UP" in link.get("flags", [])):
         return False
     if not link:
         run(["ip", "link", "add", name, "type", "bridge", "stp_state", "0"], f"bridge {name}")
     run(["ip", "link", "set", name, "mtu", str(mtu)], f"bridge {name}")
-    if address not in _addresses(name):
+    if address is not None and address not in _addresses(name):
         run(["ip", "addr", "add", address, "dev", name], f"bridge {name}")
     run(["ip", "link", "set", name, "up"], f"bridge {name}")
     return True
@@ -74,7 +78,9 @@ def ensure_bridges(plan: LabLayout) -> bool:
     # The management bridge keeps the default MTU: the fabric is where jumbo frames are tested.
     a = ensure_bridge(plan.management_bridge, _with_prefix(plan.management_host_ip, plan.management_cidr), 1500)
     b = ensure_bridge(plan.fabric_bridge, _with_prefix(plan.fabric_host_ip, plan.fabric_cidr), plan.mtu)
-    return a or b
+    # A bridge's MTU is its ports' smallest; set before any port joins, it holds the spec's.
+    rails = [ensure_bridge(bridge, None, plan.mtu) for bridge in plan.rail_bridges]
+    return a or b or any(rails)
 
 
 def delete_link(name: str) -> bool:
@@ -111,6 +117,11 @@ def node_links_ok(plan: LabLayout, node: NodeLayout) -> bool:
             return False
         if outer.get("master") not in (plan.management_bridge, plan.fabric_bridge):
             return False
+    for rail in node.rails:
+        # The node end's address, MTU and state are the fabric_rails role's: only the link is the lab's.
+        outer = _link(rail.veth)
+        if not _link(rail.interface, node.netns) or outer.get("mtu") != plan.mtu or outer.get("master") != rail.bridge:
+            return False
     return True
 
 
@@ -137,10 +148,18 @@ def ensure_node_links(plan: LabLayout, node: NodeLayout) -> bool:
         run(["ip", "link", "set", host_end, "master", bridge, "up"], f"{node.name}: veth {inner}")
         run([*ns, "addr", "add", address, "dev", inner], f"{node.name}: address on {inner}")
         run([*ns, "link", "set", inner, "up"], f"{node.name}: {inner} up")
+    for rail in node.rails:
+        delete_link(rail.veth)
+        run([*ns, "link", "delete", rail.interface], f"{node.name}: {rail.interface}", check=False)
+        # The node end keeps the kernel's default MTU and no address until the role configures it.
+        run(["ip", "link", "add", rail.veth, "mtu", str(plan.mtu), "type", "veth", "peer", "name", rail.interface,
+             "netns", node.netns], f"{node.name}: veth {rail.interface}")
+        run(["ip", "link", "set", rail.veth, "master", rail.bridge, "up"], f"{node.name}: veth {rail.interface}")
     return True
 
 
 def delete_node_links(node: NodeLayout) -> bool:
-    changed = delete_link(node.veth_management)
-    changed = delete_link(node.veth_fabric) or changed
+    changed = False
+    for host_end in (node.veth_management, node.veth_fabric, *(r.veth for r in node.rails)):
+        changed = delete_link(host_end) or changed
     return delete_netns(node.netns) or changed

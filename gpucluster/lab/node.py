@@ -176,7 +176,11 @@ def start(plan: LabLayout, node: NodeLayout, disks: list[str]) -> int:
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as fh:
         fh.write(f"\n--- gpucluster lab: booting {node.name} at {time.strftime('%Y-%m-%d %H:%M:%S')} ---\n")
-    return process.spawn(cmd, log)
+    # The node's /proc/sys/net is its own network namespace's: writable, as on a real node, so that
+    # its roles set per-interface settings (the rails' ARP and reverse-path filters). The rest of
+    # /proc/sys stays read-only. nspawn reads this variable ("network": only /proc/sys/net writable;
+    # systemd's docs/ENVIRONMENT.md, $SYSTEMD_NSPAWN_API_VFS_WRITABLE).
+    return process.spawn(cmd, log, env={"SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network"})
 
 
 def log_tail(plan: LabLayout, node: NodeLayout, lines: int = 15) -> str:

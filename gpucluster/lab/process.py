@@ -12,7 +12,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import psutil
@@ -45,13 +45,15 @@ def find(executable: str, marker: str) -> list[int]:
     return sorted(pids)
 
 
-def spawn(cmd: Sequence[str], log: Path) -> int:
-    """Start ``cmd`` detached (own session: Ctrl-C on the terminal does not reach it)."""
+def spawn(cmd: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> int:
+    """Start ``cmd`` detached (own session: Ctrl-C on the terminal does not reach it), with
+    ``env`` added to this process's environment."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         try:
             proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True)
+                                    start_new_session=True, close_fds=True,
+                                    env={**os.environ, **env} if env else None)
         except OSError as exc:
             raise LabError(f"cannot start {cmd[0]}: {exc}") from None
     # Reap it when it exits while we still run, so a dead node is not left a zombie, and say in

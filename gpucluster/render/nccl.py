@@ -13,7 +13,9 @@ What each fabric gets:
 - EFA: the aws-ofi-nccl net plugin over libfabric's ``efa`` provider. No ``NCCL_IB_*``: EFA is
   not reached through NCCL's IB transport. ``FI_EFA_USE_DEVICE_RDMA=1`` only on instance types
   whose EFA does RDMA read.
-- Ethernet (the lab, RDMA-less sites): NCCL's socket transport, ``NCCL_IB_DISABLE=1``.
+- Ethernet (the lab, RDMA-less sites): NCCL's socket transport, ``NCCL_IB_DISABLE=1``; over the
+  platform's compute Ethernet rails where it has them (``NCCL_SOCKET_IFNAME==<rail 0>,<rail 1>,...``,
+  and ``NCCL_CROSS_NIC=0`` with more than one rail), else over the fabric interface.
 
 NCCL sets every ``KEY=VALUE`` line of /etc/nccl.conf in its process environment, whatever the
 prefix (``setEnvFile`` in https://github.com/NVIDIA/nccl/blob/master/src/misc/param.cc), so the
@@ -103,11 +105,27 @@ def ib_hca_value(devices: Sequence[str], port: int = HCA_PORT) -> str:
     return EXACT + ",".join(f"{d}:{port}" for d in devices)
 
 
-def socket_ifname_value(name: str) -> str:
-    """``NCCL_SOCKET_IFNAME`` naming exactly the interface ``name``."""
-    if not _IFNAME.match(name):
-        raise ValueError(f"not an interface name: {name!r}")
-    return EXACT + name
+def socket_ifname_value(name: str | Sequence[str]) -> str:
+    """``NCCL_SOCKET_IFNAME`` naming exactly the interface ``name`` (or each of a list:
+    "=eth0,eth1 : Use only interfaces eth0 and eth1", same page)."""
+    names = [name] if isinstance(name, str) else list(name)
+    if not names:
+        raise ValueError("NCCL_SOCKET_IFNAME needs at least one interface")
+    for n in names:
+        if not _IFNAME.match(n):
+            raise ValueError(f"not an interface name: {n!r}")
+    return EXACT + ",".join(names)
+
+
+def socket_rails(platform: Mapping[str, Any]) -> list[str]:
+    """The interfaces of the platform's compute Ethernet rails (the lab's), in rail order: NCCL's
+    socket transport carries its data over them. RDMA rails are reached through NCCL's IB or OFI
+    transport instead, and a storage or frontend port never carries NCCL's traffic."""
+    out: list[str] = []
+    for rail in platform.get("rails") or []:
+        if rail.get("role") == "compute" and rail.get("kind") == "ethernet":
+            out += [str(d) for d in rail.get("devices") or []]
+    return out
 
 
 def efa_device_rdma(platform: Mapping[str, Any]) -> bool:
@@ -128,9 +146,13 @@ def nccl_settings(fabric: Mapping[str, Any], platform: Mapping[str, Any],
     if kind not in FABRIC_TYPES:
         raise ValueError(f"fabric type {kind!r} is not one of {', '.join(FABRIC_TYPES)}")
     settings: dict[str, str] = {}
+    rails = socket_rails(platform) if kind == "ethernet" else []
     ifname = fabric.get("socket_ifname") or fabric_interface
-    if ifname:
-        settings["NCCL_SOCKET_IFNAME"] = socket_ifname_value(str(ifname))
+    if fabric.get("socket_ifname") or not rails:
+        if ifname:
+            settings["NCCL_SOCKET_IFNAME"] = socket_ifname_value(str(ifname))
+    else:
+        settings["NCCL_SOCKET_IFNAME"] = socket_ifname_value(rails)
     if kind in ("infiniband", "roce"):
         hcas = compute_hcas(platform)
         if hcas:
@@ -157,6 +179,13 @@ def nccl_settings(fabric: Mapping[str, Any], platform: Mapping[str, Any],
         # force another method, e.g. IP sockets)" (NCCL_IB_DISABLE,
         # https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html).
         settings["NCCL_IB_DISABLE"] = "1"
+        if len(rails) > 1:
+            # Each rail is its own network with no path to the others (the lab's bridges), so a
+            # ring must stay on one rail index across nodes: "0: Always use the same NIC for the
+            # same ring/tree, to avoid crossing network rails. Suited for networks with per NIC
+            # switches (rails), with a slow inter-rail connection" (NCCL_CROSS_NIC,
+            # https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-cross-nic).
+            settings["NCCL_CROSS_NIC"] = "0"
     return settings
 
 

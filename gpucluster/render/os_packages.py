@@ -27,6 +27,24 @@ CUDA_REPO_KEY_ID = "3bf863cc"
 TOOLKIT_REPO_URL = "https://nvidia.github.io/libnvidia-container/stable/deb"
 DOCA_REPO_URL = "https://linux.mellanox.com/public/repo/doca"
 KUBERNETES_REPO_URL = "https://pkgs.k8s.io/core:/stable:"
+# DCGM 4 from NVIDIA's CUDA repository: `datacenter-gpu-manager-4-core` (nv-hostengine and the
+# CUDA-agnostic assets) plus `datacenter-gpu-manager-4-cuda<major>` for the node's CUDA major
+# (https://docs.nvidia.com/datacenter/dcgm/latest/installation.html; the DCGM 4.0 release notes'
+# package split, https://docs.nvidia.com/datacenter/dcgm/latest/release-notes/changelog.html, quoted in
+# https://github.com/aws/aws-parallelcluster-cookbook/pull/2998). The packages' versions carry epoch 1
+# ("Version: 1:3.3.6" in https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/Packages;
+# "1:4.5.2-1" for datacenter-gpu-manager-4-core in https://github.com/Azure/AgentBaker/pull/7971).
+DCGM_CORE_PACKAGE = "datacenter-gpu-manager-4-core"
+DCGM_CUDA_PACKAGE = "datacenter-gpu-manager-4-cuda{major}"
+DCGM_EPOCH = "1"
+# The host engine's unit: "A typical DCGM installation runs nv-hostengine as nvidia-dcgm.service"
+# (https://docs.nvidia.com/datacenter/dcgm/latest/learn/getting-started-for-system-administrators/systemd-service.html).
+DCGM_SERVICE = "nvidia-dcgm"
+# NVSwitch Configuration and Query library, "used by DCGM for monitoring NVSwitch devices";
+# libnvidia-nscq-<branch>, "the version of libnvidia-nscq must match the NVIDIA driver installed"
+# (https://github.com/NVIDIA/apt-packaging-libnvidia-nscq; e.g. libnvidia-nscq-570 570.172.08,
+# https://packages.ubuntu.com/ja/questing/libs/libnvidia-nscq-570).
+NSCQ_PACKAGE = "libnvidia-nscq-{branch}"
 
 
 @dataclass(frozen=True)
@@ -46,6 +64,14 @@ OS_TRAITS: dict[str, OsTraits] = {
     "ubuntu-24.04": OsTraits(nvidia_repo_dist="ubuntu2404", doca_dist="ubuntu24.04", distro_nvidia=False),
     "debian-12": OsTraits(nvidia_repo_dist="debian12", doca_dist=None, distro_nvidia=True),
 }
+
+
+def cuda_major(bom: Mapping[str, Any]) -> str:
+    """The BOM's CUDA major version ("12.8.1" -> "12"): which DCGM CUDA package a node gets."""
+    major = str(bom["cuda"]["version"]).split(".", 1)[0]
+    if not major.isdigit():
+        raise ValueError(f"cuda.version: {bom['cuda']['version']!r} does not start with a major version number")
+    return major
 
 
 def _release(bom: Mapping[str, Any], os_id: str) -> Mapping[str, Any]:
@@ -138,8 +164,18 @@ def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "",
         out["repositories"] = [cuda_repo]
         out["packages"] = [f"libnccl2={pin}", f"libnccl-dev={pin}"]
     elif role == "gpu_validation":
+        # DCGM 4 splits into a CUDA-agnostic core (nv-hostengine, dcgmi) and one package per CUDA
+        # major (the diagnostic's CUDA plugins); the major is the BOM's CUDA, the one the driver
+        # branch serves. Both carry the epoch DCGM_EPOCH. NSCQ is for NVSwitch systems only; its
+        # branch and version are the driver's.
+        dcgm = f"{DCGM_EPOCH}:{bom['dcgm']['version']}-*"
+        drv = bom["nvidia_driver"]
         out["repositories"] = [cuda_repo]
-        out["packages"] = [f"datacenter-gpu-manager-4-core={bom['dcgm']['version']}-*"]
+        out["dcgm_packages"] = [f"{DCGM_CORE_PACKAGE}={dcgm}",
+                                f"{DCGM_CUDA_PACKAGE.format(major=cuda_major(bom))}={dcgm}"]
+        out["nscq_packages"] = [f"{NSCQ_PACKAGE.format(branch=drv['branch'])}={drv['version']}-*"]
+        out["dcgm_service"] = DCGM_SERVICE
+        out["packages"] = [*out["dcgm_packages"], *out["nscq_packages"]]
     elif role == "container_runtime":
         v = bom["container_toolkit"]["version"]
         out["repositories"] = [_repo("gpucluster-nvidia-container-toolkit", f"{TOOLKIT_REPO_URL}/$(ARCH)", ["/"],
@@ -157,7 +193,9 @@ def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "",
         out["doca_dist"] = traits.doca_dist
         if traits.doca_dist and doca:
             uri = f"{DOCA_REPO_URL}/{doca}/{traits.doca_dist}/{_nvidia_arch(arch).replace('sbsa', 'arm64-sbsa')}/"
-            out["doca_repositories"] = [_repo("gpucluster-doca", uri, ["./"], f"{uri}GPG-KEY-Mellanox.pub")]
+            # The key sits at the repository's root for every version (DOCA-Host guide, "Upgrading
+            # Software on Host": https://docs.nvidia.com/doca/sdk/DOCA-Host+Installation+and+Upgrade).
+            out["doca_repositories"] = [_repo("gpucluster-doca", uri, ["./"], f"{DOCA_REPO_URL}/GPG-KEY-Mellanox.pub")]
         else:
             out["doca_repositories"] = []
     elif role == "monitoring":

@@ -14,16 +14,23 @@ from typing import Any
 BASE_SERVICES = ("ssh", "chrony", "nftables", "prometheus-node-exporter")
 # nvidia_driver on GPU nodes: the persistence daemon; the fabric manager where the profile's
 # GPUs sit on NVSwitch and need it (profile gpu.fabric_manager).
-GPU_SERVICES = ("nvidia-persistenced", "nvidia-fabricmanager")
+# gpu_validation on GPU nodes: DCGM's host engine, where the target's nodes reach NVIDIA's
+# repositories and have room for the heavy packages (gpucluster_capabilities), as the role installs it.
+GPU_SERVICES = ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm")
 ALL_SERVICES = BASE_SERVICES + GPU_SERVICES
 
 
-def required_services(groups: Sequence[str], profile: Mapping[str, Any]) -> list[str]:
-    """The services a node in ``groups`` with ``profile`` must run, in ALL_SERVICES order."""
+def required_services(groups: Sequence[str], profile: Mapping[str, Any],
+                      capabilities: Mapping[str, Any] | None = None) -> list[str]:
+    """The services a node in ``groups`` with ``profile`` must run, in ALL_SERVICES order.
+    ``capabilities`` (the inventory's gpucluster_capabilities) decides DCGM's; without it, none."""
     services = list(BASE_SERVICES)
     gpu = profile.get("gpu") or {}
     if "gpu" in groups and int(gpu.get("count", 0)) > 0:
         services.append("nvidia-persistenced")
         if gpu.get("fabric_manager"):
             services.append("nvidia-fabricmanager")
+        caps = capabilities or {}
+        if caps.get("nvidia_repo") and caps.get("heavy_packages"):
+            services.append("nvidia-dcgm")
     return services

@@ -27,7 +27,7 @@ DEFAULT_PLATFORMS: dict[str, dict[str, str]] = {
     "azure": {"gpu": "azure-nd96isr-h100-v5", "cpu": "cloud-ethernet"},
     "oci": {"gpu": "oci-bm-gpu-h100-8", "cpu": "cloud-ethernet"},
     "baremetal": {"gpu": "dgx-h100", "cpu": "server-ethernet"},
-    "lab": {"gpu": "lab", "cpu": "lab"},
+    "lab": {"gpu": "lab", "cpu": "lab-cpu"},
 }
 
 
@@ -36,6 +36,18 @@ def pool_platform(spec: ClusterSpec, pool: NodePool) -> str:
     if pool.platform:
         return pool.platform
     return DEFAULT_PLATFORMS[spec.target.kind]["gpu" if "gpu" in pool.roles else "cpu"]
+
+
+@dataclass(frozen=True)
+class NodeRail:
+    """One addressed compute rail of a node: its interface, its address and the rail's subnet."""
+
+    interface: str
+    address: str
+    cidr: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"interface": self.interface, "address": self.address, "cidr": self.cidr}
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,9 @@ class Node:
     index: int  # position in the whole cluster, 0-based
     management_ip: str
     fabric_ip: str
+    # Addressed compute rails the spec plans (the lab's GPU nodes); elsewhere the platform's rails
+    # are addressed by the provider or the site, and the tuple is empty.
+    rails: tuple[NodeRail, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +73,7 @@ class Node:
             "platform": self.platform,
             "management_ip": self.management_ip,
             "fabric_ip": self.fabric_ip,
+            "rails": [r.as_dict() for r in self.rails],
         }
 
 
@@ -75,23 +91,64 @@ def _dotted(value: int) -> str:
     return f"{value >> 24 & 255}.{value >> 16 & 255}.{value >> 8 & 255}.{value & 255}"
 
 
-def expand_nodes(spec: ClusterSpec) -> tuple[Node, ...]:
+def rail_cidrs(spec: ClusterSpec) -> list[str]:
+    """The subnets of the compute rails the spec addresses: on the lab, ``target.rails`` subnets of
+    fabric_cidr's size, rail i the (i+1)-th after fabric_cidr (10.77.1.0/24: 10.77.2.0/24, 10.77.3.0/24);
+    no other target plans rail addresses. Raises ValueError where a rail would leave IPv4."""
+    if spec.target.kind != "lab":
+        return []
+    fab = ipaddress.IPv4Network(spec.fabric.fabric_cidr)
+    out = []
+    for i in range(1, spec.target.rails + 1):
+        start = int(fab.network_address) + i * fab.num_addresses
+        if start + fab.num_addresses > 1 << 32:
+            raise ValueError(f"rail {i - 1} after fabric_cidr {fab} is past 255.255.255.255")
+        out.append(str(ipaddress.IPv4Network((start, fab.prefixlen))))
+    return out
+
+
+def rail_platform(platform: Platform, rails: int) -> Platform:
+    """A lab platform with ``rails`` compute rails: its compute Ethernet rail addressed a subnet per
+    rail keeps its first ``rails`` devices (the platform file lists the most a lab node may have)."""
+    out = []
+    for rail in platform.rails:
+        if rail.role == "compute" and rail.kind == "ethernet" and rail.addressing == "subnet_per_rail":
+            rail = rail.model_copy(update={"count": rails, "devices": rail.device_names()[:rails]})
+        out.append(rail)
+    return platform.model_copy(update={"rails": out})
+
+
+def expand_nodes(spec: ClusterSpec, platforms: dict[str, Platform] | None = None) -> tuple[Node, ...]:
+    """Every node with its planned addresses. ``platforms`` (name to platform, lab rails applied)
+    names the interfaces of the rails the spec addresses; without it no node gets rails."""
     mgmt = ipaddress.IPv4Network(spec.fabric.management_cidr)
     fab = ipaddress.IPv4Network(spec.fabric.fabric_cidr)
     mgmt_base = int(mgmt.network_address) + FIRST_HOST_OFFSET
     fab_base = int(fab.network_address) + FIRST_HOST_OFFSET
+    subnets = rail_cidrs(spec)
     nodes = []
     for index, (pool, name) in enumerate(node_names(spec)):
+        platform_name = pool_platform(spec, pool)
+        rails: tuple[NodeRail, ...] = ()
+        if subnets and platforms and platform_name in platforms:
+            names = [d for r in platforms[platform_name].rails
+                     if r.role == "compute" and r.kind == "ethernet" and r.addressing == "subnet_per_rail"
+                     for d in r.device_names()]
+            rails = tuple(
+                NodeRail(ifname, _dotted(int(ipaddress.IPv4Network(cidr).network_address) + FIRST_HOST_OFFSET + index),
+                         cidr)
+                for ifname, cidr in zip(names, subnets, strict=False))
         nodes.append(
             Node(
                 name=name,
                 pool=pool.name,
                 roles=tuple(pool.roles),
                 profile=pool.profile,
-                platform=pool_platform(spec, pool),
+                platform=platform_name,
                 index=index,
                 management_ip=_dotted(mgmt_base + index),
                 fabric_ip=_dotted(fab_base + index),
+                rails=rails,
             )
         )
     return tuple(nodes)

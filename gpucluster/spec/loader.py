@@ -33,8 +33,8 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from gpucluster.errors import InputError
-from gpucluster.spec.cluster import Cluster, expand_nodes, pool_platform
-from gpucluster.spec.models import TARGET_KINDS, Bom, ClusterSpec, HardwareProfile, Platform, Secret
+from gpucluster.spec.cluster import Cluster, expand_nodes, pool_platform, rail_platform
+from gpucluster.spec.models import TARGET_KINDS, Bom, ClusterSpec, HardwareProfile, LabTarget, Platform, Secret
 
 NAMESPACE = "gpucluster"
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -558,11 +558,15 @@ def load_spec(path: str | Path) -> Cluster:
         raise InputError(capped(problems), source=source)
     used = {pool.profile for pool in spec.node_pools}
     shapes = {pool_platform(spec, pool) for pool in spec.node_pools}
+    chosen = {name: platforms[name] for name in sorted(shapes)}
+    if isinstance(spec.target, LabTarget):
+        # The lab's platforms list the most rails a lab node may have; the spec says how many it has.
+        chosen = {name: rail_platform(p, spec.target.rails) for name, p in chosen.items()}
     return Cluster(
         spec=spec,
         bom=bom,
         profiles={name: profiles[name] for name in sorted(used)},
-        platforms={name: platforms[name] for name in sorted(shapes)},
-        nodes=expand_nodes(spec),
+        platforms=chosen,
+        nodes=expand_nodes(spec, chosen),
         source=stack,
     )

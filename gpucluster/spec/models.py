@@ -239,6 +239,9 @@ class LabTarget(_Model):
     boot_timeout_s: int = Field(120, ge=10, le=3600)
     apt_proxy_port: int = Field(3142, ge=1024, le=65535)
     state_dir: Annotated[str, AfterValidator(_state_dir)] = "/var/lib/gpucluster/lab"
+    # Compute rails per GPU node: each rail is its own bridge and subnet (rail i is the (i+1)-th
+    # subnet of fabric_cidr's size after fabric_cidr), its interface named rdma<i> in the node.
+    rails: int = Field(2, ge=1, le=8)
 
 
 _AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
@@ -642,6 +645,9 @@ class PlatformFloors(_Model):
     allreduce_inter_busbw_gbps: float | None
     # The message size the inter-node all-reduce is judged at (8 GiB or more where the fabric is RDMA).
     allreduce_inter_verdict_bytes: int | None = Field(ge=1)
+    # A pair all-reduce over one compute rail alone, where the inventory gives the rails' addresses
+    # (the pair search then runs once per rail and names the rail); None: pairs use every rail at once.
+    allreduce_rail_busbw_gbps: float | None = None
 
     @model_validator(mode="after")
     def _verdict_size(self) -> PlatformFloors:
@@ -773,5 +779,7 @@ class Bom(_Model):
     network_operator: _Pinned
     ceph_csi: _Pinned
     doca_ofed: _Pinned
+    # AWS's EFA installer (EFA driver, libfabric, aws-ofi-nccl), where an EFA node's image lacks it.
+    efa: _Pinned
     os: dict[OsId, _OsRelease]
     debian: _Debian

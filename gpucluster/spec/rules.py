@@ -10,7 +10,7 @@ import ipaddress
 import math
 from collections import Counter
 
-from gpucluster.spec.cluster import FIRST_HOST_OFFSET, MAX_NODES, node_names, pool_platform
+from gpucluster.spec.cluster import FIRST_HOST_OFFSET, MAX_NODES, node_names, pool_platform, rail_cidrs
 from gpucluster.spec.models import RDMA_KINDS, Bom, ClusterSpec, HardwareProfile, NodePool, Platform
 
 NS = "gpucluster"
@@ -194,6 +194,11 @@ def _networks(spec: ClusterSpec, node_count: int, problems: list[str]) -> None:
     if spec.kubernetes is not None and spec.kubernetes.enabled:
         nets["kubernetes.pod_cidr"] = ipaddress.IPv4Network(spec.kubernetes.pod_cidr)
         nets["kubernetes.service_cidr"] = ipaddress.IPv4Network(spec.kubernetes.service_cidr)
+    try:
+        for i, cidr in enumerate(rail_cidrs(spec)):
+            nets[f"target.rails (rail {i}, after fabric.fabric_cidr)"] = ipaddress.IPv4Network(cidr)
+    except ValueError as exc:
+        problems.append(f"{NS}.target.rails: {exc}")
     keys = list(nets)
     for a_i, a in enumerate(keys):
         for b in keys[a_i + 1 :]:

@@ -65,6 +65,9 @@ def test_allreduce_inter(node, fabric):
         if slow and node.name not in slow:
             pytest.skip(f"{message}; attributed to the slow node(s) {', '.join(slow)} named by the pair search")
         node.cause(fault_key(found, node.name) if found else "fabric-ring")
+        if found and node.name in slow:
+            # The pair search's words for this node, which name the rail where it measured rail by rail.
+            message += f"; pair search: {found.nodes[node.name].message}"
     assert v.ok, message
 
 
@@ -79,10 +82,11 @@ def test_allreduce_pairs(node, fabric):
     search = PairSearch.from_json(data["search"])
     mine = search.nodes[node.name]
     node.figure("pair_status", mine.status)
-    node.figure("floor_gbps", node.info.floor("allreduce_inter_busbw_gbps"))
+    # The pairs' floor: one rail's where the pairs ran rail by rail, else the inter-node floor.
+    floor = float(node.info.floor(data.get("floor_key") or "allreduce_inter_busbw_gbps"))
+    node.figure("floor_gbps", floor)
     for p in mine.pairs:
         node.figure(f"pair_busbw_gbps_{p['peer']}", p["busbw_gbps"])
-    floor = float(node.info.floor("allreduce_inter_busbw_gbps"))
     verdict = int(data.get("verdict_bytes") or verdict_size(node.info, "inter"))
     node.figure("series", [_series(run, judge(run, floor, verdict))
                            for run in (AllReduceRun.from_json(r) for r in data["runs"]) if node.name in run.nodes])
@@ -103,5 +107,11 @@ def test_allreduce_pairs(node, fabric):
         return f"{p['peer']} {p['busbw_gbps']:.3g} GB/s{at}"
 
     low = ", ".join(figure(p) for p in mine.pairs if not p["ok"])
-    assert mine.status == "ok", (f"pair all-reduce busbw with {low} < floor {floor:g} GB/s at >= {verdict} B: "
+    # Measured rail by rail: which rails, and what each pair reached on them.
+    rails = {rail: PairSearch.from_json(s).nodes[node.name] for rail, s in (data.get("rails") or {}).items()}
+    if rails:
+        node.figure("rail_status", ", ".join(f"{rail} {m.status}" for rail, m in rails.items()))
+    on = [rail for rail, m in rails.items() if m.status != "ok" or any(not p["ok"] for p in m.pairs)]
+    where = f" on rail(s) {', '.join(on)}" if on else ""
+    assert mine.status == "ok", (f"pair all-reduce busbw{where} with {low} < floor {floor:g} GB/s at >= {verdict} B: "
                                  f"{PAIR_STATUS_REASON.get(mine.status, mine.message)}")

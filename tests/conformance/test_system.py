@@ -46,7 +46,8 @@ def test_firewall_active(node):
 @pytest.mark.parametrize("service", ALL_SERVICES)
 def test_required_service(node, service):
     """Every service the node's roles require MUST be active."""
-    if service not in required_services(node.info.groups, node.info.profile):
+    if service not in required_services(node.info.groups, node.info.profile,
+                                        node.inv.all_vars.get("gpucluster_capabilities")):
         pytest.skip(f"{service} is not required on {node.name} (groups {', '.join(node.info.groups)}, "
                     f"profile {node.info.profile_name})")
     state = node.run(f"systemctl is-active {service} 2>&1").stdout.strip()

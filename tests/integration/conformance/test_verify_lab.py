@@ -27,8 +27,8 @@ def verify(lab, tmp_path: Path, name: str) -> tuple[int, dict]:
     assert res.returncode in (0, 1), res.stderr[-2000:]
     # --json: stdout is the JSON alone; what each long measurement does goes to stderr as it starts.
     json.loads(res.stdout)
-    assert re.search(r"^verify: all-reduce pair node-\d/node-\d \(mpi-cpu, sizes up to .*\(budget \d+ s\)$",
-                     res.stderr, re.M), res.stderr[-2000:]
+    assert re.search(r"^verify: all-reduce pair node-\d/node-\d on enp\d+s0np0 \(mpi-cpu, sizes up to .*"
+                     r"\(budget \d+ s\)$", res.stderr, re.M), res.stderr[-2000:]
     return res.returncode, json.loads((run_dir / "results.json").read_text())
 
 
@@ -66,34 +66,46 @@ def test_healthy_lab_passes_with_gpu_checks_skipped(itest_lab, tmp_path):
             continue
         skipped = {s["check"]: s["reason"] for s in v["skipped"]}
         assert "no GPU" in skipped["GC-GPU-001"] and "no HCA" in skipped["GC-RDMA-001"]
-        assert {"GC-AR-002", "GC-AR-003", "GC-NET-002", "GC-SYS-002"} <= set(v["passed"])
+        assert {"GC-AR-002", "GC-AR-003", "GC-NET-002", "GC-SYS-002", "GC-RAIL-001", "GC-RAIL-002"} <= set(v["passed"])
     assert (tmp_path / "healthy" / "junit.xml").exists()
     assert "<svg" in (tmp_path / "healthy" / "summary.html").read_text()
     assert_published_verdict(itest_lab, data, "node-1", 1)
 
 
-def test_throttled_fabric_link_is_named_slow(itest_lab, tmp_path):
-    iface = "eth1"
-    assert itest_lab.ssh("node-2", f"tc qdisc replace dev {iface} root tbf rate 200mbit burst 64kb latency 50ms"
+# The lab's GPU nodes have two compute rails (Pulumi.itest.yaml leaves target.rails at its default).
+RAIL = "enp32s0np0"
+
+
+def test_throttled_rail_is_named_slow_on_that_node_and_rail(itest_lab, tmp_path):
+    # A burst larger than the rail's 9000-byte frames: tbf drops a packet bigger than its burst.
+    assert itest_lab.ssh("node-2", f"tc qdisc replace dev {RAIL} root tbf rate 200mbit burst 64kb latency 50ms"
                          ).returncode == 0
     try:
         rc, data = verify(itest_lab, tmp_path, "throttled")
     finally:
-        itest_lab.ssh("node-2", f"tc qdisc del dev {iface} root")
+        itest_lab.ssh("node-2", f"tc qdisc del dev {RAIL} root")
     assert rc == 1
     fails = failing(data)
-    assert list(fails) == ["node-2"] and "GC-AR-003" in fails["node-2"]
+    assert list(fails) == ["node-2"] and "GC-AR-003" in fails["node-2"], fails
+    assert not {"GC-RAIL-001", "GC-RAIL-002"} & set(fails["node-2"])
     pairs = json.loads((tmp_path / "throttled" / "fabric" / "pair_search.json").read_text())
     assert pairs["search"]["slow"] == ["node-2"]
+    assert pairs["rails"][RAIL]["slow"] == ["node-2"] and pairs["rails"]["enp16s0np0"]["slow"] == []
+    message = next(f["message"] for v in data["verdicts"] if v["node"] == "node-2"
+                   for f in v["failed"] if f["check"] == "GC-AR-003")
+    assert f"rail(s) {RAIL}" in message, message
 
 
-def test_wrong_mtu_fails_that_node_only(itest_lab, tmp_path):
-    assert itest_lab.ssh("node-3", "ip link set dev eth1 mtu 1500").returncode == 0
+def test_wrong_mtu_on_one_rail_fails_that_node_and_rail_only(itest_lab, tmp_path):
+    assert itest_lab.ssh("node-3", f"ip link set dev {RAIL} mtu 1500").returncode == 0
     try:
         rc, data = verify(itest_lab, tmp_path, "mtu")
     finally:
-        itest_lab.ssh("node-3", "ip link set dev eth1 mtu 9000")
-    assert rc == 1 and failing(data) == {"node-3": ["GC-NET-002"]}
+        itest_lab.ssh("node-3", f"ip link set dev {RAIL} mtu 9000")
+    assert rc == 1 and failing(data) == {"node-3": ["GC-RAIL-001", "GC-RAIL-002"]}, failing(data)
+    messages = {f["check"]: f["message"] for v in data["verdicts"] if v["node"] == "node-3" for f in v["failed"]}
+    assert f"{RAIL}: MTU 1500, the spec says 9000" in messages["GC-RAIL-001"]
+    assert "enp16s0np0" not in messages["GC-RAIL-001"] and f"rail(s) {RAIL}" in messages["GC-RAIL-002"]
     assert_published_verdict(itest_lab, data, "node-3", 0)
 
 

@@ -59,8 +59,8 @@ def leftovers(plan: LabLayout) -> list[str]:
     netns = Path("/run/netns")
     if netns.is_dir():
         found += [f"netns {p.name}" for p in netns.iterdir() if p.name.startswith(f"gcl-{plan.name}-")]
-    links = [plan.management_bridge, plan.fabric_bridge]
-    links += [v for n in plan.nodes for v in (n.veth_management, n.veth_fabric)]
+    links = [plan.management_bridge, plan.fabric_bridge, *plan.rail_bridges]
+    links += [v for n in plan.nodes for v in (n.veth_management, n.veth_fabric, *(r.veth for r in n.rails))]
     for link in links:
         if subprocess.run(["ip", "link", "show", "dev", link], capture_output=True, check=False).returncode == 0:
             found.append(f"link {link}")
@@ -157,6 +157,15 @@ def test_interfaces_hosts_and_repositories(lab3: Lab) -> None:
     for n in lab3.plan.nodes:
         assert f"{n.management_ip}\t{n.name}" in out.stdout and f"{n.fabric_ip}\t{n.name}-fabric" in out.stdout
     assert "main contrib non-free non-free-firmware" in out.stdout
+    # The compute rails: present, named as the platform names them, and left to the fabric_rails
+    # role (down, no address) until a converge configures them.
+    rails = [r.interface for r in lab3.plan.node("gpu-1").rails]
+    assert rails == ["enp16s0np0", "enp32s0np0"] and lab3.plan.node("stor-1").rails == ()
+    out = lab3.ssh("gpu-1", "ip -j -4 addr show; ip -j link show")
+    assert out.returncode == 0, out.stderr
+    addrs, links = (json.loads(x) for x in out.stdout.strip().splitlines())
+    assert {x["ifname"] for x in links} >= set(rails)
+    assert not [a for a in addrs if a["ifname"] in rails and a.get("addr_info")]
 
 
 def test_root_logs_in_by_key_only(lab3: Lab) -> None:

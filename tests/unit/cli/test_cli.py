@@ -67,6 +67,8 @@ def test_spec_show_json_is_the_resolved_spec(capsys: pytest.CaptureFixture[str])
         "platform": "dgx-h100-roce",
         "management_ip": "10.10.0.10",
         "fabric_ip": "10.20.0.10",
+        # The site addresses its RoCE rails: the spec plans none.
+        "rails": [],
     }
     assert set(data["profiles"]) == {"h100-sxm-8", "cpu-server"}
     assert data["software"]["kubernetes"]["version"]

@@ -97,6 +97,13 @@ def test_mpirun_pins_the_fabric():
     assert argv[-5:] == ["1024,2048", "10", "2", "2.0", f"{240.0 - allreduce_mpi.LAUNCH_S:.3f}"]
 
 
+def test_mpirun_sends_the_data_over_the_rails_and_its_own_traffic_over_the_fabric():
+    argv = allreduce_mpi.mpirun_argv(["10.83.0.10", "10.83.0.11"], "10.83.1.0/24",
+                                     allreduce_mpi.MpiSettings(sizes=(1024, 2048)), "10.83.2.0/24,10.83.3.0/24")
+    joined = " ".join(argv)
+    assert "btl_tcp_if_include 10.83.2.0/24,10.83.3.0/24" in joined and "oob_tcp_if_include 10.83.1.0/24" in joined
+
+
 class FakeLauncher:
     name = "gpu-1"
 

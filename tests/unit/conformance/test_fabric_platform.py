@@ -191,3 +191,28 @@ def test_loading_a_floor_without_its_verdict_size_is_one_line_naming_the_file(
         load(tmp_path)
     lines = [p for p in err.value.problems if source.name in p]
     assert len(lines) == 1 and f"{key}_verdict_bytes" in lines[0] and "\n" not in lines[0]
+
+
+def test_mpi_never_waits_for_an_address_efa_does_not_have(tmp_path) -> None:
+    """AWS's EFA-only interfaces carry no IP (fabric_ip None): mpirun's own traffic goes over the
+    management network there; the lab's nodes have fabric addresses and keep the fabric, and their
+    data goes over the compute rails (each alone, or all of them)."""
+    from gpucluster import hostkeys
+    from gpucluster.conformance.fabric import Fabric
+    from gpucluster.conformance.nodes import load_inventory, parse_inventory
+    from gpucluster.inventory import parse_inventory_text
+
+    golden = Path(__file__).resolve().parents[2] / "golden" / "inventory"
+    data = parse_inventory_text((golden / "aws-h100.yml").read_text())
+    for host in data["all"]["hosts"].values():
+        host["gpucluster_fabric_ip"] = None  # what stacks/targets/aws.py exports: EFA has no address
+    aws = parse_inventory(data, "aws-h100.yml")
+    gpus = aws.in_groups(("gpu",))
+    assert gpus and all(n.fabric_ip is None for n in gpus)
+    fabric = Fabric(aws, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(aws.target, aws.cluster_name), "")
+    assert fabric.control_cidr(gpus) == aws.fabric["management_cidr"] and fabric.data_cidrs(gpus) is None
+    lab = load_inventory(golden / "lab.yml")
+    gpus = lab.in_groups(("gpu",))
+    fabric = Fabric(lab, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(lab.target, lab.cluster_name), "")
+    assert fabric.control_cidr(gpus) == lab.fabric["fabric_cidr"]
+    assert fabric.data_cidrs(gpus) == "10.77.2.0/24,10.77.3.0/24" and fabric.data_cidrs(gpus, 1) == "10.77.3.0/24"

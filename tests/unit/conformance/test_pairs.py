@@ -134,3 +134,47 @@ def test_single_node_untested_and_json_round_trip():
     names = ["a", "b", "c"]
     s = find_slow(names, measure(ring_pairs(names), slow={"c"}))
     assert PairSearch.from_json(s.to_json()).slow == ["c"]
+
+
+def test_a_slow_rail_names_the_node_and_the_rail():
+    from gpucluster.conformance.pairs import rail_search
+
+    nodes = ["n1", "n2", "n3"]
+    fine = [PairResult("n1", "n2", True, 0.3), PairResult("n2", "n3", True, 0.3), PairResult("n3", "n1", True, 0.3)]
+    throttled = [PairResult("n1", "n2", False, 0.002, "slow"), PairResult("n2", "n3", False, 0.002, "slow"),
+                 PairResult("n3", "n1", True, 0.3)]
+    search, per = rail_search(nodes, {"r0": fine, "r1": throttled})
+    assert search.slow == ["n2"] and per["r1"].slow == ["n2"] and per["r0"].slow == []
+    assert search.nodes["n2"].status == "slow" and search.nodes["n2"].message.endswith("slow on rail(s) r1")
+    assert search.nodes["n1"].status == "ok" and search.nodes["n3"].status == "ok"
+    failing = [r for r in search.results if not r.ok]
+    assert {(r.a, r.b) for r in failing} == {("n1", "n2"), ("n2", "n3")}
+    assert all(r.message.startswith("rail r1: ") and r.busbw_gbps == 0.002 for r in failing)
+
+
+def test_two_nodes_with_a_slow_rail_cannot_be_told_apart():
+    from gpucluster.conformance.pairs import rail_search
+
+    search, _ = rail_search(["a", "b"], {"r0": [PairResult("a", "b", True, 0.3)],
+                                          "r1": [PairResult("a", "b", False, 0.001, "slow")]})
+    assert search.slow == []
+    assert search.nodes["a"].status == search.nodes["b"].status == "pair_slow"
+    assert "cannot isolate" in search.nodes["a"].message and "rail(s) r1" in search.nodes["a"].message
+
+
+def test_rail_pings_are_read_per_rail_and_peer():
+    from gpucluster.conformance.fabric import parse_rail_pings, rail_ping_command
+
+    cmd = rail_ping_command("enp16s0np0", "10.77.2.11", 9000, "0 gpu-2")
+    assert "-M do -s 8972" in cmd and "-I enp16s0np0 10.77.2.11" in cmd and cmd.endswith("&")
+    # What the node prints (the lines of the background pings, in any order); junk is ignored.
+    got = parse_rail_pings("1 gpu-2 1\n0 gpu-2 0\nping: warning\n0 gpu-3 2\n")
+    assert got == {"0 gpu-2": True, "1 gpu-2": False, "0 gpu-3": False}
+
+
+def test_rail_pings_cover_every_pair_of_a_small_cluster_and_the_ring_of_a_large_one():
+    from gpucluster.conformance.fabric import RAIL_PING_ALL_MAX, rail_ping_pairs
+
+    assert rail_ping_pairs(["a", "b", "c"]) == [("a", "b"), ("a", "c"), ("b", "c")]
+    many = [f"n{i}" for i in range(RAIL_PING_ALL_MAX + 1)]
+    assert rail_ping_pairs(many) == ring_pairs(many)

@@ -39,7 +39,7 @@ def test_pair_runs_ramp_to_the_verdict_sizes_only(tmp_path, monkeypatch):
     inv = load_inventory(GOLDEN)
     seen: list[tuple[int, ...]] = []
 
-    def fake_run(launcher, names, ips, cidr, settings, label):
+    def fake_run(launcher, names, ips, cidr, settings, label, data_cidrs=None):
         seen.append(settings.sizes)
         return AllReduceRun("mpi-cpu", label, names, len(names)), ""
 

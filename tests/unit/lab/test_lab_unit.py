@@ -80,7 +80,9 @@ def test_overlapping_labs_are_rejected(stack_file: StackFile) -> None:
     clash = _lab(stack_file, "clash", "10.77.0.0/16", "10.90.1.0/24")
     apart = _lab(stack_file, "apart", "10.79.0.0/24", "10.79.1.0/24")
     problems = overlap_problems(clash, [a])
-    assert len(problems) == 2 and "lab 'lab'" in problems[0]
+    # Its management network covers the other lab's management, fabric and both rail subnets.
+    assert len(problems) == 4 and "lab 'lab'" in problems[0]
+    assert sum("10.77.2.0/24" in p or "10.77.3.0/24" in p for p in problems) == 2
     assert overlap_problems(apart, [a]) == []
     assert overlap_problems(a, [a]) == []  # itself, on a second `up`
 
@@ -93,7 +95,8 @@ def test_host_routes_that_overlap_are_rejected(plan: LabLayout) -> None:
         {"dst": "192.0.2.0/24", "dev": "eth0"},
     ]
     problems = route_problems(plan, routes)
-    assert len(problems) == 2 and all("wg0" in p for p in problems)
+    # management, fabric and the two rails' subnets all lie inside 10.0.0.0/8
+    assert len(problems) == 4 and all("wg0" in p for p in problems)
 
 
 def test_a_non_lab_target_is_bad_input() -> None:

@@ -79,6 +79,10 @@ def test_find_matches_the_program_and_the_marker(tmp_path: Path) -> None:
     # "; :" keeps sh from exec-ing sleep: the process stays sh with the marker among its arguments.
     pid = process.spawn(["sh", "-c", "sleep 60; :", marker], tmp_path / "boot.log")
     try:
+        # Until the child has exec'd sh it is still a copy of this Python: wait for that, bounded.
+        deadline = time.monotonic() + 10
+        while process.find("sh", marker) != [pid] and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert process.find("sh", marker) == [pid]
         assert process.find("sh", str(tmp_path / "nodes" / "gpu-2")) == []
         assert process.find("bash", marker) == []

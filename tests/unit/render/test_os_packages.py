@@ -51,7 +51,10 @@ def _expected_pins() -> dict[str, str]:
         f"cuda-toolkit-{BOM['cuda']['package_suffix']}": f"{BOM['cuda']['version']}-*",
         "libnccl2": nccl,
         "libnccl-dev": nccl,
-        "datacenter-gpu-manager-4-core": f"{BOM['dcgm']['version']}-*",
+        # DCGM's packages carry epoch 1; the CUDA package is the BOM's CUDA major; NSCQ is the driver's.
+        "datacenter-gpu-manager-4-core": f"1:{BOM['dcgm']['version']}-*",
+        f"datacenter-gpu-manager-4-cuda{BOM['cuda']['version'].split('.')[0]}": f"1:{BOM['dcgm']['version']}-*",
+        f"libnvidia-nscq-{BOM['nvidia_driver']['branch']}": f"{BOM['nvidia_driver']['version']}-*",
         "nvidia-container-toolkit": f"{BOM['container_toolkit']['version']}-*",
         "nvidia-container-toolkit-base": f"{BOM['container_toolkit']['version']}-*",
         f"nvidia-open-{BOM['nvidia_driver']['branch']}": f"{BOM['nvidia_driver']['version']}-*",

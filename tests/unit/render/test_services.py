@@ -67,9 +67,30 @@ def test_nvidia_driver_starts_the_fabric_manager_exactly_where_the_check_require
 
 def test_what_each_kind_of_node_runs() -> None:
     profiles = {name: p.model_dump(mode="json") for name, p in load_profiles().items()}
-    assert required_services(["gpu", "pool_gpu"], profiles["h100-sxm-8"]) == list(ALL_SERVICES)
+    real = {"nvidia_repo": True, "heavy_packages": True}
+    assert required_services(["gpu", "pool_gpu"], profiles["h100-sxm-8"], real) == list(ALL_SERVICES)
+    # Without the capabilities to install DCGM (the lab's, or none given), no host engine is required.
+    assert "nvidia-dcgm" not in required_services(["gpu"], profiles["h100-sxm-8"])
+    assert "nvidia-dcgm" not in required_services(["gpu"], profiles["h100-sxm-8"], {**real, "nvidia_repo": False})
     assert required_services(["gpu"], profiles["l40s-pcie"]) == [*BASE_SERVICES, "nvidia-persistenced"]
     assert required_services(["gpu"], profiles["cpu-lab"]) == list(BASE_SERVICES)
     assert required_services(["storage", "ceph_osd"], profiles["cpu-server"]) == list(BASE_SERVICES)
     # A GPU profile outside the gpu group (a storage node with a GPU) runs no NVIDIA services.
     assert required_services(["storage"], profiles["h100-sxm-8"]) == list(BASE_SERVICES)
+
+
+@pytest.mark.parametrize("stack", STACKS, ids=[s.stem.removeprefix("Pulumi.") for s in STACKS])
+def test_gpu_validation_installs_dcgm_exactly_where_the_check_requires_its_service(stack: Path) -> None:
+    from tests.unit.roles.render import host_context, role_vars
+
+    data = _inventory(stack)
+    inv = suite_nodes.parse_inventory(data, str(stack))
+    caps = data["all"]["vars"]["gpucluster_capabilities"]
+    checked = 0
+    for info in inv.nodes:
+        if "gpu" not in info.groups or int(info.profile["gpu"]["count"]) == 0:
+            continue
+        installed = role_vars("gpu_validation", host_context(data, info.name))["gpu_validation_dcgm_enabled"]
+        checked += 1
+        assert installed == ("nvidia-dcgm" in required_services(info.groups, info.profile, caps)), info.name
+    assert checked or "lab" in stack.name

@@ -36,6 +36,7 @@ MY_ROLES = (
     "gpu_validation",
     "container_runtime",
     "rdma_fabric",
+    "fabric_rails",
     "monitoring",
 )
 ANSIBLE_MANAGED = "Managed by gpucluster (Ansible): local edits are overwritten on the next converge."

@@ -134,11 +134,22 @@ def test_a_missing_file_fails_the_check() -> None:
         CHECK.test_nccl_conf(_Node(inv.node("gpu-1"), inv, {}))
 
 
-def test_the_lab_gets_the_socket_transport_on_its_fabric_interface() -> None:
+def test_the_lab_gets_the_socket_transport_on_its_compute_rails() -> None:
+    """Every rail by its exact name, rings kept on one rail (the lab's rails do not reach each other);
+    the storage interface (eth1, here fab0) carries none of NCCL's traffic."""
     data = _inventory(REPO / "Pulumi.lab.yaml", "fab0")
     for host in ("gpu-1", "gpu-2"):
         conf = render_nccl.parse_nccl_conf(render_nccl_conf(data, host))
-        assert conf == {"NCCL_SOCKET_IFNAME": "=fab0", "NCCL_IB_DISABLE": "1"}
+        assert conf == {"NCCL_SOCKET_IFNAME": "=enp16s0np0,enp32s0np0", "NCCL_IB_DISABLE": "1", "NCCL_CROSS_NIC": "0"}
+
+
+def test_one_lab_rail_is_named_alone_and_rings_may_cross_nothing(tmp_path: Path) -> None:
+    text = (REPO / "Pulumi.lab.yaml").read_text().replace("    kind: lab\n", "    kind: lab\n    rails: 1\n", 1)
+    assert "rails: 1" in text
+    stack = tmp_path / "Pulumi.onerail.yaml"
+    stack.write_text(text)
+    conf = render_nccl.parse_nccl_conf(render_nccl_conf(_inventory(stack, "fab0"), "gpu-1"))
+    assert conf == {"NCCL_SOCKET_IFNAME": "=enp16s0np0", "NCCL_IB_DISABLE": "1"}
 
 
 def test_ib_and_roce_name_the_compute_rails_exactly() -> None:

@@ -109,3 +109,17 @@ def test_the_bom_pins_doca_ofed_and_names_every_os() -> None:
         "ubuntu-24.04": ("ubuntu", "24.04", "noble"),
         "debian-12": ("debian", "12", "bookworm"),
     }
+
+
+def test_the_bom_pins_the_efa_installer_the_role_reads() -> None:
+    """The EFA installer AWS's release notes list (1.51.0: the OFI NCCL plugin 1.22.0), cited beside
+    the pin, and the value rdma_fabric's default reads."""
+    from gpucluster.spec import load_bom
+    from gpucluster.spec.loader import DATA_DIR
+
+    assert load_bom().efa.version == "1.51.0"
+    text = (DATA_DIR / "bom.yaml").read_text()
+    assert "efa-changelog" in text and "OFI NCCL plugin 1.22.0" in text
+    root = Path(__file__).resolve().parents[3]
+    defaults = yaml.safe_load((root / "roles" / "rdma_fabric" / "defaults" / "main.yml").read_text())
+    assert "gpucluster_bom.efa" in defaults["rdma_fabric_efa_version"]

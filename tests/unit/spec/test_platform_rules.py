@@ -32,7 +32,8 @@ def test_pools_get_their_targets_default_platform() -> None:
     assert [(n.name, n.platform) for n in aws.nodes if n.pool in ("gpu", "cp")] == [
         ("gpu-1", "aws-p5-48xlarge"), ("gpu-2", "aws-p5-48xlarge"), ("cp-1", "cloud-ethernet")]
     assert aws.instance_type("gpu") == "p5.48xlarge"
-    assert {n.platform for n in load_spec(root / LAB).nodes} == {"lab"}
+    lab = load_spec(root / LAB)
+    assert {(n.pool, n.platform) for n in lab.nodes} == {("gpu", "lab"), ("stor", "lab-cpu")}
 
 
 def test_the_conformance_section_defaults_and_ranges(stack_file: StackFile) -> None:

@@ -41,7 +41,11 @@ FIGURES = {
     ("dgx-h100", "storage"): (
         ("infiniband", "storage", 4, 400, [f"mlx5_{i}" for i in (1, 2, 7, 8)], "shared_subnet"),
         "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html"),
-    ("lab", "fabric"): (("ethernet", "compute", 1, 10, ["eth1"], "shared_subnet"), "drivers/net/veth.c"),
+    ("lab", "fabric"): (("ethernet", "storage", 1, 10, ["eth1"], "shared_subnet"), "drivers/net/veth.c"),
+    # The most a lab node may have; the spec's target.rails keeps the first N.
+    ("lab", "rail"): (("ethernet", "compute", 8, 10, [f"enp{16 * (i + 1)}s0np0" for i in range(8)], "subnet_per_rail"),
+                      "drivers/net/veth.c"),
+    ("lab-cpu", "fabric"): (("ethernet", "storage", 1, 10, ["eth1"], "shared_subnet"), "drivers/net/veth.c"),
 }
 
 
@@ -122,3 +126,21 @@ def test_a_bad_platform_file_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         load_platforms.__wrapped__(tmp_path)
     assert all(p.startswith("broken.yaml: platform.") for p in err.value.problems)
+
+
+def test_no_platform_asks_more_of_nodes_together_than_of_each_alone() -> None:
+    """A ring across nodes also crosses each node's GPUs: the inter-node floor of a platform can
+    never exceed the intra-node floor of a GPU profile it carries (a floor above it fails every
+    healthy node, as 40 GB/s did on g6e's PCIe-only L40S)."""
+    from gpucluster.spec.loader import load_profiles
+
+    profiles = load_profiles()
+    checked = 0
+    for name, platform in load_platforms().items():
+        inter = platform.floors.allreduce_inter_busbw_gbps
+        for profile in platform.profiles:
+            intra = profiles[profile].floors.allreduce_intra_busbw_gbps
+            if inter is not None and intra is not None:
+                checked += 1
+                assert inter <= intra, f"{name}: inter-node floor {inter} GB/s > {profile}'s intra-node {intra} GB/s"
+    assert checked >= 8

@@ -12,6 +12,7 @@ from typing import Any
 from gpucluster.render.nccl import nccl_settings
 from gpucluster.render.os_packages import detect_preinstalled, os_packages, preinstalled_action, preinstalled_plan
 from gpucluster.render.platform import platform_devices, platform_rdma_addressed
+from gpucluster.render.rails import rail_settings, rail_sysctl_lines
 from gpucluster.render.services import required_services
 
 
@@ -20,4 +21,5 @@ class FilterModule:
         return {"nccl_settings": nccl_settings, "required_services": required_services,
                 "os_packages": os_packages, "preinstalled_action": preinstalled_action,
                 "detect_preinstalled": detect_preinstalled, "preinstalled_plan": preinstalled_plan,
-                "platform_devices": platform_devices, "platform_rdma_addressed": platform_rdma_addressed}
+                "platform_devices": platform_devices, "platform_rdma_addressed": platform_rdma_addressed,
+                "rail_settings": rail_settings, "rail_sysctl_lines": rail_sysctl_lines}
