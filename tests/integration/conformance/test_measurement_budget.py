@@ -86,9 +86,12 @@ def test_a_measurement_past_its_budget_leaves_nothing_on_any_node(lab: Path, tmp
     monkeypatch.setenv(RUN_ID_ENV, run_id)
     cfg = write_ssh_config(tmp_path / "ssh" / "gw0" / "ssh_config", list(inv.nodes), shared=tmp_path / "ssh",
                            host_keys=hostkeys.policy_for(inv.target, inv.cluster_name))
-    # 1 Mbit/s: one all-reduce of the first pair size (1 MiB) takes ~8 s, far past the budget.
-    assert ssh(lab, nodes[1].name, "tc qdisc replace dev eth1 root tbf rate 1mbit burst 32kb latency 400ms"
-               ).returncode == 0
+    # 1 Mbit/s on every compute rail (where the all-reduce's data goes): one all-reduce of the first
+    # pair size (1 MiB) takes ~8 s, far past the budget.
+    links = [r["interface"] for r in nodes[1].rails]
+    assert links, "the lab's GPU nodes have compute rails"
+    shape = "; ".join(f"tc qdisc replace dev {d} root tbf rate 1mbit burst 32kb latency 400ms" for d in links)
+    assert ssh(lab, nodes[1].name, shape).returncode == 0
     seen: dict[str, str] = {}
     real_kill = fabric_mod.kill_measurement
 
@@ -106,7 +109,7 @@ def test_a_measurement_past_its_budget_leaves_nothing_on_any_node(lab: Path, tmp
                         FabricOptions(budget_s=6.0))
         run = fabric._allreduce(nodes, f"pair:{nodes[0].name}+{nodes[1].name}", sweep=False)
     finally:
-        ssh(lab, nodes[1].name, "tc qdisc del dev eth1 root")
+        ssh(lab, nodes[1].name, "; ".join(f"tc qdisc del dev {d} root" for d in links))
     assert run.status == "cut", (run.status, run.notes)
     tag = seen["tag"]
     # Whatever still ran when the budget ended (the node script also stops itself at its deadline,
