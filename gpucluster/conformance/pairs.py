@@ -160,3 +160,14 @@ def rail_search(nodes: list[str], per_rail: dict[str, list[PairResult]]) -> tupl
         elif failing_on:
             np.message += f"; pairs under the floor on rail(s) {', '.join(failing_on)}"
     return search, per
+
+
+def node_on_rails(rails: dict[str, Any] | None, node: str) -> dict[str, NodePairs]:
+    """``node``'s verdict in each rail's search (a measurement's ``rails``: rail name to the search
+    as JSON), in rail order; empty where the measurement did not run rail by rail."""
+    return {rail: PairSearch.from_json(s).nodes[node] for rail, s in (rails or {}).items()}
+
+
+def rail_status_text(on_rails: dict[str, NodePairs]) -> str:
+    """The figure a check records of a node's status per rail: ``enp16s0np0 ok, enp32s0np0 slow``."""
+    return ", ".join(f"{rail} {m.status}" for rail, m in on_rails.items())

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool, Platform
+from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool, Platform, Rail
 
 # The first addresses of each subnet are left to gateways, bridges and services
 # (the lab's bridge and apt proxy sit on .1); nodes start here.
@@ -107,12 +107,18 @@ def rail_cidrs(spec: ClusterSpec) -> list[str]:
     return out
 
 
+def spec_addressed(rail: Rail) -> bool:
+    """Whether the spec plans the rail's addresses: a compute Ethernet rail with a subnet per rail
+    (the lab's; a provider or the site addresses every other kind)."""
+    return rail.role == "compute" and rail.kind == "ethernet" and rail.addressing == "subnet_per_rail"
+
+
 def rail_platform(platform: Platform, rails: int) -> Platform:
-    """A lab platform with ``rails`` compute rails: its compute Ethernet rail addressed a subnet per
-    rail keeps its first ``rails`` devices (the platform file lists the most a lab node may have)."""
+    """A lab platform with ``rails`` compute rails: its rail the spec addresses keeps its first
+    ``rails`` devices (the platform file lists the most a lab node may have)."""
     out = []
     for rail in platform.rails:
-        if rail.role == "compute" and rail.kind == "ethernet" and rail.addressing == "subnet_per_rail":
+        if spec_addressed(rail):
             rail = rail.model_copy(update={"count": rails, "devices": rail.device_names()[:rails]})
         out.append(rail)
     return platform.model_copy(update={"rails": out})
@@ -131,9 +137,7 @@ def expand_nodes(spec: ClusterSpec, platforms: dict[str, Platform] | None = None
         platform_name = pool_platform(spec, pool)
         rails: tuple[NodeRail, ...] = ()
         if subnets and platforms and platform_name in platforms:
-            names = [d for r in platforms[platform_name].rails
-                     if r.role == "compute" and r.kind == "ethernet" and r.addressing == "subnet_per_rail"
-                     for d in r.device_names()]
+            names = [d for r in platforms[platform_name].rails if spec_addressed(r) for d in r.device_names()]
             rails = tuple(
                 NodeRail(ifname, _dotted(int(ipaddress.IPv4Network(cidr).network_address) + FIRST_HOST_OFFSET + index),
                          cidr)

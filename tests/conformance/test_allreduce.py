@@ -7,7 +7,7 @@ import pytest
 from gpucluster.conformance import nccl_tests
 from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, judge
 from gpucluster.conformance.fabric import PAIR_STATUS_REASON, fault_key, verdict_sentence, verdict_size
-from gpucluster.conformance.pairs import PairSearch
+from gpucluster.conformance.pairs import PairSearch, node_on_rails, rail_status_text
 
 pytestmark = pytest.mark.gpu
 
@@ -108,9 +108,9 @@ def test_allreduce_pairs(node, fabric):
 
     low = ", ".join(figure(p) for p in mine.pairs if not p["ok"])
     # Measured rail by rail: which rails, and what each pair reached on them.
-    rails = {rail: PairSearch.from_json(s).nodes[node.name] for rail, s in (data.get("rails") or {}).items()}
+    rails = node_on_rails(data.get("rails"), node.name)
     if rails:
-        node.figure("rail_status", ", ".join(f"{rail} {m.status}" for rail, m in rails.items()))
+        node.figure("rail_status", rail_status_text(rails))
     on = [rail for rail, m in rails.items() if m.status != "ok" or any(not p["ok"] for p in m.pairs)]
     where = f" on rail(s) {', '.join(on)}" if on else ""
     assert mine.status == "ok", (f"pair all-reduce busbw{where} with {low} < floor {floor:g} GB/s at >= {verdict} B: "

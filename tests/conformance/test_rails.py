@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from gpucluster.conformance.pairs import PairSearch
+from gpucluster.conformance.pairs import PairSearch, node_on_rails, rail_status_text
 from gpucluster.render.rails import rail_problems, rail_settings
 
 
@@ -58,14 +58,14 @@ def test_rails_reach_every_peer(node, fabric):
     mine = search.nodes.get(node.name)
     if mine is None:
         pytest.skip("this node shares no rail with the other nodes")
-    per_rail = {rail: PairSearch.from_json(s) for rail, s in data["rails"].items()}
-    node.figure("rail_status", ", ".join(f"{rail} {s.nodes[node.name].status}" for rail, s in per_rail.items()))
+    on_rails = node_on_rails(data["rails"], node.name)
+    node.figure("rail_status", rail_status_text(on_rails))
     if mine.status == "untested":
         pytest.skip(mine.message)
     if mine.status == "ok":
         return
     lost = "; ".join(p["message"] for p in mine.pairs if not p["ok"])
-    on = sorted(rail for rail, s in per_rail.items() if s.nodes[node.name].status not in ("ok", "untested"))
+    on = sorted(rail for rail, m in on_rails.items() if m.status not in ("ok", "untested"))
     why = {
         "slow": "lost to and from every peer, while the peers reach each other",
         "pair_slow": "lost between the only two nodes: cannot tell which end (neither is blamed alone)",

@@ -178,3 +178,15 @@ def test_rail_pings_cover_every_pair_of_a_small_cluster_and_the_ring_of_a_large_
     assert rail_ping_pairs(["a", "b", "c"]) == [("a", "b"), ("a", "c"), ("b", "c")]
     many = [f"n{i}" for i in range(RAIL_PING_ALL_MAX + 1)]
     assert rail_ping_pairs(many) == ring_pairs(many)
+
+
+def test_a_nodes_verdict_per_rail_reads_back_from_the_measurements_json():
+    from gpucluster.conformance.pairs import node_on_rails, rail_search, rail_status_text
+
+    _, per = rail_search(["n1", "n2", "n3"], {
+        "r0": [PairResult("n1", "n2", True, 0.3), PairResult("n2", "n3", True, 0.3), PairResult("n3", "n1", True, 0.3)],
+        "r1": [PairResult("n1", "n2", False, 0.002), PairResult("n2", "n3", False, 0.002),
+               PairResult("n3", "n1", True, 0.3)]})
+    on = node_on_rails({rail: s.to_json() for rail, s in per.items()}, "n2")
+    assert rail_status_text(on) == "r0 ok, r1 slow"
+    assert node_on_rails(None, "n2") == {} and rail_status_text({}) == ""
