@@ -342,12 +342,27 @@ def _failure_cause(res: Mapping[str, Any]) -> str:
     stderr = str(res.get("stderr") or "").strip()
     # ansible-core's summary of a command's exit status: "non-zero return code" up to 2.19,
     # "The command exited with a non-zero return code." from 2.20.
-    if stderr and (not msg or "non-zero return code" in msg.lower()):
-        # A command's own words say more than Ansible's summary of its exit status.
-        first = stderr.splitlines()[-1].strip()
-        return f"rc {res.get('rc')}: {first}" if "rc" in res else first
+    if stderr and (not msg or "non-zero return code" in msg.lower()
+                   or (_ECHOED_COMMAND.match(msg) and stderr.splitlines()[0].strip() in msg)):
+        # A command's own words say more than Ansible's summary of its exit status, or than the
+        # apt module's echo of its whole command line ("'/usr/bin/apt-get ... install ...' failed: E: ...").
+        return _command_words(stderr, res.get("rc"))
+    if _ECHOED_COMMAND.match(msg):
+        return _command_words(_ECHOED_COMMAND.sub("", msg, count=1), res.get("rc"))
     text = msg or str(res.get("reason") or "").strip()
     return text.splitlines()[0] if text else ""
+
+
+# "'<command line>' failed: <its stderr>": how ansible.builtin.apt (and others) report a command.
+_ECHOED_COMMAND = re.compile(r"^'[^\n]*?' failed: ", re.DOTALL)
+
+
+def _command_words(stderr: str, rc: Any) -> str:
+    """The lines of a command's stderr that say why: apt's and dpkg's errors (E:, dpkg: error), else the last."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(("E:", "dpkg: error", "Err:"))]
+    words = " | ".join(errors[:3]) if errors else (lines[-1] if lines else "")
+    return f"rc {rc}: {words}" if rc is not None else words
 
 
 # Connection types that reach a node over SSH (the others need no host key).

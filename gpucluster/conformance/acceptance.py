@@ -11,9 +11,9 @@ from collections import Counter
 from typing import Any
 
 from gpucluster.conformance.expect import Rail
-from gpucluster.parsers.kernel_log import XidEvent
+from gpucluster.parsers.kernel_log import SxidEvent, XidEvent
 from gpucluster.parsers.libfabric import NcclNet
-from gpucluster.parsers.sysfs import IbPort, pcie_gen
+from gpucluster.parsers.sysfs import IbPort, is_mlx5_vf, pcie_gen
 
 # Clocks event reasons that mean the GPU is slowed by heat or power, not by idling or settings
 # (nvidia-smi -q "Clocks Event Reasons"; "Clocks Throttle Reasons" before driver 530).
@@ -30,13 +30,14 @@ def _status(parsed: dict[str, Any], tool: str) -> list[str]:
 
 
 def dcgm_problems(parsed: dict[str, Any]) -> list[str]:
-    """Every failed or warning DCGM test, with the GPUs it names."""
+    """Every failed or warning DCGM test, with the GPUs it names and DCGM's first warning or error."""
     out = []
     for t in parsed.get("tests", []):
         if t.get("result") in ("fail", "warn"):
             gpus = t.get("failed_gpus") or []
             where = f" on GPU {', '.join(map(str, gpus))}" if gpus else f" ({t.get('raw')})"
-            out.append(f"DCGM {t.get('name')}: {t.get('result')}{where}")
+            why = next((d.get("text") for d in t.get("details", []) if d.get("kind") in ("warning", "error")), None)
+            out.append(f"DCGM {t.get('name')}: {t.get('result')}{where}" + (f": {str(why)[:200]}" if why else ""))
     out += [f"DCGM error: {e}" for e in parsed.get("errors", [])[:5]]
     return out or _status(parsed, "dcgmi diag")
 
@@ -69,23 +70,87 @@ def gpu_pcie_problems(gpus: list[dict[str, Any]], generation: int, width: int) -
     return out
 
 
-def hca_pcie_problems(speeds: dict[str, str], widths: dict[str, str], rails: list[Rail]) -> list[str]:
-    """Each HCA a rail lists: its current link generation and width against the rail's."""
+PCIE_QUERY = ("index", "pcie.link.gen.current", "pcie.link.width.current", "pcie.link.gen.max", "pcie.link.width.max")
+
+
+def gpu_pcie_link_problems(rows: list[dict[str, Any]], gpus: int, generation: int, width: int,
+                           loaded: bool) -> list[str]:
+    """``nvidia-smi --query-gpu=<PCIE_QUERY> --format=csv`` rows (one or many per GPU) against the profile.
+
+    An idle GPU drops its link to a lower generation to save power, so the current generation
+    means something only under traffic. ``loaded``: the rows were sampled while copies ran to and
+    from every GPU, and each GPU's best current generation and width over its samples is judged.
+    Not loaded: ``pcie.link.gen.max`` (the highest generation the GPU and its slot can train to)
+    stands for the generation, with the current width (the width does not drop at idle). Each
+    problem says which of the two was measured.
+    """
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        seen.setdefault(str(row.get("index")), []).append(row)
+    how = "under load" if loaded else "idle, judged on pcie.link.gen.max"
     out = []
+    for i in range(gpus):
+        samples = seen.get(str(i), [])
+        gen_key = "pcie.link.gen.current" if loaded else "pcie.link.gen.max"
+        gens = [r[gen_key] for r in samples if isinstance(r.get(gen_key), int)]
+        widths = [r["pcie.link.width.current"] for r in samples if isinstance(r.get("pcie.link.width.current"), int)]
+        if not gens or not widths:
+            out.append(f"GPU {i}: no PCIe link reading ({how})")
+            continue
+        gen, lanes = max(gens), max(widths)
+        if gen < generation or lanes < width:
+            cap = max((r["pcie.link.gen.max"] for r in samples if isinstance(r.get("pcie.link.gen.max"), int)),
+                      default=None)
+            slot = f"; its slot trains to Gen{cap} at most" if loaded and cap is not None and cap < generation else ""
+            n = f" over {len(samples)} samples" if loaded else ""
+            out.append(f"GPU {i}: PCIe Gen{gen} x{lanes} ({how}{n}), the profile says Gen{generation} "
+                       f"x{width}{slot}")
+    return out
+
+
+def hca_pcie_problems(speeds: dict[str, str], widths: dict[str, str], rails: list[Rail],
+                      device_ids: dict[str, str] | None = None) -> list[str]:
+    """Each HCA a rail lists: its current link generation and width against the rail's."""
+    return hca_pcie_verdict(speeds, widths, rails, device_ids or {})[0]
+
+
+def hca_pcie_verdict(speeds: dict[str, str], widths: dict[str, str], rails: list[Rail],
+                     device_ids: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(problems, unjudged) over each HCA a rail lists, judged on what its sysfs link files read.
+
+    An SR-IOV VF (``device_ids``: ``device/device`` per HCA, an mlx5 VF ID) has no PCIe link of its
+    own and reads ``Unknown`` and width 0 (Azure ND H100 v5 passes its IB HCAs to the VM as VFs):
+    what reads so is unjudged, with the reason, and the readable half is still judged. On a
+    physical function the same reading is a problem.
+    """
+    out: list[str] = []
+    unjudged: list[str] = []
     for rail in rails:
         for hca in rail.devices:
             if rail.pcie_generation is None and rail.pcie_width is None:
                 continue
-            gen, width = pcie_gen(speeds.get(hca)), widths.get(hca)
+            who = f"{hca} (rail {rail.name})"
             if hca not in speeds and hca not in widths:
-                out.append(f"{hca} (rail {rail.name}): no PCIe link reading")
+                out.append(f"{who}: no PCIe link reading")
                 continue
-            if rail.pcie_generation is not None and gen != rail.pcie_generation:
-                out.append(f"{hca} (rail {rail.name}): {speeds.get(hca)} (Gen{gen}), "
-                           f"the rail says Gen{rail.pcie_generation}")
-            if rail.pcie_width is not None and (width or "").lstrip("x") != str(rail.pcie_width):
-                out.append(f"{hca} (rail {rail.name}): x{width}, the rail says x{rail.pcie_width}")
-    return out
+            speed, width = speeds.get(hca), (widths.get(hca) or "").strip().lstrip("x")
+            gen = pcie_gen(speed)
+            vf = is_mlx5_vf(device_ids.get(hca))
+            blank = []
+            if rail.pcie_generation is not None:
+                if gen is None and vf:
+                    blank.append(f"current_link_speed {speed!r}")
+                elif gen != rail.pcie_generation:
+                    out.append(f"{who}: {speed} (Gen{gen}), the rail says Gen{rail.pcie_generation}")
+            if rail.pcie_width is not None:
+                if width in ("", "0") and vf:
+                    blank.append(f"current_link_width {width or 'unreadable'}")
+                elif width != str(rail.pcie_width):
+                    out.append(f"{who}: x{width}, the rail says x{rail.pcie_width}")
+            if blank:
+                unjudged.append(f"{who}: SR-IOV VF {device_ids.get(hca)} reads {', '.join(blank)}: "
+                                "a VF has no PCIe link of its own")
+    return out, unjudged
 
 
 def nvlink_speed_problems(gpus: list[dict[str, Any]], gbytes_per_link: float) -> list[str]:
@@ -122,12 +187,59 @@ def nvlink_error_problems(gpus: list[dict[str, Any]], limit: int = 0) -> list[st
     return out
 
 
+# The Xids NVIDIA's Xid catalog attributes to user applications, not to the GPU, the driver or
+# the node: https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (Trigger
+# Conditions and Resolution Bucket columns). Each one is a figure of GC-GPU-007, never its failure;
+# every other Xid fails the node.
+APPLICATION_XIDS: dict[int, str] = {
+    # ROBUST_CHANNEL_GR_EXCEPTION, "logged for general user application faults" (out-of-bounds
+    # access, illegal instruction); immediate action RESTART_APP.
+    13: "Graphics Engine Exception",
+    # ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT, an illegal address access: "Typically these are
+    # application-level bugs"; immediate action RESTART_APP.
+    31: "GPU memory page fault",
+    # ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR: "a user application hits a software induced fault
+    # and must terminate. The GPU remains in a healthy state"; immediate action IGNORE.
+    43: "GPU stopped processing",
+    # ROBUST_CHANNEL_PREEMPTIVE_REMOVAL: the driver tearing down an application that aborted
+    # (Control-C, sigkill, GPU reset). The Xid it follows (48, 94, 95) fails on its own.
+    45: "Preemptive cleanup, due to previous errors",
+}
+
+
+def _xid_counts(events: list[XidEvent], application: bool) -> list[str]:
+    counts = Counter((e.pci, e.xid) for e in events if (e.xid in APPLICATION_XIDS) == application)
+    return [f"Xid {xid} on PCI {pci} ({n}x)" for (pci, xid), n in sorted(counts.items())]
+
+
 def xid_problems(events: list[XidEvent], unreadable: int) -> list[str]:
-    counts = Counter((e.pci, e.xid) for e in events)
-    out = [f"Xid {xid} on PCI {pci} ({n}x)" for (pci, xid), n in sorted(counts.items())]
+    """Every Xid the catalog does not attribute to a user application, by PCI address and number."""
+    out = _xid_counts(events, application=False)
     if unreadable:
         out.append(f"{unreadable} Xid line(s) that could not be read")
     return out
+
+
+def application_xids(events: list[XidEvent]) -> list[str]:
+    """The Xids APPLICATION_XIDS lists, by PCI address and number: reported, not failed."""
+    return _xid_counts(events, application=True)
+
+
+def sxid_problems(events: list[SxidEvent], unreadable: int) -> list[str]:
+    """Every fatal NVSwitch SXid, and every one whose first line states no severity."""
+    counts = Counter((e.switch or "nvswitch", e.pci, e.sxid, e.fatal) for e in events if e.fatal is not False)
+    out = [f"{'fatal' if fatal else 'unclassified'} SXid {sxid} on {switch} (PCI {pci}) ({n}x)"
+           for (switch, pci, sxid, fatal), n in sorted(counts.items(), key=lambda kv: kv[0][:3])]
+    if unreadable:
+        out.append(f"{unreadable} SXid line(s) that could not be read")
+    return out
+
+
+def nonfatal_sxids(events: list[SxidEvent]) -> list[str]:
+    """The non-fatal SXids, by NVSwitch and code: reported, not failed."""
+    counts = Counter((e.switch or "nvswitch", e.pci, e.sxid) for e in events if e.fatal is False)
+    return [f"non-fatal SXid {sxid} on {switch} (PCI {pci}) ({n}x)"
+            for (switch, pci, sxid), n in sorted(counts.items())]
 
 
 def clocks_problems(gpus: list[dict[str, Any]]) -> list[str]:
@@ -189,10 +301,13 @@ def firmware_outliers(fleet: dict[str, dict[str, str]]) -> dict[str, list[str]]:
 
 
 def gdr_problems(runs: list[dict[str, Any]], floor_gbps: float) -> list[str]:
-    """ib_write_bw --use_cuda per GPU/HCA pair: each run ok and its bandwidth at the floor."""
+    """ib_write_bw --use_cuda per GPU/HCA pair: each run ok and its bandwidth at the floor. A run
+    between nodes names its peer and the peer's HCA (``peer``, ``peer_hca``)."""
     out = []
     for r in runs:
         where = f"GPU {r.get('gpu')} / {r.get('hca')}"
+        if r.get("peer"):
+            where += f" -> {r.get('peer')} {r.get('peer_hca')}"
         if r.get("status") != "ok":
             out.append(f"{where}: {r.get('status')} ({'; '.join(map(str, r.get('notes', [])[:3]))})")
         elif (r.get("peak_gbps") or 0) < floor_gbps:

@@ -65,7 +65,8 @@ _CHECKS = (
           "ECC MUST be enabled on every GPU, with no uncorrectable errors, no pending row remaps "
           "and no pending retired pages.", ("gpu",)),
     Check("GC-GPU-007", "GPU", "No Xid errors",
-          "The kernel log since boot MUST contain no NVIDIA Xid errors.", ("gpu",)),
+          "The kernel log since boot MUST be readable and MUST hold no NVIDIA Xid error except those NVIDIA's "
+          "Xid catalog attributes to user applications, and on NVSwitch profiles no fatal SXid error.", ("gpu",)),
     Check("GC-GPU-008", "GPU", "NVLinks up",
           "On NVSwitch profiles every GPU MUST show all its NVLinks up.", ("gpu",)),
     Check("GC-GPU-009", "GPU", "Fabric manager",
@@ -119,7 +120,8 @@ _CHECKS = (
     Check("GC-GPU-016", "GPU", "No thermal or power slowdown",
           "Every GPU MUST be free of thermal and power slowdown among its active clocks event reasons.", ("gpu",)),
     Check("GC-DCGM-001", "DCGM", "DCGM diagnostics",
-          "dcgmi diag at the configured level MUST pass with no failed or warning test on any GPU.", ("gpu",)),
+          "Where the inventory expects DCGM, dcgmi MUST be installed, and dcgmi diag at the configured level MUST "
+          "pass with no failed or warning test on any GPU.", ("gpu",)),
     Check("GC-PCIE-001", "PCIE", "GPU PCIe link",
           "Every GPU's PCIe link MUST reach the profile's generation and run at the profile's width.", ("gpu",)),
     Check("GC-PCIE-002", "PCIE", "HCA PCIe link",

@@ -57,6 +57,13 @@ def rail_ping_command(interface: str, peer: str, mtu: int, tag: str) -> str:
 RAIL_PING_ALL_MAX = 32
 
 
+def rail_name(nodes: list[NodeInfo], i: int) -> str:
+    """What rail position ``i`` is called in a report: its interface name where every node that has
+    it names it alike, else ``rail<i>`` (each node's own interface is in the pair's message)."""
+    names = {n.rails[i]["interface"] for n in nodes if i < len(n.rails)}
+    return names.pop() if len(names) == 1 else f"rail{i}"
+
+
 def rail_ping_pairs(names: list[str]) -> list[tuple[str, str]]:
     """The node pairs the rail pings cover: every pair of a small cluster, else the ring's."""
     if len(names) <= RAIL_PING_ALL_MAX:
@@ -352,7 +359,9 @@ class Fabric:
             if len(nodes) < 2:
                 return {"skip": f"{len(nodes)} node(s) with addressed compute rails: a rail needs two"}
             mtu = int(self.inv.fabric["mtu"])
-            indexes = self.rail_indexes(nodes)
+            # Every rail position any node has: a node that lacks one its peers have fails on it
+            # (a rail the smallest node lacks is not left out of the check).
+            indexes = list(range(max(len(n.rails) for n in nodes)))
             progress.note(f"ping at MTU {mtu} on {len(indexes)} rail(s) between {len(nodes)} nodes",
                           budget_s=RAIL_PING_TIMEOUT_S)
 
@@ -362,7 +371,7 @@ class Fabric:
             def from_node(n: NodeInfo) -> tuple[str, dict[str, bool]]:
                 peers = [by_name[b if a == n.name else a] for a, b in pairs if n.name in (a, b)]
                 lines = [rail_ping_command(n.rails[i]["interface"], peer.rails[i]["address"], mtu, f"{i} {peer.name}")
-                         for i in indexes for peer in peers]
+                         for i in indexes for peer in peers if i < len(n.rails) and i < len(peer.rails)]
                 script = "\n".join(lines) + "\nwait\n"
                 res = self.remote(n.name).run(script, timeout=RAIL_PING_TIMEOUT_S)
                 return n.name, parse_rail_pings(res.stdout)
@@ -371,12 +380,19 @@ class Fabric:
                 seen = dict(pool.map(from_node, nodes))
             per_rail: dict[str, list[PairResult]] = {}
             for i in indexes:
-                rail = nodes[0].rails[i]["interface"]
+                rail = rail_name(nodes, i)
                 for a_name, b_name in pairs:
+                    a, b = by_name[a_name], by_name[b_name]
+                    lacking = [x for x in (a, b) if i >= len(x.rails)]
+                    if lacking:
+                        msg = "; ".join(f"{x.name} has no rail {i} (its inventory lists {len(x.rails)})"
+                                        for x in lacking)
+                        per_rail.setdefault(rail, []).append(PairResult(a_name, b_name, False, None, msg))
+                        continue
                     there = seen[a_name].get(f"{i} {b_name}", False)
                     back = seen[b_name].get(f"{i} {a_name}", False)
-                    msg = (f"{a_name} -> {b_name} {'ok' if there else 'lost'}, "
-                           f"{b_name} -> {a_name} {'ok' if back else 'lost'}")
+                    msg = (f"{a_name} {a.rails[i]['interface']} -> {b_name} {'ok' if there else 'lost'}, "
+                           f"{b_name} {b.rails[i]['interface']} -> {a_name} {'ok' if back else 'lost'}")
                     per_rail.setdefault(rail, []).append(PairResult(a_name, b_name, there and back, None, msg))
             search, per = rail_search([n.name for n in nodes], per_rail)
             return {"mtu": mtu, "search": search.to_json(), "rails": {k: v.to_json() for k, v in per.items()}}

@@ -35,8 +35,10 @@ def nvlink_problems(gpus: list[dict[str, Any]], links_per_gpu: int) -> list[str]
     return out
 
 
-def burn_problems(rows: list[dict[str, Any]], floors_tflops: dict[str, float]) -> list[str]:
-    """Rows from burn_torch (or gpu-burn converted): per device and precision."""
+def burn_problems(rows: list[dict[str, Any]], floors_tflops: dict[str, float],
+                  peaks_tflops: dict[str, float] | None = None) -> list[str]:
+    """Rows from burn_torch (or gpu-burn converted): per device and precision. A figure under its
+    floor also says its share of the datasheet's peak (``peaks_tflops``) where the profile has one."""
     out: list[str] = []
     for r in rows:
         where = f"{r['device']} {r['precision']}"
@@ -51,7 +53,10 @@ def burn_problems(rows: list[dict[str, Any]], floors_tflops: dict[str, float]) -
         if floor is None:
             out.append(f"{where}: the profile has no burn floor for {r['precision']}")
         elif tflops is None or tflops < floor:
-            out.append(f"{where}: {tflops if tflops is None else round(tflops, 1)} TFLOP/s under the floor {floor}")
+            peak = (peaks_tflops or {}).get(r["precision"])
+            share = f", {100 * tflops / peak:.0f}% of the {peak:g} peak" if peak and tflops is not None else ""
+            out.append(f"{where}: {tflops if tflops is None else round(tflops, 1)} TFLOP/s under the floor "
+                       f"{floor}{share}")
     return out
 
 

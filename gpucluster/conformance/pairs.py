@@ -133,10 +133,16 @@ def find_slow(nodes: list[str], results: list[PairResult]) -> PairSearch:
     return PairSearch(slow=slow, nodes=out, results=list(results))
 
 
+# How bad a node's verdict on one rail is, for taking its worst over the rails.
+_SEVERITY: dict[str, int] = {"ok": 0, "untested": 1, "suspect": 2, "undetermined": 3, "pair_slow": 4, "slow": 5}
+
+
 def rail_search(nodes: list[str], per_rail: dict[str, list[PairResult]]) -> tuple[PairSearch, dict[str, PairSearch]]:
     """The pair search over several rails measured one at a time: one search per rail (which
-    rail of which node is slow), and the node-level one, where a pair passes only on every rail;
-    a node's message then names the rails its failing pairs failed on."""
+    rail of which node is slow), and the node-level one. A node's verdict is the worst of its
+    verdicts on each rail, each rail's search singling out nodes on that rail's pairs alone (one
+    search over pairs merged across rails would mix one node's dead rail with another's and leave
+    a healthy third node undetermined); its message names the rails that are not ok."""
     per = {rail: find_slow(nodes, results) for rail, results in per_rail.items()}
     pairs: dict[tuple[str, str], list[tuple[str, PairResult]]] = {}
     for rail, results in per_rail.items():
@@ -148,18 +154,25 @@ def rail_search(nodes: list[str], per_rail: dict[str, list[PairResult]]) -> tupl
         worst = min(items, key=lambda x: -1.0 if x[1].busbw_gbps is None else x[1].busbw_gbps)[1]
         message = "; ".join(f"rail {rail}: {r.message}" for rail, r in failing) or "every rail reached the floor"
         combined.append(PairResult(a, b, not failing, worst.busbw_gbps, message, worst.reached_bytes))
-    search = find_slow(nodes, combined)
-    for n, np in search.nodes.items():
-        if np.status == "ok" and not any(not p["ok"] for p in np.pairs):
+    merged = find_slow(nodes, combined)  # the per-pair figures of the node-level report
+    out: dict[str, NodePairs] = {}
+    for n in nodes:
+        on = {rail: s.nodes[n] for rail, s in per.items() if n in s.nodes}
+        figures = merged.nodes[n].pairs if n in merged.nodes else []
+        if not on:
+            out[n] = NodePairs(n, "untested", "measured on no rail", figures)
             continue
-        slow_on = [rail for rail, s in per.items() if n in s.slow]
-        failing_on = [rail for rail, results in per_rail.items()
-                      if any(not r.ok and n in (r.a, r.b) for r in results)]
-        if slow_on:
-            np.message += f"; slow on rail(s) {', '.join(slow_on)}"
-        elif failing_on:
-            np.message += f"; pairs under the floor on rail(s) {', '.join(failing_on)}"
-    return search, per
+        status = max((v.status for v in on.values()), key=lambda st: _SEVERITY[st])
+        if status == "ok":
+            out[n] = NodePairs(n, "ok", "every pair reached the floor on every rail", figures)
+            continue
+        said = "; ".join(f"rail {rail}: {v.message}" for rail, v in on.items() if v.status != "ok")
+        slow_on = [rail for rail, v in on.items() if v.status == "slow"]
+        lead = f"slow on rail(s) {', '.join(slow_on)}" if slow_on else \
+            f"{status} on rail(s) {', '.join(r for r, v in on.items() if v.status == status)}"
+        out[n] = NodePairs(n, status, f"{lead} ({said})", figures)
+    slow = sorted(n for n, v in out.items() if v.status == "slow")
+    return PairSearch(slow=slow, nodes=out, results=combined), per
 
 
 def node_on_rails(rails: dict[str, Any] | None, node: str) -> dict[str, NodePairs]:

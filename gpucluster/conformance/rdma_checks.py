@@ -17,9 +17,35 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gpucluster.conformance.pairs import ring_pairs
+from gpucluster.conformance.remote import Remote, quote
+from gpucluster.parsers import parse_run
 from gpucluster.render.platform import RDMA_KINDS, platform_devices
 
-__all__ = ["compute_hcas", "dscp_prio_map", "hca_problems", "pfc_priorities", "roce_qos_problems"]
+__all__ = ["CounterBaselines", "compute_hcas", "dscp_prio_map", "gdr_args", "gdr_pairs", "gdr_peer", "hca_problems",
+           "pfc_priorities", "roce_qos_problems", "run_gdr_pair"]
+
+
+class CounterBaselines:
+    """GC-IB-002's first reading of each node's HCA port counters in this session, taken before the
+    suite's fabric measurements (GPUDirect RDMA, all-reduce, ib_write_bw) and compared after them.
+
+    The suite runs each node's checks in one worker, in file order (xdist ``loadgroup`` on the
+    node's name), so a per-process store sees a node's first reading and its last.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[str, str] = {}
+
+    def remember(self, node: str, dump: str) -> None:
+        """Keep ``dump`` (sysfs ``<path>=<value>`` lines) unless the node already has a reading."""
+        self._first.setdefault(node, dump)
+
+    def first(self, node: str) -> str | None:
+        return self._first.get(node)
+
+
+COUNTER_BASELINES = CounterBaselines()
 
 
 def compute_hcas(platform: Mapping[str, Any], found: list[str]) -> list[str]:
@@ -104,3 +130,47 @@ def roce_qos_problems(dev: str, app_json: str, pfc_json: str, qos: Mapping[str, 
     if on != [prio]:
         problems.append(f"{dev}: PFC on priorities {on}, the spec says [{prio}]")
     return problems
+
+
+# --- GC-RDMA-002: GPUDirect RDMA between nodes ------------------------------------------------
+
+GDR_PORT = 18620
+
+
+def gdr_peer(names: list[str], me: str) -> str | None:
+    """The node ``me`` measures GPUDirect RDMA with: its partner in GC-RDMA-001's ring of pairs
+    (gpucluster.conformance.pairs.ring_pairs over the same nodes), None without a second node."""
+    for a, b in ring_pairs(names):
+        if a == me:
+            return b
+    return next((a for a, b in ring_pairs(names) if b == me), None)
+
+
+def gdr_pairs(gpus: int, hcas: list[str], peer_hcas: list[str]) -> list[tuple[int, str, str]]:
+    """(GPU i, this node's HCA i, the peer's HCA i): the platforms list each compute HCA beside its
+    GPU (one NDR port per H100), so GPU i writes through HCA i to GPU i of the peer."""
+    return [(i, hcas[i], peer_hcas[i]) for i in range(min(gpus, len(hcas), len(peer_hcas)))]
+
+
+def gdr_args(device: str, gpu: int, dmabuf: bool, seconds: int, qps: int = 4) -> list[str]:
+    """ib_write_bw with its buffers in GPU ``gpu``'s memory, as GC-RDMA-001 drives it otherwise.
+    Without nvidia-peermem (inbox rdma-core with the open kernel modules) GPU memory is registered
+    through DMA-BUF: ``--use_cuda_dmabuf`` beside ``--use_cuda``."""
+    return ["ib_write_bw", "-d", device, f"--use_cuda={gpu}", *(["--use_cuda_dmabuf"] if dmabuf else []),
+            "-F", "--report_gbits", "-D", str(seconds), "-q", str(qps), "-p", str(GDR_PORT + gpu)]
+
+
+def run_gdr_pair(server: Remote, client: Remote, server_ip: str, gpu: int, device: str, peer_device: str,
+                 dmabuf: tuple[bool, bool], seconds: int = 5) -> dict[str, Any]:
+    """The server on the peer (``server``) in the background, the client here; both bounded by
+    ``timeout`` (a client that never connects must not leave the server holding the GPU).
+    ``dmabuf``: (server's, client's). The client's output, with its exit status, is the figure."""
+    bound = seconds + 30
+    srv = quote(gdr_args(peer_device, gpu, dmabuf[0], seconds))
+    server.run(f"(timeout {bound} {srv} > /var/tmp/gpucluster-gdr-server.log 2>&1 &)", timeout=30)
+    cli = quote([*gdr_args(device, gpu, dmabuf[1], seconds), server_ip])
+    res = client.run(f"sleep 2; timeout {bound} {cli} 2>&1", timeout=bound + 30)
+    parsed = parse_run("ib_write_bw", res.stdout, res.rc)
+    if not parsed.get("rows"):
+        parsed["notes"] = [*parsed.get("notes", []), f"output (rc {res.rc}): {res.stdout.strip()[-200:]}"]
+    return {**parsed, "gpu": gpu, "hca": device, "peer_hca": peer_device}

@@ -114,10 +114,17 @@ _REMEDIES = (
         "and the serial.",
     )),
     Remedy("GC-GPU-007", (
-        "Run `journalctl -k -b | grep 'NVRM: Xid'` on the node and look up each Xid code in NVIDIA's Xid "
-        "catalogue (48: double-bit ECC, 79: fallen off the bus, 13/31/43: usually the application).",
+        "\"The kernel log could not be read\": the check runs `journalctl -k -b` and then `dmesg`; give the "
+        "verifying user read access to the journal (group `systemd-journal` or `adm`) or the kernel ring "
+        "buffer (`kernel.dmesg_restrict=0`, or verify as root).",
+        "Run `journalctl -k -b | grep -E 'NVRM: Xid|SXid'` on the node and look up each Xid code in NVIDIA's "
+        "Xid catalog (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html). Xids 13, 31, 43 "
+        "and 45, which the catalog attributes to user applications, are reported but do not fail the check.",
         "Hardware Xids (48, 63, 64, 74, 79, 92, 94, 95): drain the node, run `nvidia-smi -q -d ECC`, reset or "
         "reboot, and RMA the GPU if they return.",
+        "Fatal SXids name the NVSwitch (`nvidia-nvswitchN`, PCI address) and link: check "
+        "`journalctl -u nvidia-fabricmanager -b`, reset the baseboard or reboot, and open a case with the "
+        "vendor if they return; non-fatal SXids are reported only.",
         "The check reads the log since boot: a reboot clears it once the cause is dealt with.",
     )),
     Remedy("GC-GPU-008", (
@@ -251,14 +258,21 @@ _REMEDIES = (
         "slowdown: check the power limit (`nvidia-smi -q -d POWER`) and the PSUs.",
     )),
     Remedy("GC-DCGM-001", (
-        "Run `dcgmi diag -r LEVEL` on the node (LEVEL from `gpucluster_conformance.dcgm_diag_level`, 2 unless "
-        "set) and read the Warning rows under the failing test.",
+        "\"dcgmi is not installed\" where the inventory expects DCGM (capabilities `nvidia_repo` and "
+        f"`heavy_packages`): rerun `{_CONVERGE.format(tag='gpu_validation')}`, which installs DCGM and starts "
+        "nvidia-dcgm; then check `systemctl status nvidia-dcgm`.",
+        "Run `dcgmi diag -r LEVEL -j` on the node (LEVEL from `gpucluster_conformance.dcgm_diag_level`, 2 unless "
+        "set) and read the warnings of the failing test's GPU entries; output that is not complete JSON means "
+        "the diagnostic was cut short (timeout, host engine restart).",
         "Memory or PCIe failures on one GPU: drain the node, reset the GPU and rerun; failing again, RMA the GPU "
         "with the `dcgmi diag` output and `nvidia-bug-report.sh` attached.",
     )),
     Remedy("GC-PCIE-001", (
-        "Run `nvidia-smi -q -d PCI` (or `lspci -vv -s BUS | grep -E 'LnkCap|LnkSta'`) on the node for the GPU "
-        "the message names.",
+        "Read the message: \"under load\" is the best generation seen while nvbandwidth copied to the GPU; "
+        "\"idle\" means nvbandwidth is not installed and the GPU's pcie.link.gen.max was judged instead.",
+        "Watch the link under load: `nvidia-smi --query-gpu=index,pcie.link.gen.current,pcie.link.width.current,"
+        "pcie.link.gen.max,pcie.link.width.max --format=csv -lms 250` while `nvbandwidth -t "
+        "host_to_device_memcpy_ce` runs (an idle GPU drops to a lower generation to save power).",
         "A lower generation or width than the profile: reseat the GPU or its riser, check the BIOS PCIe "
         "settings of the slot, and compare with a sibling node.",
     )),
@@ -266,6 +280,8 @@ _REMEDIES = (
         "Run `cat /sys/class/infiniband/HCA/device/current_link_speed` and `current_link_width` (or "
         "`lspci -vv -s BUS | grep LnkSta`) on the node.",
         "A downgraded link: reseat the HCA, check the slot's BIOS settings and the HCA firmware (`mlxfwmanager`).",
+        "Skipped as an SR-IOV VF (Azure ND H100 v5 and other VMs): a VF reads `Unknown` and width 0 as it has no "
+        "link of its own; the physical link is the cloud's to check, and GC-RDMA-001 measures what it carries.",
     )),
     Remedy("GC-PCIE-003", (
         "Run `nvbandwidth -t host_to_device_memcpy_ce -t device_to_host_memcpy_ce` on the node.",
@@ -282,16 +298,20 @@ _REMEDIES = (
         "on the node, and `perfquery` on InfiniBand.",
         "Errors on one port: replace its cable or transceiver and clear the counters (`perfquery -R`); a "
         "rising link_downed is a flapping link: check the switch side's log too.",
+        "\"rose during the run\" compares the reading taken before the suite's GPUDirect RDMA, all-reduce and "
+        "ib_write_bw checks with one after them: rerun `ib_write_bw` on that HCA and watch the counter.",
     )),
     Remedy("GC-IB-003", (
         "Run `cat /sys/class/infiniband/*/fw_ver` on the node and on a node with the fleet's version.",
         "Flash the fleet's firmware with `mlxfwmanager -u` (NVIDIA MFT) and reboot the node.",
     )),
     Remedy("GC-RDMA-002", (
-        "Run `ib_write_bw -d HCA --use_cuda=N --report_gbits` on the node and "
-        "`ib_write_bw -d HCA --use_cuda=N --report_gbits localhost` beside it, for the pair the message names.",
-        "A run that fails at once: `lsmod | grep nvidia_peermem` (GPUDirect needs the peer-memory module) and "
-        "the HCA's port (GC-IB-001).",
+        "Rerun the pair the message names (GPU N, HCA, peer and its HCA): `ib_write_bw -d PEER_HCA --use_cuda=N "
+        "--report_gbits -F -D 5` on the peer, then `ib_write_bw -d HCA --use_cuda=N --report_gbits -F -D 5 "
+        "PEER_FABRIC_IP` on the node (add `--use_cuda_dmabuf` on a node without nvidia_peermem).",
+        "A run that fails at once: `lsmod | grep nvidia_peermem` (or a DMA-BUF capable driver and perftest) "
+        "and the HCA's port (GC-IB-001); slow on one GPU only while GC-RDMA-001 passes on its HCA: the GPU's "
+        "PCIe path to the HCA (`nvidia-smi topo -m`: PIX or PXB expected, GC-PCIE-001).",
     )),
     Remedy("GC-EFA-001", (
         "Run `fi_info -p efa -t FI_EP_RDM` and `ls /sys/class/infiniband` on the node.",

@@ -17,12 +17,27 @@ started but that has no closing border was cut short and is ``incomplete`` unles
 already failed. A log holding several runs is judged as one: the worst result stays.
 Rows are split at their ``|`` characters, never with a lazy regex: a lazy group followed by a
 run of blanks backtracks quadratically over a long line of spaces.
+
+``dcgmi diag -r N -j`` prints JSON instead (:func:`parse_json`, chosen when the output holds a
+JSON object and no table): ``{"DCGM GPU Diagnostic": {"test_categories": [{"category":
+"Deployment", "tests": [{"name": "Denylist", "results": [{"gpu_ids": "0,1", "status": "PASS"}]},
+...]}], "version": "3.1.0"}}`` (DCGM 3.x, as NVIDIA/DCGM's nvvs ``JsonOutput`` writes it and its
+"Deserialize real output" test reads it). ``results`` holds one entry per GPU (``gpu_ids`` a GPU
+index, as a number or a string) except for the deployment checks, whose one entry lists all GPUs
+(``"0,1,2"``); ``status`` is ``PASS``/``FAIL``/``WARN``/``SKIPPED`` (``Pass``/``Fail`` in some
+releases); ``warnings`` and ``info`` are lists of text (or of objects with a ``warning`` or
+``message``). DCGM 4.x names the root ``DCGM Diagnostic`` and a result's GPU ``entity_id`` (with
+``entity_group`` ``GPU``); a ``runtime_error`` means the diagnostic could not run. ``null``
+entries in ``tests`` (real output has them) are skipped. Output that stops inside the object is
+``incomplete``, never a pass.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpucluster.parsers.common import NotToolOutput, ParseResult, clean_lines
 
@@ -109,6 +124,29 @@ def _cells(line: str) -> tuple[str, str, str] | None:
 
 
 def parse(text: str) -> DcgmiResult:
+    """``dcgmi diag`` output: the JSON of ``-j`` when the output holds a JSON object and no table,
+    else the table."""
+    start = _json_start(text)
+    if start is not None and not _has_table(text[:start]) and any(k in text for k in _JSON_MARKS):
+        return parse_json(text, start)
+    return parse_table(text)
+
+
+def _json_start(text: str) -> int | None:
+    """Where the first line that opens a JSON object starts (dcgmi may print warnings first)."""
+    at = 0
+    for line in text.split("\n"):
+        if line.lstrip().startswith("{"):
+            return at + len(line) - len(line.lstrip())
+        at += len(line) + 1
+    return None
+
+
+def _has_table(text: str) -> bool:
+    return any(_is_header(line) for line in clean_lines(text) if "Diagnostic" in line)
+
+
+def parse_table(text: str) -> DcgmiResult:
     result = DcgmiResult()
     in_body = False
     header_seen = False
@@ -235,3 +273,105 @@ def _verdict(result: DcgmiResult, open_tables: int) -> DcgmiResult:
     else:
         result.status = "ok"
     return result
+
+
+_JSON_ROOTS = ("DCGM GPU Diagnostic", "DCGM Diagnostic")
+# A JSON object without one of these is another tool's: the table parser then rejects it.
+_JSON_MARKS = (*_JSON_ROOTS, '"test_categories"')
+_GPU_KEYS = ("gpu_ids", "gpu_id")
+
+
+def _json_status(value: Any) -> str | None:
+    word = str(value).strip().lower() if isinstance(value, str) else ""
+    for prefix, result in (("pass", "pass"), ("fail", "fail"), ("warn", "warn"), ("skip", "skip"),
+                           ("not run", "skip"), ("notrun", "skip"), ("not applicable", "skip")):
+        if word.startswith(prefix):
+            return result
+    return None
+
+
+def _json_gpus(entry: dict[str, Any]) -> list[int]:
+    raw: Any = next((entry[k] for k in _GPU_KEYS if k in entry), None)
+    if raw is None and "entity_id" in entry and str(entry.get("entity_group", "GPU")).upper() == "GPU":
+        raw = entry["entity_id"]
+    if isinstance(raw, bool):
+        return []
+    if isinstance(raw, int):
+        return [raw]
+    if isinstance(raw, str):
+        return [int(g) for g in re.findall(r"\d{1,9}", raw)][:_MAX_GPUS]
+    return []
+
+
+def _json_texts(value: Any) -> list[str]:
+    items = value if isinstance(value, list) else [value] if value else []
+    out = []
+    for item in items[:_MAX_GPUS]:
+        if isinstance(item, dict):
+            item = item.get("warning") or item.get("message") or item.get("error") or json.dumps(item)
+        if item:
+            out.append(str(item)[:_MAX_TEXT])
+    return out
+
+
+def _json_test(test: dict[str, Any], section: str | None) -> DcgmTest:
+    """One test's entries merged: the worst status stays, failed GPUs are collected, and a status
+    that is not one of DCGM's words leaves the test unrecognised unless an entry failed."""
+    name = str(test.get("name") or test.get("test_name") or "unnamed test")[:200]
+    current = DcgmTest(name=name, section=section, result=None, raw="")
+    pieces: list[str] = []
+    unknown = False
+    entries = test.get("results")
+    summary = test.get("test_summary")
+    statuses = [(e, _json_status(e.get("status"))) for e in (entries if isinstance(entries, list) else [])
+                if isinstance(e, dict)]
+    if isinstance(summary, dict) and "status" in summary:
+        statuses.append(({"status": summary["status"]}, _json_status(summary["status"])))
+    for entry, outcome in statuses[:_MAX_GPUS]:
+        gpus = _json_gpus(entry)
+        pieces.append(str(entry.get("status"))[:40] + (f" - GPU {', '.join(map(str, gpus))}" if gpus else ""))
+        current.details += [DcgmDetail("warning", t) for t in _json_texts(entry.get("warnings"))]
+        current.details += [DcgmDetail("info", t) for t in _json_texts(entry.get("info"))]
+        if outcome is None:
+            unknown = True
+            continue
+        if outcome == "fail":
+            current.failed_gpus += [g for g in gpus if g not in current.failed_gpus]
+        if current.result is None or _RANK[outcome] > _RANK[current.result]:
+            current.result = outcome
+    if unknown and current.result != "fail":
+        current.result = None
+    current.raw = "; ".join(pieces)[:_MAX_TEXT]
+    return current
+
+
+def parse_json(text: str, start: int = 0) -> DcgmiResult:
+    """``dcgmi diag -j`` output: the JSON object from ``start`` (see the module docstring)."""
+    result = DcgmiResult()
+    try:
+        data, _ = json.JSONDecoder().raw_decode(text, start)
+    except (ValueError, RecursionError) as exc:  # RecursionError: hostile nesting, never DCGM's
+        result.note(f"dcgmi diag -j output is not complete JSON (cut short?): {str(exc)[:200]}")
+        result.status = "incomplete"
+        return result
+    if not isinstance(data, dict):
+        result.note("dcgmi diag -j output is not a JSON object")
+        result.status = "incomplete"
+        return result
+    root = next((data[k] for k in _JSON_ROOTS if isinstance(data.get(k), dict)), data)
+    if isinstance(root.get("version"), str):
+        result.dcgm_version = root["version"][:40]
+    for holder in (data, root) if root is not data else (data,):
+        result.errors += _json_texts(holder.get("runtime_error"))
+    categories = root.get("test_categories")
+    tests: list[tuple[str | None, Any]] = []
+    for category in categories if isinstance(categories, list) else []:
+        if isinstance(category, dict) and isinstance(category.get("tests"), list):
+            section = category.get("category")
+            tests += [(section if isinstance(section, str) else None, t) for t in category["tests"]]
+    if isinstance(root.get("tests"), list):
+        tests += [(None, t) for t in root["tests"]]
+    for section, test in tests[:_MAX_GPUS]:
+        if isinstance(test, dict):
+            result.tests.append(_json_test(test, section))
+    return _verdict(result, 0)

@@ -4,8 +4,10 @@ Each test prints ``Running <test>.``, a title such as ``memcpy CE CPU(row) -> GP
 bandwidth (GB/s)``, a matrix whose first line holds the column indices and whose other lines
 start with a row index, then ``SUM <test> <GB/s>`` (v0.10 adds ``COEFFICIENT_OF_VARIATION``).
 ``N/A`` cells (a GPU to itself) read as null. For the host<->device tests the matrix has one row
-(v0.10 titles device-to-host ``GPU(row) -> CPU(column)`` and still prints one row), so the
-figure per GPU is the cell in that GPU's column; a matrix of one column is read by rows.
+and one column per GPU (testcases_ce.cpp, https://github.com/NVIDIA/nvbandwidth: device-to-host
+is titled ``CPU(row) <- GPU(column)``; Azure's v0.10 capture titles it ``GPU(row) -> CPU(column)``
+and still prints one row), so the figure per GPU is the cell in that GPU's column; a matrix of
+one column is read by rows. Rows may be indented (`` 0     55.20``).
 
 Verdict. ``failed`` when nvbandwidth or CUDA reports an error (``ERROR``, ``CUDA_ERROR_``,
 ``failed``, ``terminate called``). ``incomplete`` when a test that started has no ``SUM`` line,

@@ -69,6 +69,20 @@ def hca_attr(values: dict[str, str], attr: str) -> dict[str, str]:
     return out
 
 
+# PCI device IDs the mlx5 driver marks MLX5_PCI_DEV_IS_VF: ConnectX-4 .. ConnectX-6 VFs and the
+# "ConnectX Family mlx5Gen Virtual Function" (0x101e) that ConnectX-6 Dx/7 VFs carry
+# (mlx5_core_pci_table, https://github.com/torvalds/linux/blob/master/drivers/net/ethernet/mellanox/mlx5/core/main.c).
+MLX5_VF_DEVICE_IDS = frozenset({"0x1012", "0x1014", "0x1016", "0x1018", "0x101a", "0x101c", "0x101e"})
+
+
+def is_mlx5_vf(device_id: str | None) -> bool:
+    """``device/device`` (``0x101e``) names an mlx5 SR-IOV virtual function. A VF's Link Status
+    register is reserved (reads zero), so its ``current_link_speed`` reads ``Unknown`` (``Unknown
+    speed`` before Linux 5.x) and ``current_link_width`` 0 (current_link_speed_show and
+    current_link_width_show, https://github.com/torvalds/linux/blob/master/drivers/pci/pci-sysfs.c)."""
+    return (device_id or "").strip().lower() in MLX5_VF_DEVICE_IDS
+
+
 def pcie_gen(speed: str | None) -> int | None:
     """The PCIe generation of a ``current_link_speed`` reading; None when unknown."""
     if not speed:

@@ -66,6 +66,9 @@ def rail_settings(rails: Sequence[Mapping[str, Any]] | None, mtu: int) -> list[d
             "table": RAIL_TABLE_BASE + i,
             "priority": RAIL_TABLE_BASE + i,
             "sysctls": dict(RAIL_SYSCTLS),
+            # An address on the rail's subnet that is not the node's own: where GC-RAIL-001 asks
+            # the kernel which way traffic from the rail's address goes (`ip route get`).
+            "probe": str(next(h for h in net.hosts() if h != address)),
         })
     return out
 
@@ -77,10 +80,13 @@ def rail_sysctl_lines(rails: Sequence[Mapping[str, Any]] | None, mtu: int) -> li
 
 
 def rail_problems(want: Mapping[str, Any], link: Mapping[str, Any] | None, rules: Sequence[Mapping[str, Any]],
-                  routes: Sequence[Mapping[str, Any]], sysctls: Mapping[str, str]) -> list[str]:
+                  routes: Sequence[Mapping[str, Any]], sysctls: Mapping[str, str],
+                  route_get: Sequence[Mapping[str, Any]] | None = None) -> list[str]:
     """What differs on one rail from :func:`rail_settings`' entry ``want``: ``link`` is the
     interface's ``ip -j addr show`` entry (None: absent), ``rules`` ``ip -j -4 rule show``,
-    ``routes`` ``ip -j -4 route show table <table>``, ``sysctls`` key to value as read."""
+    ``routes`` ``ip -j -4 route show table <table>``, ``sysctls`` key to value as read, and
+    ``route_get`` ``ip -j -4 route get <probe> from <address>``: the way the kernel really sends
+    from the rail's address (a rule of another tool at a lower priority would win over the rail's)."""
     name = want["interface"]
     if not link:
         return [f"{name}: no such interface"]
@@ -105,6 +111,11 @@ def rail_problems(want: Mapping[str, Any], link: Mapping[str, Any] | None, rules
     if not route_ok:
         problems.append(f"{name}: table {want['table']} has no route to {want['cidr']} on {name} "
                         f"from {want['address']}")
+    if route_get is not None:
+        dev = route_get[0].get("dev") if route_get else None
+        if dev != name:
+            problems.append(f"{name}: traffic from {want['address']} to {want['probe']} leaves by "
+                            f"{dev or 'no route'}, not {name}")
     for key, value in sorted(want["sysctls"].items()):
         if sysctls.get(key) != value:
             problems.append(f"{name}: net.ipv4.conf.{name}.{key} = {sysctls.get(key, 'unreadable')}, expected {value}")

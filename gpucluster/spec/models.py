@@ -550,6 +550,8 @@ class GpuHardware(_Model):
     pcie_width: int | None = Field(None, ge=1, le=32)
     # One NVLink's speed in GB/s per direction, the figure `nvidia-smi nvlink -s` prints per link.
     nvlink_gbps_per_link: float | None = Field(None, gt=0)
+    # The datasheet's dense (not 2:4 sparse) peak TFLOP/s per precision: what a burn floor is a share of.
+    burn_peak_tflops: dict[Literal["fp32", "tf32", "bf16", "fp16", "fp64"], float] = Field(default_factory=dict)
 
 
 class Floors(_Model):
@@ -559,6 +561,8 @@ class Floors(_Model):
     # The message size the intra-node all-reduce is judged at, where the bus is saturated.
     allreduce_intra_verdict_bytes: int | None = Field(ge=1)
     burn_tflops: dict[Literal["fp32", "tf32", "bf16", "fp16", "fp64"], float]
+    # nvbandwidth host_to_device_memcpy_ce and device_to_host_memcpy_ce, GB/s per GPU (GC-PCIE-003).
+    host_device_copy_gbps: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
     def _verdict_size(self) -> Floors:
@@ -575,6 +579,16 @@ class HardwareProfile(_Model):
     description: str = Field(pattern=r"^[^{}%$`\\\n\r]{0,200}$")
     gpu: GpuHardware
     floors: Floors
+
+    @model_validator(mode="after")
+    def _burn_floors_below_peak(self) -> HardwareProfile:
+        # A floor at or above the datasheet's peak fails every healthy GPU.
+        for precision, floor in self.floors.burn_tflops.items():
+            peak = self.gpu.burn_peak_tflops.get(precision)
+            if peak is not None and floor >= peak:
+                raise ValueError(f"floors.burn_tflops.{precision} ({floor:g}) is not below "
+                                 f"gpu.burn_peak_tflops.{precision} ({peak:g}), the datasheet's peak")
+        return self
 
 
 # --- platforms: the network shape of a node ----------------------------------------------

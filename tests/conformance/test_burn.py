@@ -64,6 +64,6 @@ def test_gpu_burn(node, burn_options):
             node.figure(f"tflops_{r['engine']}_{r['device']}_{r['precision']}", round(r["tflops"], 2))
         if r.get("matmul_peak_tflops") is not None:
             node.figure(f"matmul_peak_tflops_{r['device']}_{r['precision']}", round(r["matmul_peak_tflops"], 2))
-    problems += burn_problems(rows, floors)
+    problems += burn_problems(rows, floors, node.profile["gpu"].get("burn_peak_tflops") or {})
     assert rows, "the burn produced no per-GPU results"
     assert not problems, "; ".join(problems)

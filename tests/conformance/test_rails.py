@@ -31,6 +31,7 @@ def test_rails_configured(node):
         name = rail["interface"]
         link = node.run(f"ip -j addr show dev {name}")
         routes = node.run(f"ip -j -4 route show table {rail['table']}")
+        way = node.run(f"ip -j -4 route get {rail['probe']} from {rail['address']}")
         keys = " ".join(sorted(rail["sysctls"]))
         sysctl = node.run(f"cd /proc/sys/net/ipv4/conf/{name} 2>/dev/null && "
                           f"for k in {keys}; do echo \"$k $(cat $k)\"; done")
@@ -40,7 +41,8 @@ def test_rails_configured(node):
             node.figure(f"mtu_{name}", entry.get("mtu"))
         # A table that does not exist yet is "no route", not an error of the check.
         problems += rail_problems(rail, entry, json.loads(rules.stdout or "[]"),
-                                  json.loads(routes.stdout or "[]") if routes.rc == 0 else [], values)
+                                  json.loads(routes.stdout or "[]") if routes.rc == 0 else [], values,
+                                  json.loads(way.stdout or "[]") if way.rc == 0 else [])
     node.figure("rails", len(want))
     assert not problems, "; ".join(problems)
 

@@ -1,11 +1,18 @@
-"""RDMA write bandwidth between node pairs, per HCA (GC-RDMA)."""
+"""RDMA write bandwidth between node pairs, per HCA (GC-RDMA-001) and per GPU/HCA pair from GPU memory
+(GC-RDMA-002), then the HCA port counters over the fabric measurements (GC-IB-002, last: after the
+GPUDirect RDMA, all-reduce and ib_write_bw checks)."""
 
 from __future__ import annotations
 
 import pytest
 
+from gpucluster.conformance import acceptance as acc
+from gpucluster.conformance import expect, ib_write_bw
 from gpucluster.conformance.fabric import PAIR_STATUS_REASON, fault_key
 from gpucluster.conformance.pairs import PairSearch
+from gpucluster.conformance.rdma_checks import COUNTER_BASELINES, compute_hcas, gdr_pairs, gdr_peer, run_gdr_pair
+from gpucluster.conformance.remote import TaggedRemote, kill_measurement, new_measurement_tag
+from gpucluster.parsers import sysfs
 
 pytestmark = pytest.mark.gpu
 
@@ -30,3 +37,91 @@ def test_ib_write_bw(node, fabric):
     # Each failing pair's own message holds its per-HCA figures (Gb/s) and the floor.
     assert mine.status == "ok", ("ib_write_bw " + "; ".join(p["message"] for p in mine.pairs if not p["ok"])
                                  + f": {PAIR_STATUS_REASON.get(mine.status, mine.message)}")
+
+
+GDR_SECONDS = 5
+
+
+def _gdr_ready(remote) -> tuple[str | None, bool]:
+    """(why this node cannot run ib_write_bw from GPU memory, or None; whether it needs DMA-BUF)."""
+    res = remote.run("command -v ib_write_bw >/dev/null 2>&1 || { echo missing; exit 0; }; "
+                     "ib_write_bw --help 2>&1 | grep -q use_cuda && echo cuda; "
+                     "test -d /sys/module/nvidia_peermem && echo peermem; true", timeout=30)
+    said = set(res.stdout.split())
+    if "missing" in said:
+        return f"{remote.name}: ib_write_bw is not installed", False
+    if "cuda" not in said:
+        return f"{remote.name}: ib_write_bw is built without CUDA (no --use_cuda): perftest with CUDA is needed", False
+    return None, "peermem" not in said
+
+
+@pytest.mark.check("GC-RDMA-002")
+def test_gpudirect_rdma(node, fabric):
+    """ib_write_bw with GPU memory (--use_cuda) MUST reach the platform's RDMA write floor for every GPU and HCA pair."""  # noqa: E501
+    node.require_gpus()
+    node.require_hcas()
+    floor = node.info.floor("rdma_write_bw_gbps")
+    if floor is None:
+        pytest.skip(f"platform {node.info.platform_name} states no rdma_write_bw_gbps floor")
+    # GC-RDMA-001's ring over the same nodes: GPU nodes with HCAs and an RDMA floor.
+    peers = [n for n in node.inv.in_groups(("gpu",)) if n.gpu_count and n.hca_count
+             and n.floor("rdma_write_bw_gbps") is not None]
+    peer_name = gdr_peer([n.name for n in peers], node.name)
+    if peer_name is None:
+        pytest.skip(f"{len(peers)} node(s) with GPUs, HCAs and an RDMA floor: GPUDirect RDMA needs a peer")
+    peer = next(n for n in peers if n.name == peer_name)
+
+    def measure() -> dict:
+        here, there = fabric.remote(node.name), fabric.remote(peer.name)
+        why, dmabuf = _gdr_ready(here)
+        why_peer, dmabuf_peer = _gdr_ready(there)
+        if why or why_peer:
+            return {"skip": why or why_peer}
+        pairs = gdr_pairs(min(node.info.gpu_count, peer.gpu_count),
+                          compute_hcas(node.info.platform, ib_write_bw.list_hcas(here)),
+                          compute_hcas(peer.platform, ib_write_bw.list_hcas(there)))
+        if not pairs:
+            return {"skip": f"no compute HCA of platform {node.info.platform_name} under {_IB} on both nodes"}
+        runs = []
+        for gpu, hca, peer_hca in pairs:
+            tag = new_measurement_tag()
+            run = run_gdr_pair(TaggedRemote(there, tag), TaggedRemote(here, tag), str(peer.fabric_ip or peer.address),
+                               gpu, hca, peer_hca, (dmabuf_peer, dmabuf), GDR_SECONDS)
+            kill_measurement([here, there], tag)
+            runs.append({**run, "peer": peer.name})
+        return {"runs": runs}
+
+    # Under the fabric lock, as every measurement between nodes: one at a time, so no other pair's
+    # traffic shares these GPUs and HCAs; about (GDR_SECONDS + 5) s per GPU, each run bounded.
+    data = fabric.cached(f"gdr-{node.name}", measure)
+    if "skip" in data:
+        pytest.skip(data["skip"])
+    problems = acc.gdr_problems(data["runs"], float(floor))
+    assert not problems, "; ".join(problems)
+
+
+_IB = "/sys/class/infiniband"
+COUNTER_DUMP = (f"for f in {_IB}/*/ports/*/counters/symbol_error {_IB}/*/ports/*/counters/link_downed "
+                f"{_IB}/*/ports/*/counters/port_rcv_errors; "
+                'do [ -r "$f" ] && printf "%s=%s\\n" "$f" "$(cat "$f")"; done; true')
+
+
+@pytest.mark.check("GC-IB-002")
+def test_hca_port_counters(node):
+    """Every HCA port MUST show zero symbol errors, link-downed events and receive errors, with none rising during the run."""  # noqa: E501
+    node.require_hcas()
+    try:
+        compute = {d for r in expect.compute_rails(node.info) for d in r.devices}
+    except expect.Unstated as exc:
+        pytest.skip(str(exc))
+    after = [p for p in sysfs.ib_ports(sysfs.readings(node.run(COUNTER_DUMP, timeout=60).stdout))
+             if not compute or p.hca in compute]
+    if not after:
+        pytest.skip(f"no compute HCA port counters under {_IB}")
+    first = COUNTER_BASELINES.first(node.name)
+    # The baseline is the node's reading before the session's fabric measurements (taken ahead of the
+    # acceptance checks); without one (those checks deselected) the ports are judged on this reading alone.
+    before = [p for p in sysfs.ib_ports(sysfs.readings(first)) if not compute or p.hca in compute] if first else []
+    problems = acc.ib_counter_problems(before, after)
+    window = "" if first else " (one reading: no baseline from before the fabric measurements this session)"
+    assert not problems, "; ".join(problems) + window

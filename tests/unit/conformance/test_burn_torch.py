@@ -106,3 +106,11 @@ def test_burn_verdict_needs_zero_errors_and_floor():
     assert burn_problems([dict(ok, errors=3)], {"bf16": 600.0})
     assert burn_problems([dict(ok, products=0)], {"bf16": 600.0})
     assert burn_problems([ok], {})  # no floor: not a pass
+    # A GPU held to 60% of the H100's dense BF16 peak fails the shipped floor and says its share.
+    from gpucluster.spec import load_profiles
+
+    h100 = load_profiles()["h100-sxm-8"]
+    floors, peaks = h100.floors.burn_tflops, h100.gpu.burn_peak_tflops
+    capped = dict(ok, tflops=0.6 * peaks["bf16"])
+    assert burn_problems([capped], floors, peaks) == [
+        f"{ok['device']} bf16: 593.7 TFLOP/s under the floor 644.0, 60% of the 989.5 peak"]

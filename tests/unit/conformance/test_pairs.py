@@ -145,11 +145,28 @@ def test_a_slow_rail_names_the_node_and_the_rail():
                  PairResult("n3", "n1", True, 0.3)]
     search, per = rail_search(nodes, {"r0": fine, "r1": throttled})
     assert search.slow == ["n2"] and per["r1"].slow == ["n2"] and per["r0"].slow == []
-    assert search.nodes["n2"].status == "slow" and search.nodes["n2"].message.endswith("slow on rail(s) r1")
+    assert search.nodes["n2"].status == "slow"
+    assert search.nodes["n2"].message.startswith("slow on rail(s) r1 (rail r1: ")
     assert search.nodes["n1"].status == "ok" and search.nodes["n3"].status == "ok"
     failing = [r for r in search.results if not r.ok]
     assert {(r.a, r.b) for r in failing} == {("n1", "n2"), ("n2", "n3")}
     assert all(r.message.startswith("rail r1: ") and r.busbw_gbps == 0.002 for r in failing)
+
+
+def test_different_nodes_dead_on_different_rails_leave_the_healthy_node_ok():
+    """a's first rail and b's second are dead: each rail names its node, and c, good on both, passes."""
+    from gpucluster.conformance.pairs import rail_search
+
+    def rail(dead: str) -> list[PairResult]:
+        return [PairResult(x, y, dead not in (x, y), 0.001 if dead in (x, y) else 0.3, "slow" if dead in (x, y) else "")
+                for x, y in ring_pairs(["a", "b", "c"])]
+
+    search, per = rail_search(["a", "b", "c"], {"r0": rail("a"), "r1": rail("b")})
+    assert (per["r0"].slow, per["r1"].slow) == (["a"], ["b"])
+    assert search.slow == ["a", "b"]
+    assert search.nodes["c"].status == "ok"
+    assert search.nodes["a"].message.startswith("slow on rail(s) r0 (")
+    assert search.nodes["b"].message.startswith("slow on rail(s) r1 (")
 
 
 def test_two_nodes_with_a_slow_rail_cannot_be_told_apart():

@@ -22,7 +22,7 @@ OWNER = {
     "nvbandwidth_": "nvbandwidth",
 }
 # Samples read by helpers outside the registry (a log without events is valid, so no NotToolOutput).
-UNREGISTERED = ("fi_info_", "kernel_xid_", "ofed_info_", "efa_installed_packages_")
+UNREGISTERED = ("fi_info_", "kernel_xid_", "kernel_sxid_", "ofed_info_", "efa_installed_packages_")
 
 
 def _owner(name: str) -> str:

@@ -74,5 +74,27 @@ def test_each_difference_is_named(change, expect) -> None:
     assert all(p.startswith("enp16s0np0: ") for p in problems)
 
 
+# `ip -j -4 route get 10.5.2.1 from 10.5.2.10` (iproute2 6.1.0): by the rail's table, and the
+# answer where an earlier rule sends the same traffic out by the main table's default route.
+ROUTE_GET = json.loads('[{"dst":"10.5.2.1","from":"10.5.2.10","dev":"enp16s0np0","table":"1000","flags":[],"uid":0,'
+                       '"cache":[]}]')
+ROUTE_GET_ELSEWHERE = json.loads('[{"dst":"10.5.2.1","from":"10.5.2.10","gateway":"192.0.2.1","dev":"eth0","flags":[],'
+                                 '"uid":0,"cache":[]}]')
+
+
+def test_the_kernels_way_out_from_a_rail_address_is_the_rail() -> None:
+    want = rail_settings(RAILS, 9000)[0]
+    assert want["probe"] == "10.5.2.1"
+    assert rail_problems(want, LINK, RULES, ROUTES, dict(RAIL_SYSCTLS), ROUTE_GET) == []
+    assert rail_problems(want, LINK, RULES, ROUTES, dict(RAIL_SYSCTLS), ROUTE_GET_ELSEWHERE) == [
+        "enp16s0np0: traffic from 10.5.2.10 to 10.5.2.1 leaves by eth0, not enp16s0np0"]
+    assert rail_problems(want, LINK, RULES, ROUTES, dict(RAIL_SYSCTLS), []) == [
+        "enp16s0np0: traffic from 10.5.2.10 to 10.5.2.1 leaves by no route, not enp16s0np0"]
+
+
+def test_the_probe_is_never_the_nodes_own_address() -> None:
+    assert rail_settings([{**RAILS[0], "address": "10.5.2.1"}], 9000)[0]["probe"] == "10.5.2.2"
+
+
 def test_a_missing_interface_is_named() -> None:
     assert rail_problems(rail_settings(RAILS, 9000)[1], None, RULES, [], {}) == ["enp32s0np0: no such interface"]

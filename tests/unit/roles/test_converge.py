@@ -384,6 +384,28 @@ def test_a_failed_command_names_its_own_words(summary: str) -> None:
     assert progress.failures["gpu-1"] == "Init the cluster: rc 1: [ERROR Port-6443]: in use"
 
 
+# What ansible.builtin.apt returns when apt-get fails: its msg echoes the whole command line first.
+_APT_STDERR = ("E: Failed to fetch http://deb.debian.org/debian/pool/main/c/ceph/ceph-common_16.2.15%2bds-0%2bdeb12u2"
+               "_amd64.deb  503  Service Unavailable [IP: 10.89.0.1 3142]\n"
+               "E: Unable to fetch some archives, maybe run apt-get update or try with --fix-missing?\n")
+_APT_CMD = ("'/usr/bin/apt-get -y -o \"Dpkg::Options::=--force-confdef\" -o \"Dpkg::Options::=--force-confold\" "
+            "-o DPkg::Lock::Timeout=60       install 'ceph-common=16.2.15+ds-0+deb12u2' "
+            "'ceph-mon=16.2.15+ds-0+deb12u2' -o APT::Install-Recommends=no' failed: ")
+
+
+@pytest.mark.parametrize("res", [
+    {"msg": _APT_CMD + _APT_STDERR, "rc": 100, "stderr": _APT_STDERR, "stdout": "Reading package lists..."},
+    {"msg": _APT_CMD + _APT_STDERR},  # no stderr key: the words after the echoed command still count
+])
+def test_a_failed_apt_says_apts_error_not_its_command_line(res: dict[str, object]) -> None:
+    progress = Progress(io.StringIO(), io.StringIO(), io.StringIO())
+    progress(_event(1, "runner_on_failed", "", host="node-1", task="Install the Ceph packages",
+                    task_action="gpucluster.cluster.apt", res=res))
+    cause = progress.failures["node-1"]
+    assert "503  Service Unavailable" in cause and "Unable to fetch some archives" in cause
+    assert "Dpkg::Options" not in cause and cause.startswith("Install the Ceph packages: ")
+
+
 def _cli_converge(tmp_path: Path, inventory_file: Path, monkeypatch: pytest.MonkeyPatch, args: list[str],
                   env: dict[str, str]) -> FakeRunner:
     """`gpucluster converge ARGS` under ENV, over a runner that records what it was given; exit 0."""

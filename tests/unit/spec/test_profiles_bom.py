@@ -105,3 +105,34 @@ def test_profile_name_must_match_file(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         load_profiles.__wrapped__(tmp_path)
     assert "must equal the file name" in err.value.problems[0]
+
+
+# Dense datasheet peaks (TFLOP/s: fp32, tf32, bf16), each beside its URL in the profile file.
+BURN_PEAKS = {
+    "h100-sxm-8": (67.0, 494.5, 989.5),
+    "h200-sxm-8": (67.0, 494.5, 989.5),
+    "a100-sxm-8": (19.5, 156.0, 312.0),
+    "a100-40gb-sxm-8": (19.5, 156.0, 312.0),
+    "l40s-pcie": (91.6, 183.0, 362.05),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BURN_PEAKS))
+def test_a_gpu_at_60_percent_of_its_peak_fails_the_burn_and_a_healthy_one_can_pass(name: str) -> None:
+    profile = load_profiles()[name]
+    peaks = dict(zip(("fp32", "tf32", "bf16"), BURN_PEAKS[name], strict=True))
+    assert profile.gpu.burn_peak_tflops == peaks
+    for precision, floor in profile.floors.burn_tflops.items():
+        peak = peaks[precision]
+        # A power- or thermal-capped GPU at 60% of peak is below the floor; a healthy one (cuBLAS
+        # sustains about 70-80% of the dense peak) is above it.
+        assert 0.60 * peak < floor <= 0.75 * peak, (name, precision, floor, peak)
+
+
+def test_a_burn_floor_at_or_above_the_peak_is_refused() -> None:
+    from gpucluster.spec.models import HardwareProfile
+
+    data = load_profiles()["h100-sxm-8"].model_dump()
+    data["floors"]["burn_tflops"]["bf16"] = 1000.0
+    with pytest.raises(ValueError, match=r"floors.burn_tflops.bf16 \(1000\) is not below gpu.burn_peak_tflops.bf16"):
+        HardwareProfile.model_validate(data)

@@ -1,0 +1,267 @@
+"""GC-PCIE-001/002/003, GC-IB-002 and GC-RDMA-002 on real output formats: links under load, SR-IOV VFs,
+nvbandwidth per GPU, counters compared over the fabric measurements, GPUDirect RDMA between nodes."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from gpucluster.conformance import acceptance as acc
+from gpucluster.conformance import expect
+from gpucluster.conformance.rdma_checks import CounterBaselines, gdr_args, gdr_pairs, gdr_peer
+from gpucluster.parsers import parse, parse_run, sysfs
+
+REPO = Path(__file__).resolve().parents[3]
+SAMPLES = REPO / "tests" / "data" / "samples"
+SUITE = REPO / "tests" / "conformance" / "test_acceptance.py"
+
+
+def _suite():
+    spec = importlib.util.spec_from_file_location("suite_acceptance_pcie", SUITE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _read(name: str) -> str:
+    return (SAMPLES / name).read_text(encoding="utf-8")
+
+
+# --- GC-PCIE-003 ---------------------------------------------------------------------------
+
+
+def test_nvbandwidth_current_titles_parse_per_gpu_and_name_the_slow_gpu():
+    # nvbandwidth's current source titles device-to-host "CPU(row) <- GPU(column)" (testcases_ce.cpp);
+    # v0.10 printed "GPU(row) -> CPU(column)": both are one row, one column per GPU.
+    text = _read("nvbandwidth_01.txt").replace("memcpy CE GPU(row) -> CPU(column)",
+                                               "memcpy CE CPU(row) <- GPU(column)")
+    parsed = parse("nvbandwidth", text)
+    d2h = next(t for t in parsed["tests"] if t["name"] == "device_to_host_memcpy_ce")
+    assert d2h["per_gpu_gbps"] == {"0": 25.97, "1": 26.0}
+    assert acc.nvbandwidth_problems(parsed, 2, 25.95) == [
+        "host_to_device_memcpy_ce GPU 1: 25.94 GB/s under the floor 25.95"]
+
+
+def test_nvbandwidth_indented_rows_of_v0_10_0_read_the_same():
+    # nvbandwidth v0.10.0 right-aligns the row index (" 0     55.20 ..."): same cells per GPU.
+    text = _read("nvbandwidth_01.txt")
+    indented = "\n".join(" " + line if line[:1].isdigit() else line for line in text.splitlines())
+    per_gpu = [t["per_gpu_gbps"] for t in parse("nvbandwidth", indented)["tests"]]
+    assert per_gpu == [t["per_gpu_gbps"] for t in parse("nvbandwidth", text)["tests"]]
+    assert per_gpu[0] == {"0": 26.03, "1": 25.94}
+
+
+def test_nvbandwidth_command_is_the_current_cli_and_cut_short_output_fails():
+    assert "nvbandwidth -t host_to_device_memcpy_ce -t device_to_host_memcpy_ce" in _suite().COPY_RUN
+    cut = _read("nvbandwidth_01.txt").split("SUM device_to_host_memcpy_ce")[0]
+    problems = acc.nvbandwidth_problems(parse_run("nvbandwidth", cut, 0), 2, 20.0)
+    assert problems and problems[0].startswith("nvbandwidth incomplete")
+
+
+# --- GC-PCIE-001 ---------------------------------------------------------------------------
+
+HEADER = "index, pcie.link.gen.current, pcie.link.width.current, pcie.link.gen.max, pcie.link.width.max"
+
+
+def _rows(*lines: str) -> list[dict]:
+    return _suite()._pcie_rows("\n".join([HEADER, *lines]) + "\n")
+
+
+def test_real_h100_query_rows_judge_the_link_idle_on_gen_max():
+    rows = parse("nvidia-smi", _read("nvidia_smi_02.txt"))["gpus"]
+    assert acc.gpu_pcie_link_problems(rows, 1, 5, 16, loaded=False) == []
+    assert acc.gpu_pcie_link_problems(rows, 1, 6, 16, loaded=False) == [
+        "GPU 0: PCIe Gen5 x16 (idle, judged on pcie.link.gen.max), the profile says Gen6 x16"]
+
+
+def test_link_under_load_takes_the_best_sample_and_names_the_gpu_that_never_reached_gen5():
+    rows = _rows("0, 1, 16, 5, 16", "1, 1, 16, 4, 16", "0, 5, 16, 5, 16", "1, 4, 16, 4, 16")
+    assert acc.gpu_pcie_link_problems(rows, 2, 5, 16, loaded=True) == [
+        "GPU 1: PCIe Gen4 x16 (under load over 2 samples), the profile says Gen5 x16; "
+        "its slot trains to Gen4 at most"]
+    # Idle, a downshifted GPU passes on gen.max; a narrow link fails either way.
+    assert acc.gpu_pcie_link_problems(_rows("0, 1, 16, 5, 16"), 1, 5, 16, loaded=False) == []
+    assert acc.gpu_pcie_link_problems(_rows("0, 5, 8, 5, 16"), 1, 5, 16, loaded=True)
+    assert acc.gpu_pcie_link_problems(_rows("0, [N/A], [N/A], 5, 16"), 2, 5, 16, loaded=True) == [
+        "GPU 0: no PCIe link reading (under load)", "GPU 1: no PCIe link reading (under load)"]
+
+
+def test_copy_run_samples_links_while_nvbandwidth_runs_and_ends_the_sampler(tmp_path: Path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(
+        f'#!/bin/sh\necho "{HEADER}"\nwhile :; do echo "0, 5, 16, 5, 16"; sleep 0.1; done\n')
+    (bin_dir / "nvbandwidth").write_text(f"#!/bin/sh\nsleep 1\ncat {SAMPLES / 'nvbandwidth_01.txt'}\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    suite = _suite()
+    res = subprocess.run(["sh", "-c", suite.COPY_RUN], capture_output=True, text=True, timeout=30,
+                         env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    out, _mark, samples = res.stdout.partition(suite._SAMPLES_MARK)
+    assert res.returncode == 0 and parse("nvbandwidth", out)["status"] == "ok"
+    rows = suite._pcie_rows(samples)
+    assert len(rows) >= 3 and acc.gpu_pcie_link_problems(rows, 1, 5, 16, loaded=True) == []
+
+
+# --- GC-PCIE-002 ---------------------------------------------------------------------------
+
+RAIL = expect.Rail("compute", "infiniband", "compute", 400.0, ("mlx5_ib0", "mlx5_ib1"), 5, 16)
+
+
+def _dump(speed: str, width: str, device: str) -> dict[str, str]:
+    return sysfs.readings("".join(
+        f"/sys/class/infiniband/mlx5_ib{i}/device/current_link_speed={speed}\n"
+        f"/sys/class/infiniband/mlx5_ib{i}/device/current_link_width={width}\n"
+        f"/sys/class/infiniband/mlx5_ib{i}/device/device={device}\n" for i in range(2)))
+
+
+def _verdict(values: dict[str, str]) -> tuple[list[str], list[str]]:
+    return acc.hca_pcie_verdict(sysfs.hca_attr(values, "current_link_speed"),
+                                sysfs.hca_attr(values, "current_link_width"), [RAIL],
+                                sysfs.hca_attr(values, "device"))
+
+
+def test_an_sriov_vf_reading_unknown_is_unjudged_with_the_reason_never_failed_nor_passed():
+    problems, unjudged = _verdict(_dump("Unknown", "0", "0x101e"))
+    assert problems == [] and len(unjudged) == 2
+    assert unjudged[0] == ("mlx5_ib0 (rail compute): SR-IOV VF 0x101e reads current_link_speed 'Unknown', "
+                           "current_link_width 0: a VF has no PCIe link of its own")
+    # Older kernels print "Unknown speed"; what is readable is still judged.
+    problems, unjudged = _verdict(_dump("Unknown speed", "8", "0x101e"))
+    assert problems == ["mlx5_ib0 (rail compute): x8, the rail says x16",
+                        "mlx5_ib1 (rail compute): x8, the rail says x16"]
+    assert unjudged
+
+
+def test_a_physical_function_reading_unknown_fails_and_a_gen5_pf_passes():
+    problems, unjudged = _verdict(_dump("Unknown", "0", "0x1021"))  # ConnectX-7 PF
+    assert len(problems) == 4 and unjudged == []
+    assert _verdict(_dump("32.0 GT/s PCIe", "16", "0x1021")) == ([], [])
+    assert _verdict(_dump("16.0 GT/s PCIe", "16", "0x1021"))[0][0] == (
+        "mlx5_ib0 (rail compute): 16.0 GT/s PCIe (Gen4), the rail says Gen5")
+
+
+# --- GC-IB-002 -----------------------------------------------------------------------------
+
+COUNTERS = ("/sys/class/infiniband/mlx5_ib0/ports/1/counters/symbol_error={s}\n"
+            "/sys/class/infiniband/mlx5_ib0/ports/1/counters/link_downed={d}\n"
+            "/sys/class/infiniband/mlx5_ib0/ports/1/counters/port_rcv_errors={r}\n")
+
+
+def test_counters_compared_over_the_measurements_name_the_port_that_rose():
+    baselines = CounterBaselines()
+    baselines.remember("gpu-1", COUNTERS.format(s=0, d=0, r=0))
+    baselines.remember("gpu-1", COUNTERS.format(s=9, d=9, r=9))  # a later reading never replaces the first
+    before = sysfs.ib_ports(sysfs.readings(baselines.first("gpu-1") or ""))
+    after = sysfs.ib_ports(sysfs.readings(COUNTERS.format(s=0, d=1, r=12)))
+    assert acc.ib_counter_problems(before, after) == [
+        "mlx5_ib0/1: link_downed rose 0 -> 1 during the run (link flapped)",
+        "mlx5_ib0/1: port_rcv_errors rose 0 -> 12 during the run"]
+    assert baselines.first("gpu-2") is None
+
+
+def test_gc_ib_002_runs_after_the_fabric_measurements():
+    # Each node's checks run in one worker in file order: the check must sit after GC-RDMA-001 and
+    # in a file after the all-reduce checks, with its baseline taken in the first file.
+    rdma = (REPO / "tests" / "conformance" / "test_rdma.py").read_text()
+    assert rdma.index('check("GC-RDMA-001")') < rdma.index('check("GC-IB-002")')
+    files = sorted(p.name for p in (REPO / "tests" / "conformance").glob("test_*.py"))
+    assert files.index("test_acceptance.py") < files.index("test_allreduce.py") < files.index("test_rdma.py")
+    assert files[0] == "test_acceptance.py" and 'check("GC-IB-002")' not in SUITE.read_text()
+    assert "COUNTER_BASELINES.remember" in SUITE.read_text()
+
+
+# --- GC-RDMA-002 ---------------------------------------------------------------------------
+
+
+def test_gdr_peer_is_the_rdma_ring_partner_and_gpus_pair_with_their_hcas():
+    assert gdr_peer(["a", "b", "c"], "a") == "b" and gdr_peer(["a", "b", "c"], "c") == "a"
+    assert gdr_peer(["a", "b"], "b") == "a" and gdr_peer(["a"], "a") is None
+    assert gdr_pairs(8, ["mlx5_0", "mlx5_1"], ["mlx5_0", "mlx5_1", "mlx5_2"]) == [
+        (0, "mlx5_0", "mlx5_0"), (1, "mlx5_1", "mlx5_1")]
+    args = gdr_args("mlx5_3", 3, True, 5)
+    assert "--use_cuda=3" in args and "--use_cuda_dmabuf" in args and args[args.index("-D") + 1] == "5"
+    assert "--use_cuda_dmabuf" not in gdr_args("mlx5_3", 3, False, 5)
+
+
+class _Remote:
+    """A node answering the suite's commands: ib_write_bw's client prints ``client_out``."""
+
+    def __init__(self, name: str, client_out: str = "", rc: int = 0, peermem: bool = False) -> None:
+        self.name, self.client_out, self.rc, self.peermem = name, client_out, rc, peermem
+        self.ran: list[str] = []
+
+    def run(self, command: str, *, stdin: str | None = None, timeout: float = 120.0):
+        self.ran.append(command)
+        out, rc = "", 0
+        if "ls /sys/class/infiniband" in command:
+            out = "mlx5_0\nmlx5_1\n"
+        elif "command -v ib_write_bw" in command:
+            out = "cuda\n" + ("peermem\n" if self.peermem else "")
+        elif "ib_write_bw -d" in command and "&)" not in command and "killed" not in command:
+            out, rc = self.client_out, self.rc
+        elif "GPUCLUSTER_MEASUREMENT" in command and "export" not in command:
+            out = "killed 0\n"
+        return SimpleNamespace(rc=rc, stdout=out, stderr="")
+
+
+def test_gpudirect_rdma_runs_between_the_node_and_its_peer_per_gpu_and_names_a_slow_pair():
+    import importlib.util as iu
+
+    spec = iu.spec_from_file_location("suite_rdma", REPO / "tests" / "conformance" / "test_rdma.py")
+    assert spec and spec.loader
+    suite = iu.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    platform = {"rails": [{"name": "compute", "kind": "infiniband", "role": "compute", "count": 2,
+                           "rate_gbps": 200, "devices": ["mlx5_0", "mlx5_1"]}],
+                "floors": {"rdma_write_bw_gbps": 180.0}}
+
+    def info(name: str) -> SimpleNamespace:
+        return SimpleNamespace(name=name, gpu_count=2, hca_count=2, platform=platform, platform_name="p",
+                               fabric_ip=f"10.0.0.{name[-1]}", address=name,
+                               floor=lambda key: platform["floors"].get(key))
+
+    nodes = [info("gpu-1"), info("gpu-2")]
+    here = _Remote("gpu-1", _read("ib_write_bw_02.txt"))  # the client: 181.46 Gb/s from GPU memory
+    there = _Remote("gpu-2", peermem=True)
+    remotes = {"gpu-1": here, "gpu-2": there}
+    fabric = SimpleNamespace(remote=lambda n: remotes[n], cached=lambda key, compute: compute())
+    node = SimpleNamespace(name="gpu-1", info=nodes[0], inv=SimpleNamespace(in_groups=lambda g: nodes),
+                           require_gpus=lambda: None, require_hcas=lambda: None)
+    suite.test_gpudirect_rdma(node, fabric)  # 181.46 >= 180: passes
+    clients = [c for c in here.ran if "ib_write_bw -d" in c and "&)" not in c]
+    servers = [c for c in there.ran if "ib_write_bw -d" in c and "&)" in c]
+    assert len(clients) == 2 and len(servers) == 2
+    assert all("timeout " in c for c in clients + servers)
+    assert "--use_cuda=1" in clients[1] and clients[1].endswith(" 10.0.0.2 2>&1")
+    # The client has no nvidia-peermem (DMA-BUF), the peer has it.
+    assert "--use_cuda_dmabuf" in clients[0] and "--use_cuda_dmabuf" not in servers[0]
+    platform["floors"]["rdma_write_bw_gbps"] = 380.0
+    with pytest.raises(AssertionError, match=r"GPU 0 / mlx5_0 -> gpu-2 mlx5_0: 181.46 Gb/s under the floor 380"):
+        suite.test_gpudirect_rdma(node, fabric)
+    here.rc = 1  # a run that printed good rows and then failed is failed
+    with pytest.raises(AssertionError, match=r"GPU 0 / mlx5_0 -> gpu-2 mlx5_0: failed"):
+        suite.test_gpudirect_rdma(node, fabric)
+
+
+def test_gpudirect_rdma_skips_with_a_reason_alone_or_without_cuda_perftest():
+    import importlib.util as iu
+
+    spec = iu.spec_from_file_location("suite_rdma2", REPO / "tests" / "conformance" / "test_rdma.py")
+    assert spec and spec.loader
+    suite = iu.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    lone = SimpleNamespace(name="gpu-1", gpu_count=8, hca_count=8, platform={}, platform_name="p",
+                           floor=lambda key: 380.0)
+    node = SimpleNamespace(name="gpu-1", info=lone, inv=SimpleNamespace(in_groups=lambda g: [lone]),
+                           require_gpus=lambda: None, require_hcas=lambda: None)
+    with pytest.raises(pytest.skip.Exception, match="needs a peer"):
+        suite.test_gpudirect_rdma(node, SimpleNamespace())
+    no_cuda = _Remote("gpu-2")
+    no_cuda.run = lambda command, **kw: SimpleNamespace(rc=0, stdout="", stderr="")  # type: ignore[method-assign]
+    assert "without CUDA" in (suite._gdr_ready(no_cuda)[0] or "")
