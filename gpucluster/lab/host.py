@@ -110,6 +110,34 @@ def host_problem(euid: int, release: dict[str, str]) -> str | None:
     return None
 
 
+# Disk a lab takes on the state folder's file system: a node's overlay once converged with Ceph
+# (about 1.3 GiB measured on a lab node of Pulumi.itest.yaml), and the shared rootfs and apt caches
+# (about 0.6 GiB). A full disk shows up late and obscurely (an apt install that fails mid-converge),
+# so `lab up` refuses at once, naming the figures.
+NODE_DISK_GIB = 1.5
+CACHE_DISK_GIB = 0.7
+
+
+def disk_problem(path: Path, free_bytes: int, new_nodes: int, caches_exist: bool) -> str | None:
+    """Why ``path`` lacks room for ``new_nodes`` more nodes (and the caches, unless built), or None."""
+    need = new_nodes * NODE_DISK_GIB + (0 if caches_exist else CACHE_DISK_GIB)
+    free = free_bytes / 2**30
+    if need and free < need:
+        return (f"{path} has {free:.1f} GiB free; {new_nodes} new node(s) need about {need:.1f} GiB "
+                f"({NODE_DISK_GIB} GiB each once converged" + ("" if caches_exist else
+                f", {CACHE_DISK_GIB} GiB for the rootfs and apt caches") + "): free some space or set "
+                "the spec's target.state_dir to a larger file system")
+    return None
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes (for root) on the file system that holds ``path`` or its nearest existing parent."""
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
 # Each booted node's systemd takes several inotify instances; Linux allows 128 per user by
 # default, which runs out at about nine nodes ("Failed to allocate manager object").
 SYSCTL_FLOORS: dict[str, int] = {

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.lab import network, node, process, proxy, rootfs, ssh
-from gpucluster.lab.host import LabError, Progress, ensure_host, quiet, run
+from gpucluster.lab.host import LabError, Progress, disk_problem, ensure_host, free_bytes, quiet, run
 from gpucluster.lab.layout import (
     FABRIC_INTERFACE,
     SSH_USER,
@@ -179,6 +179,11 @@ def up(inputs: LabInputs, *, rebuild_rootfs: bool = False, progress: Progress = 
     started = time.monotonic()
     _cancel.clear()
     ensure_host(progress)
+    new_nodes = sum(1 for n in plan.nodes if not plan.node_dir(n.name).exists())
+    room = disk_problem(Path(plan.state_root), free_bytes(Path(plan.state_root)), new_nodes,
+                        plan.rootfs_dir.exists())
+    if room:
+        raise LabError(room)
     claim(plan.lab_dir, plan.name)
     with locked(plan.lab_dir / "lock", f"lab {plan.name!r}"):
         old = _register(plan, progress)

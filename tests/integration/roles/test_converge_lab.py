@@ -34,3 +34,14 @@ def test_converge_twice_second_changes_nothing(itest_lab, itest_second_converge,
                      progress_out=io.StringIO())
     itest_lab.record("check_converge_s", time.monotonic() - t0)
     assert check.exit_code() == 0, f"--check failed: {check.failures} ({check.run_dir})"
+
+
+def test_a_rail_node_does_not_wait_for_networkd_at_boot(itest_lab) -> None:
+    """The lab's nodes keep their management links on ifupdown: networkd manages the rails alone,
+    and its wait-online (enabled with networkd) would time out at every boot, so the role turns it
+    off; the waiter, run by hand, indeed finds nothing it must wait for."""
+    res = itest_lab.ssh("node-1", "networkctl list --no-legend --no-pager; "
+                                  "echo enabled=$(systemctl is-enabled systemd-networkd-wait-online.service)")
+    assert res.returncode == 0, res.stderr
+    assert "enp16s0np0" in res.stdout and "configured" in res.stdout, res.stdout
+    assert "enabled=disabled" in res.stdout, res.stdout

@@ -229,3 +229,19 @@ def test_cli_status_of_a_lab_that_is_not_up(stack_file: StackFile, tmp_path: Pat
     stack = stack_file("Pulumi.lab.yaml", mutate)
     assert main(["lab", "status", "--stack", str(stack), "--json"]) == 1
     assert json.loads(capsys.readouterr().out) == {"name": "lab", "up": False}
+
+
+def test_a_disk_too_small_for_the_new_nodes_is_refused_with_the_figures(tmp_path: Path) -> None:
+    from gpucluster.lab.host import CACHE_DISK_GIB, NODE_DISK_GIB, disk_problem, free_bytes
+
+    gib = 2**30
+    need = 3 * NODE_DISK_GIB + CACHE_DISK_GIB
+    said = disk_problem(Path("/var/lib/gpucluster/lab"), int(2.0 * gib), 3, caches_exist=False)
+    assert said == (f"/var/lib/gpucluster/lab has 2.0 GiB free; 3 new node(s) need about {need:.1f} GiB "
+                    f"({NODE_DISK_GIB} GiB each once converged, {CACHE_DISK_GIB} GiB for the rootfs and apt "
+                    "caches): free some space or set the spec's target.state_dir to a larger file system")
+    assert disk_problem(Path("/x"), int(need * gib) + 1, 3, caches_exist=False) is None
+    # Nodes that exist already and built caches need nothing more.
+    assert disk_problem(Path("/x"), 0, 0, caches_exist=True) is None
+    # The state folder need not exist yet: its nearest parent's file system answers.
+    assert free_bytes(tmp_path / "not" / "yet") > 0
