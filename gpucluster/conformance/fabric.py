@@ -14,10 +14,11 @@ ranks, ib_write_bw's server) is killed by that tag (:func:`~gpucluster.conforman
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +151,20 @@ class Fabric:
                 return data
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def gpus_held(self, names: list[str]) -> Iterator[None]:
+        """Hold the GPUs of ``names`` (a lock per node in the run folder, taken in name order): a
+        check that loads a node's GPUs (burn, DCGM diagnostics, host copies) and GPUDirect RDMA,
+        which loads a peer's GPUs from another worker, never run on the same GPUs at once, so a
+        figure is never another check's load read as the node's fault."""
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.ExitStack() as stack:
+            for name in sorted(set(names)):
+                lock = stack.enter_context(open(self.cache_dir / f"gpus-{name}.lock", "w"))
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                stack.callback(fcntl.flock, lock, fcntl.LOCK_UN)
+            yield
 
     def _log(self, name: str, text: str) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -265,6 +265,10 @@ def _verdict(result: DcgmiResult, open_tables: int) -> DcgmiResult:
     elif not result.tests:
         result.note("no test rows")
         result.status = "incomplete"
+    elif all(t.result == "skip" for t in result.tests):
+        # Nothing was diagnosed (e.g. the DCGM package of another CUDA major skips every plugin).
+        result.note(f"every test was skipped: {_names([t.name for t in result.tests])}")
+        result.status = "incomplete"
     elif unknown:
         result.status = "incomplete"
     elif open_tables:
@@ -359,8 +363,12 @@ def parse_json(text: str, start: int = 0) -> DcgmiResult:
         result.status = "incomplete"
         return result
     root = next((data[k] for k in _JSON_ROOTS if isinstance(data.get(k), dict)), data)
-    if isinstance(root.get("version"), str):
-        result.dcgm_version = root["version"][:40]
+    # DCGM 3 states its version at the root; DCGM 4 under metadata.version
+    # (NVIDIA/DCGM testing/python3/dcgm_diag_schema.json).
+    metadata: dict[str, Any] = root["metadata"] if isinstance(root.get("metadata"), dict) else {}
+    version = root.get("version") if isinstance(root.get("version"), str) else metadata.get("version")
+    if isinstance(version, str):
+        result.dcgm_version = version[:40]
     for holder in (data, root) if root is not data else (data,):
         result.errors += _json_texts(holder.get("runtime_error"))
     categories = root.get("test_categories")

@@ -83,12 +83,16 @@ def test_gpudirect_rdma(node, fabric):
         if not pairs:
             return {"skip": f"no compute HCA of platform {node.info.platform_name} under {_IB} on both nodes"}
         runs = []
-        for gpu, hca, peer_hca in pairs:
-            tag = new_measurement_tag()
-            run = run_gdr_pair(TaggedRemote(there, tag), TaggedRemote(here, tag), str(peer.fabric_ip or peer.address),
-                               gpu, hca, peer_hca, (dmabuf_peer, dmabuf), GDR_SECONDS)
-            kill_measurement([here, there], tag)
-            runs.append({**run, "peer": peer.name})
+        # Both nodes' GPUs are this measurement's alone: a burn or DCGM run on the peer (another
+        # worker's check) would otherwise read as this pair's slow GPUDirect figure.
+        with fabric.gpus_held([node.name, peer.name]):
+            for gpu, hca, peer_hca in pairs:
+                tag = new_measurement_tag()
+                run = run_gdr_pair(TaggedRemote(there, tag), TaggedRemote(here, tag),
+                                   str(peer.fabric_ip or peer.address), gpu, hca, peer_hca, (dmabuf_peer, dmabuf),
+                                   GDR_SECONDS)
+                kill_measurement([here, there], tag)
+                runs.append({**run, "peer": peer.name})
         return {"runs": runs}
 
     # Under the fabric lock, as every measurement between nodes: one at a time, so no other pair's

@@ -216,3 +216,33 @@ def test_mpi_never_waits_for_an_address_efa_does_not_have(tmp_path) -> None:
     fabric = Fabric(lab, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(lab.target, lab.cluster_name), "")
     assert fabric.control_cidr(gpus) == lab.fabric["fabric_cidr"]
     assert fabric.data_cidrs(gpus) == "10.77.2.0/24,10.77.3.0/24" and fabric.data_cidrs(gpus, 1) == "10.77.3.0/24"
+
+
+def test_a_nodes_gpus_are_held_by_one_check_at_a_time(tmp_path: Path) -> None:
+    """GPUDirect RDMA holds its peer's GPUs as a burn on that peer does: the second waits for the first."""
+    import threading
+    import time
+
+    from gpucluster import hostkeys
+    from gpucluster.conformance.fabric import Fabric
+    from gpucluster.conformance.nodes import load_inventory
+
+    lab = load_inventory(Path(__file__).resolve().parents[2] / "golden" / "inventory" / "lab.yml")
+    fabric = Fabric(lab, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(lab.target, lab.cluster_name), "")
+    order: list[str] = []
+    held = threading.Event()
+
+    def burn() -> None:
+        with fabric.gpus_held(["gpu-2"]):
+            held.set()
+            time.sleep(0.3)
+            order.append("burn done")
+
+    worker = threading.Thread(target=burn)
+    worker.start()
+    held.wait(5)
+    with fabric.gpus_held(["gpu-2", "gpu-1", "gpu-2"]):  # any order, names repeated: taken once, sorted
+        order.append("gdr start")
+    worker.join()
+    assert order == ["burn done", "gdr start"]
+    assert sorted(p.name for p in (tmp_path / "fabric").glob("gpus-*.lock")) == ["gpus-gpu-1.lock", "gpus-gpu-2.lock"]

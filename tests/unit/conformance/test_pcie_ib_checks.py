@@ -3,6 +3,7 @@ nvbandwidth per GPU, counters compared over the fabric measurements, GPUDirect R
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import subprocess
 from pathlib import Path
@@ -106,6 +107,26 @@ def test_copy_run_samples_links_while_nvbandwidth_runs_and_ends_the_sampler(tmp_
     assert res.returncode == 0 and parse("nvbandwidth", out)["status"] == "ok"
     rows = suite._pcie_rows(samples)
     assert len(rows) >= 3 and acc.gpu_pcie_link_problems(rows, 1, 5, 16, loaded=True) == []
+
+
+def test_burn_load_samples_links_while_gpu_burn_runs_and_ends_the_sampler(tmp_path: Path):
+    """Without nvbandwidth, gpu-burn is the load: the samples taken while it runs are judged as loaded."""
+    bin_dir, burn_dir = tmp_path / "bin", tmp_path / "gpu-burn"
+    bin_dir.mkdir()
+    burn_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(
+        f'#!/bin/sh\necho "{HEADER}"\nwhile :; do echo "0, 5, 16, 5, 16"; sleep 0.1; done\n')
+    (burn_dir / "gpu_burn").write_text("#!/bin/sh\nsleep 1\n")
+    for f in (bin_dir / "nvidia-smi", burn_dir / "gpu_burn"):
+        f.chmod(0o755)
+    suite = _suite()
+    script = suite.BURN_LOAD_RUN.replace(f"cd {suite.gpu_burn.DEFAULT_DIR}", f"cd {burn_dir}")
+    script = script.replace("sleep 2", "sleep 0.3")
+    res = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30,
+                         env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    rows = suite._pcie_rows(res.stdout)
+    assert res.returncode == 0 and len(rows) >= 5
+    assert acc.gpu_pcie_link_problems(rows, 1, 5, 16, loaded=True) == []
 
 
 # --- GC-PCIE-002 ---------------------------------------------------------------------------
@@ -230,7 +251,8 @@ def test_gpudirect_rdma_runs_between_the_node_and_its_peer_per_gpu_and_names_a_s
     here = _Remote("gpu-1", _read("ib_write_bw_02.txt"))  # the client: 181.46 Gb/s from GPU memory
     there = _Remote("gpu-2", peermem=True)
     remotes = {"gpu-1": here, "gpu-2": there}
-    fabric = SimpleNamespace(remote=lambda n: remotes[n], cached=lambda key, compute: compute())
+    fabric = SimpleNamespace(remote=lambda n: remotes[n], cached=lambda key, compute: compute(),
+                             gpus_held=lambda names: contextlib.nullcontext())
     node = SimpleNamespace(name="gpu-1", info=nodes[0], inv=SimpleNamespace(in_groups=lambda g: nodes),
                            require_gpus=lambda: None, require_hcas=lambda: None)
     suite.test_gpudirect_rdma(node, fabric)  # 181.46 >= 180: passes

@@ -4,6 +4,7 @@ SXids, a missing dcgmi where the inventory does and does not expect DCGM)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -65,6 +66,7 @@ class _Node:
     def __init__(self, answers: dict[str, tuple[int, str]], *, nvswitch: bool = False,
                  capabilities: dict[str, bool] | None = None) -> None:
         self.answers = answers
+        self.name = "gpu-1"
         self.profile: dict[str, Any] = {"gpu": {"count": 8, "nvswitch": nvswitch, "fabric_manager": nvswitch}}
         self.info = SimpleNamespace(gpu_count=8, profile_name="h100-sxm-8", groups=["gpu"], profile=self.profile,
                                     host_vars={})
@@ -119,22 +121,26 @@ def test_no_xid_fails_naming_hardware_xid_and_fatal_sxid_only_on_nvswitch() -> N
     assert "nvswitch" not in str(failed.value)  # SXids are read on NVSwitch profiles only
 
 
+# The fabric as the DCGM check uses it: the node's GPUs held while dcgmi runs.
+_FABRIC = SimpleNamespace(gpus_held=lambda names: contextlib.nullcontext())
+
+
 def test_dcgm_missing_fails_where_expected_and_skips_where_not() -> None:
     suite = _suite("test_acceptance")
     expected = _Node({}, capabilities={"nvidia_repo": True, "heavy_packages": True})
     with pytest.raises(AssertionError, match="dcgmi is not installed, but the inventory"):
-        suite.test_dcgm_diag(expected)
+        suite.test_dcgm_diag(expected, _FABRIC)
     for caps in ({"nvidia_repo": True, "heavy_packages": False}, {}):
         with pytest.raises(pytest.skip.Exception, match="does not expect DCGM"):
-            suite.test_dcgm_diag(_Node({}, capabilities=caps))
+            suite.test_dcgm_diag(_Node({}, capabilities=caps), _FABRIC)
 
 
 def test_dcgm_diag_reads_json_and_fails_cut_output() -> None:
     suite = _suite("test_acceptance")
     text = (SAMPLES / "dcgmi_diag_json_01.txt").read_text()
     node = _Node({"dcgmi": (0, text)}, capabilities={"nvidia_repo": True, "heavy_packages": True})
-    suite.test_dcgm_diag(node)
+    suite.test_dcgm_diag(node, _FABRIC)
     assert node.ran[-1] == "dcgmi diag -r 2 -j"
     node.answers["dcgmi"] = (0, text[:1000])
     with pytest.raises(AssertionError, match="not complete JSON"):
-        suite.test_dcgm_diag(node)
+        suite.test_dcgm_diag(node, _FABRIC)

@@ -63,7 +63,7 @@ DCGM4 = {
                                    "warning": "Memory test failed on GPU 1: DBE detected"}]}],
                  "test_summary": {"status": "Fail"}}]},
         ],
-        "version": "4.1.1",
+        "metadata": {"version": "4.1.1"},  # DCGM 4 (NVIDIA/DCGM testing/python3/dcgm_diag_schema.json)
     }
 }
 
@@ -94,6 +94,19 @@ def test_runtime_error_and_no_tests() -> None:
     assert err["status"] == "failed" and dcgm_problems(err) == ["DCGM error: Error: GPU 3 is unhealthy"]
     empty = parse("dcgmi", json.dumps({"DCGM GPU Diagnostic": {"test_categories": [], "version": "3.3.5"}}))
     assert empty["status"] == "incomplete"
+
+
+def test_every_test_skipped_diagnoses_nothing_and_is_not_a_pass() -> None:
+    skipped = json.loads(json.dumps(DCGM4))
+    for category in skipped["DCGM Diagnostic"]["test_categories"]:
+        for test in category["tests"]:
+            for entry in test["results"]:
+                entry["status"] = "Skip"
+                entry.pop("warnings", None)
+            test["test_summary"]["status"] = "Skip"
+    parsed = parse("dcgmi", json.dumps(skipped))
+    assert parsed["status"] == "incomplete"
+    assert any("every test was skipped: software, memory" in n for n in parsed["notes"])
 
 
 def test_table_output_is_still_read(sample: Sample) -> None:
