@@ -167,7 +167,7 @@ def _reference_problems(root: dict[str, Any]) -> list[str]:
 
 
 # The bill of materials' entries the roles install from (each pins a version or a source).
-BOM_KEYS = ("nvidia_driver", "cuda", "nccl", "nccl_tests", "gpu_burn", "dcgm", "container_toolkit")
+BOM_KEYS = ("nvidia_driver", "cuda", "nccl", "nccl_tests", "gpu_burn", "nvbandwidth", "dcgm", "container_toolkit")
 FABRIC_TYPES = ("infiniband", "roce", "efa", "ethernet")
 MIN_MTU = 1280
 

@@ -70,6 +70,7 @@ class VerifyOptions:
     checks: tuple[str, ...] = ()
     kubeconfig: Path | None = None
     fleet_margin: float | None = None  # None: the inventory's, else the default
+    dcgm_level: int | None = None  # None: the inventory's gpucluster_conformance.dcgm_diag_level
 
 
 def inventory_for_stack(stack: str | Path) -> Path:
@@ -127,6 +128,8 @@ def pytest_argv(opts: VerifyOptions, inv: ClusterInventory) -> list[str]:
         argv += ["--limit", ",".join(opts.limit)]
     if opts.checks:
         argv += ["--checks", ",".join(opts.checks)]
+    if opts.dcgm_level is not None:
+        argv += ["--dcgm-level", str(opts.dcgm_level)]
     if opts.fleet_margin is not None:
         argv += ["--fleet-margin", repr(opts.fleet_margin)]
     return argv

@@ -50,6 +50,9 @@ def register(sub: Any) -> None:
                    help="a node more than this fraction below the fleet median of a figure (burn TFLOP/s, "
                         "all-reduce and RDMA bandwidth) fails, with 3 nodes or more (default: the inventory's "
                         "gpucluster_conformance.fleet_margin, else 0.10)")
+    p.add_argument("--dcgm-level", type=int, choices=(1, 2, 3, 4), metavar="N",
+                   help="dcgmi diag run level for GC-DCGM-001: 3 or 4 for a burn-in (default: the inventory's "
+                        "gpucluster_conformance.dcgm_diag_level, from the spec; 2 for acceptance)")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p.epilog = ("examples:\n  gpucluster verify --inventory inventory.yml\n"
                 "  gpucluster verify --stack Pulumi.lab.yaml --checks 'GC-NET-*' --no-burn\n"
@@ -89,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
         checks=checks,
         kubeconfig=kubeconfig,
         fleet_margin=args.fleet_margin,
+        dcgm_level=args.dcgm_level,
         workers=args.workers,
         quiet=args.json,
         publish=not args.no_publish,

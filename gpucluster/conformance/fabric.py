@@ -29,7 +29,7 @@ from gpucluster.conformance import allreduce_mpi, ib_write_bw, nccl_tests, progr
 from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, budget_s, judge
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo
 from gpucluster.conformance.pairs import PairResult, PairSearch, find_slow, rail_search, ring_pairs, rounds
-from gpucluster.conformance.rdma_checks import compute_hcas
+from gpucluster.conformance.rdma_checks import IB_COUNTER_DUMP, compute_hcas
 from gpucluster.conformance.remote import (
     Remote,
     RunKey,
@@ -41,6 +41,8 @@ from gpucluster.conformance.remote import (
 )
 from gpucluster.hostkeys import HostKeyPolicy
 
+# The fabric cache key of GC-IB-002's "before" reading (Fabric.counter_baseline).
+COUNTER_BASELINE_KEY = "ib-counters-before"
 # Every rail ping of a verify run ends within this, wherever a peer does not answer (ping -W 1, 2 tries).
 RAIL_PING_TIMEOUT_S = 20.0
 
@@ -144,6 +146,10 @@ class Fabric:
                 if target.exists():
                     data: dict[str, Any] = json.loads(target.read_text())
                     return data
+                if key != COUNTER_BASELINE_KEY:
+                    # The first measurement between nodes of the session reads every HCA node's
+                    # counters before it moves traffic: GC-IB-002's "before", whichever worker gets here.
+                    self._write_counter_baseline()
                 started = time.perf_counter()
                 data = compute()
                 data["wall_s"] = round(time.perf_counter() - started, 3)
@@ -151,6 +157,26 @@ class Fabric:
                 return data
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _write_counter_baseline(self) -> None:
+        """Under the fabric lock: every HCA node's port error counters, read once per session."""
+        target = self.cache_dir / f"{COUNTER_BASELINE_KEY}.json"
+        nodes = [n for n in self.inv.nodes if n.hca_count > 0]
+        if target.exists() or not nodes:
+            return
+        with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
+            read = dict(pool.map(lambda n: (n.name, self.remote(n.name).run(IB_COUNTER_DUMP, timeout=60).stdout),
+                                 nodes))
+        target.write_text(json.dumps({"nodes": read, "taken": time.time()}, indent=2))
+
+    def counter_baseline(self, node: str) -> str | None:
+        """``node``'s HCA port counters as read before the session's first measurement between
+        nodes (sysfs lines), or None when no such measurement ran (it is read then, or never)."""
+        target = self.cache_dir / f"{COUNTER_BASELINE_KEY}.json"
+        if not target.exists():
+            return None
+        dumps: dict[str, str] = json.loads(target.read_text()).get("nodes", {})
+        return dumps.get(node)
 
     @contextlib.contextmanager
     def gpus_held(self, names: list[str]) -> Iterator[None]:

@@ -94,6 +94,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--limit", default=None, help="comma-separated host names")
     g.addoption("--no-burn", action="store_true", default=False, help="skip the GPU burn")
     g.addoption("--burn-seconds", type=int, default=60, help="GPU burn time per precision")
+    g.addoption("--dcgm-level", type=int, default=None, choices=(1, 2, 3, 4),
+                help="dcgmi diag run level (default: the inventory's gpucluster_conformance.dcgm_diag_level)")
     g.addoption("--checks", default=None,
                 help="comma-separated check IDs or patterns (GC-NET-*,GC-GPU-001): run only these")
     g.addoption("--fleet-margin", default=None,

@@ -22,30 +22,15 @@ from gpucluster.conformance.remote import Remote, quote
 from gpucluster.parsers import parse_run
 from gpucluster.render.platform import RDMA_KINDS, platform_devices
 
-__all__ = ["CounterBaselines", "compute_hcas", "dscp_prio_map", "gdr_args", "gdr_pairs", "gdr_peer", "hca_problems",
+__all__ = ["IB_COUNTER_DUMP", "compute_hcas", "dscp_prio_map", "gdr_args", "gdr_pairs", "gdr_peer", "hca_problems",
            "pfc_priorities", "roce_qos_problems", "run_gdr_pair"]
 
 
-class CounterBaselines:
-    """GC-IB-002's first reading of each node's HCA port counters in this session, taken before the
-    suite's fabric measurements (GPUDirect RDMA, all-reduce, ib_write_bw) and compared after them.
-
-    The suite runs each node's checks in one worker, in file order (xdist ``loadgroup`` on the
-    node's name), so a per-process store sees a node's first reading and its last.
-    """
-
-    def __init__(self) -> None:
-        self._first: dict[str, str] = {}
-
-    def remember(self, node: str, dump: str) -> None:
-        """Keep ``dump`` (sysfs ``<path>=<value>`` lines) unless the node already has a reading."""
-        self._first.setdefault(node, dump)
-
-    def first(self, node: str) -> str | None:
-        return self._first.get(node)
-
-
-COUNTER_BASELINES = CounterBaselines()
+_IB = "/sys/class/infiniband"
+# GC-IB-002's reading of a node's HCA port error counters: sysfs ``<path>=<value>`` lines.
+IB_COUNTER_DUMP = (f"for f in {_IB}/*/ports/*/counters/symbol_error {_IB}/*/ports/*/counters/link_downed "
+                   f"{_IB}/*/ports/*/counters/port_rcv_errors; "
+                   'do [ -r "$f" ] && printf "%s=%s\\n" "$f" "$(cat "$f")"; done; true')
 
 
 def compute_hcas(platform: Mapping[str, Any], found: list[str]) -> list[str]:

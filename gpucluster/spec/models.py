@@ -783,6 +783,7 @@ class Bom(_Model):
     nccl: _Nccl
     nccl_tests: _Sourced
     gpu_burn: _Sourced
+    nvbandwidth: _Sourced
     dcgm: _Pinned
     container_toolkit: _Pinned
     ceph: _Ceph

@@ -12,7 +12,6 @@ import pytest
 
 from gpucluster.conformance import acceptance as acc
 from gpucluster.conformance import expect, gpu_burn
-from gpucluster.conformance.rdma_checks import COUNTER_BASELINES
 from gpucluster.conformance.remote import SshRemote
 from gpucluster.parsers import libfabric, parse_run, sysfs
 from gpucluster.render.services import required_services
@@ -96,17 +95,6 @@ def _pcie_rows(text: str) -> list[dict]:
     return rows
 
 
-@pytest.fixture(autouse=True)
-def _ib_counters_before(request):
-    """GC-IB-002's baseline: each node's HCA port counters before its first check in this file, that is
-    before GPUDirect RDMA (here), the all-reduce and ib_write_bw checks (later files) move traffic."""
-    if "node" not in request.fixturenames:
-        return
-    node = request.getfixturevalue("node")
-    if node.info.hca_count and COUNTER_BASELINES.first(node.name) is None:
-        COUNTER_BASELINES.remember(node.name, node.run(SYSFS_DUMP, timeout=60).stdout)
-
-
 @pytest.mark.check("GC-GPU-013")
 def test_fabric_registered(node):
     """On NVSwitch profiles every GPU MUST report the fabric State Completed and Status Success."""
@@ -152,7 +140,7 @@ def test_no_slowdown(node):
 
 
 @pytest.mark.check("GC-DCGM-001")
-def test_dcgm_diag(node, fabric):
+def test_dcgm_diag(node, fabric, pytestconfig):
     """Where the inventory expects DCGM, dcgmi MUST be installed, and dcgmi diag at the configured level MUST pass with no failed or warning test on any GPU."""  # noqa: E501
     node.require_gpus()
     # DCGM is expected where the roles install and start it: nvidia-dcgm among the node's required
@@ -164,7 +152,9 @@ def test_dcgm_diag(node, fabric):
                               "heavy_packages) make the roles install DCGM on this node")
         pytest.skip("dcgmi is not installed and the inventory does not expect DCGM on this node "
                     "(gpucluster_capabilities lacks nvidia_repo or heavy_packages)")
-    level = expect.dcgm_level(node.info.host_vars, node.inv.all_vars)
+    # A burn-in asks for more than acceptance (`gpucluster verify --dcgm-level 3`); else the spec's level.
+    asked = pytestconfig.getoption("--dcgm-level")
+    level = asked or expect.dcgm_level(node.info.host_vars, node.inv.all_vars)
     # -j: per-GPU JSON results; stderr apart, so that a warning printed before the JSON cannot split it.
     with fabric.gpus_held([node.name]):
         res = node.run(f"dcgmi diag -r {level} -j", timeout=3 * 3600)

@@ -10,7 +10,7 @@ from gpucluster.conformance import acceptance as acc
 from gpucluster.conformance import expect, ib_write_bw
 from gpucluster.conformance.fabric import PAIR_STATUS_REASON, fault_key
 from gpucluster.conformance.pairs import PairSearch
-from gpucluster.conformance.rdma_checks import COUNTER_BASELINES, compute_hcas, gdr_pairs, gdr_peer, run_gdr_pair
+from gpucluster.conformance.rdma_checks import IB_COUNTER_DUMP, compute_hcas, gdr_pairs, gdr_peer, run_gdr_pair
 from gpucluster.conformance.remote import TaggedRemote, kill_measurement, new_measurement_tag
 from gpucluster.parsers import sysfs
 
@@ -105,26 +105,24 @@ def test_gpudirect_rdma(node, fabric):
 
 
 _IB = "/sys/class/infiniband"
-COUNTER_DUMP = (f"for f in {_IB}/*/ports/*/counters/symbol_error {_IB}/*/ports/*/counters/link_downed "
-                f"{_IB}/*/ports/*/counters/port_rcv_errors; "
-                'do [ -r "$f" ] && printf "%s=%s\\n" "$f" "$(cat "$f")"; done; true')
 
 
 @pytest.mark.check("GC-IB-002")
-def test_hca_port_counters(node):
+def test_hca_port_counters(node, fabric):
     """Every HCA port MUST show zero symbol errors, link-downed events and receive errors, with none rising during the run."""  # noqa: E501
     node.require_hcas()
     try:
         compute = {d for r in expect.compute_rails(node.info) for d in r.devices}
     except expect.Unstated as exc:
         pytest.skip(str(exc))
-    after = [p for p in sysfs.ib_ports(sysfs.readings(node.run(COUNTER_DUMP, timeout=60).stdout))
+    after = [p for p in sysfs.ib_ports(sysfs.readings(node.run(IB_COUNTER_DUMP, timeout=60).stdout))
              if not compute or p.hca in compute]
     if not after:
         pytest.skip(f"no compute HCA port counters under {_IB}")
-    first = COUNTER_BASELINES.first(node.name)
-    # The baseline is the node's reading before the session's fabric measurements (taken ahead of the
-    # acceptance checks); without one (those checks deselected) the ports are judged on this reading alone.
+    # The baseline: every HCA node's reading taken by the session's first measurement between nodes,
+    # before it moved traffic (Fabric.counter_baseline); without one (no such measurement ran, e.g.
+    # deselected) the ports are judged on this reading alone, and the message says so.
+    first = fabric.counter_baseline(node.name)
     before = [p for p in sysfs.ib_ports(sysfs.readings(first)) if not compute or p.hca in compute] if first else []
     problems = acc.ib_counter_problems(before, after)
     window = "" if first else " (one reading: no baseline from before the fabric measurements this session)"

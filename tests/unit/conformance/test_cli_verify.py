@@ -52,3 +52,18 @@ def test_the_fleet_margin_reaches_the_suite_only_when_given(tmp_path):
     assert given[given.index("--fleet-margin") + 1] == "0.15"
     # Not given: the suite takes the inventory's gpucluster_conformance.fleet_margin.
     assert "--fleet-margin" not in pytest_argv(VerifyOptions(GOLDEN, tmp_path), inv)  # type: ignore[arg-type]
+
+
+def test_a_burn_in_dcgm_level_reaches_the_suite_only_when_given(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    inv = SimpleNamespace(nodes=(1, 2, 3))
+    given = pytest_argv(VerifyOptions(GOLDEN, tmp_path, dcgm_level=3), inv)  # type: ignore[arg-type]
+    assert given[given.index("--dcgm-level") + 1] == "3"
+    assert "--dcgm-level" not in pytest_argv(VerifyOptions(GOLDEN, tmp_path), inv)  # type: ignore[arg-type]
+    # A level DCGM does not have is refused by the command line, naming the option, exit 2.
+    try:
+        code = main(["verify", "--inventory", str(GOLDEN), "--dcgm-level", "5", "--run-dir", str(tmp_path / "r")])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2 and "--dcgm-level" in capsys.readouterr().err

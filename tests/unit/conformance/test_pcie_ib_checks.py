@@ -13,7 +13,7 @@ import pytest
 
 from gpucluster.conformance import acceptance as acc
 from gpucluster.conformance import expect
-from gpucluster.conformance.rdma_checks import CounterBaselines, gdr_args, gdr_pairs, gdr_peer
+from gpucluster.conformance.rdma_checks import gdr_args, gdr_pairs, gdr_peer
 from gpucluster.parsers import parse, parse_run, sysfs
 
 REPO = Path(__file__).resolve().parents[3]
@@ -174,27 +174,55 @@ COUNTERS = ("/sys/class/infiniband/mlx5_ib0/ports/1/counters/symbol_error={s}\n"
             "/sys/class/infiniband/mlx5_ib0/ports/1/counters/port_rcv_errors={r}\n")
 
 
-def test_counters_compared_over_the_measurements_name_the_port_that_rose():
-    baselines = CounterBaselines()
-    baselines.remember("gpu-1", COUNTERS.format(s=0, d=0, r=0))
-    baselines.remember("gpu-1", COUNTERS.format(s=9, d=9, r=9))  # a later reading never replaces the first
-    before = sysfs.ib_ports(sysfs.readings(baselines.first("gpu-1") or ""))
+class _CountingRemote:
+    """A node's shell as the fabric reaches it: HCA counters from ``readings`` (one per call), calls logged."""
+
+    def __init__(self, name: str, readings: list[str], log: list[str]) -> None:
+        self.name, self.readings, self.log = name, readings, log
+
+    def run(self, command: str, timeout: float = 60, **_: object) -> SimpleNamespace:
+        self.log.append(f"{self.name}: counters")
+        return SimpleNamespace(stdout=self.readings.pop(0) if self.readings else "", rc=0, ok=True)
+
+
+def test_the_first_measurement_between_nodes_reads_every_hca_nodes_counters_before_it_runs(tmp_path: Path):
+    """GC-IB-002's "before" is taken once, for every node with HCAs, by whichever measurement between
+    nodes comes first (in any worker), before it moves traffic; later ones and reruns do not retake it."""
+    from gpucluster import hostkeys
+    from gpucluster.conformance.fabric import Fabric
+    from gpucluster.conformance.nodes import load_inventory
+
+    inv = load_inventory(REPO / "tests" / "golden" / "inventory" / "onprem-h100-ib.yml")
+    hca_nodes = sorted(n.name for n in inv.nodes if n.hca_count > 0)
+    assert len(hca_nodes) >= 2
+    fabric = Fabric(inv, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(inv.target, inv.cluster_name), "")
+    log: list[str] = []
+    remotes = {n.name: _CountingRemote(n.name, [COUNTERS.format(s=0, d=0, r=0)], log) for n in inv.nodes}
+    fabric.remote = lambda name: remotes[name]  # type: ignore[method-assign]
+    assert fabric.counter_baseline(hca_nodes[0]) is None  # nothing between nodes ran yet
+
+    def measure() -> dict:
+        log.append("pair search")
+        return {}
+
+    fabric.cached("pair_search", measure)
+    fabric.cached("rdma", measure)
+    assert sorted(log[:-2]) == sorted(f"{n}: counters" for n in hca_nodes) and log[-2:] == ["pair search"] * 2
+    before = sysfs.ib_ports(sysfs.readings(fabric.counter_baseline(hca_nodes[0]) or ""))
     after = sysfs.ib_ports(sysfs.readings(COUNTERS.format(s=0, d=1, r=12)))
     assert acc.ib_counter_problems(before, after) == [
         "mlx5_ib0/1: link_downed rose 0 -> 1 during the run (link flapped)",
         "mlx5_ib0/1: port_rcv_errors rose 0 -> 12 during the run"]
-    assert baselines.first("gpu-2") is None
 
 
 def test_gc_ib_002_runs_after_the_fabric_measurements():
-    # Each node's checks run in one worker in file order: the check must sit after GC-RDMA-001 and
-    # in a file after the all-reduce checks, with its baseline taken in the first file.
+    # Each node's checks run in one worker in file order: the check sits after GC-RDMA-001 and in a
+    # file after the all-reduce checks; its baseline is the fabric's, from before any of them.
     rdma = (REPO / "tests" / "conformance" / "test_rdma.py").read_text()
     assert rdma.index('check("GC-RDMA-001")') < rdma.index('check("GC-IB-002")')
     files = sorted(p.name for p in (REPO / "tests" / "conformance").glob("test_*.py"))
-    assert files.index("test_acceptance.py") < files.index("test_allreduce.py") < files.index("test_rdma.py")
-    assert files[0] == "test_acceptance.py" and 'check("GC-IB-002")' not in SUITE.read_text()
-    assert "COUNTER_BASELINES.remember" in SUITE.read_text()
+    assert files.index("test_allreduce.py") < files.index("test_rdma.py")
+    assert "fabric.counter_baseline(node.name)" in rdma
 
 
 # --- GC-RDMA-002 ---------------------------------------------------------------------------

@@ -123,24 +123,35 @@ def test_no_xid_fails_naming_hardware_xid_and_fatal_sxid_only_on_nvswitch() -> N
 
 # The fabric as the DCGM check uses it: the node's GPUs held while dcgmi runs.
 _FABRIC = SimpleNamespace(gpus_held=lambda names: contextlib.nullcontext())
+# pytest's config as the check reads it: no --dcgm-level given.
+_CONFIG = SimpleNamespace(getoption=lambda name: None)
 
 
 def test_dcgm_missing_fails_where_expected_and_skips_where_not() -> None:
     suite = _suite("test_acceptance")
     expected = _Node({}, capabilities={"nvidia_repo": True, "heavy_packages": True})
     with pytest.raises(AssertionError, match="dcgmi is not installed, but the inventory"):
-        suite.test_dcgm_diag(expected, _FABRIC)
+        suite.test_dcgm_diag(expected, _FABRIC, _CONFIG)
     for caps in ({"nvidia_repo": True, "heavy_packages": False}, {}):
         with pytest.raises(pytest.skip.Exception, match="does not expect DCGM"):
-            suite.test_dcgm_diag(_Node({}, capabilities=caps), _FABRIC)
+            suite.test_dcgm_diag(_Node({}, capabilities=caps), _FABRIC, _CONFIG)
 
 
 def test_dcgm_diag_reads_json_and_fails_cut_output() -> None:
     suite = _suite("test_acceptance")
     text = (SAMPLES / "dcgmi_diag_json_01.txt").read_text()
     node = _Node({"dcgmi": (0, text)}, capabilities={"nvidia_repo": True, "heavy_packages": True})
-    suite.test_dcgm_diag(node, _FABRIC)
+    suite.test_dcgm_diag(node, _FABRIC, _CONFIG)
     assert node.ran[-1] == "dcgmi diag -r 2 -j"
     node.answers["dcgmi"] = (0, text[:1000])
     with pytest.raises(AssertionError, match="not complete JSON"):
-        suite.test_dcgm_diag(node, _FABRIC)
+        suite.test_dcgm_diag(node, _FABRIC, _CONFIG)
+
+
+def test_a_burn_in_asks_dcgm_for_its_own_level() -> None:
+    """`gpucluster verify --dcgm-level 3` (a burn-in) wins over the spec's level (2 by default)."""
+    suite = _suite("test_acceptance")
+    text = (SAMPLES / "dcgmi_diag_json_01.txt").read_text()
+    node = _Node({"dcgmi": (0, text)}, capabilities={"nvidia_repo": True, "heavy_packages": True})
+    suite.test_dcgm_diag(node, _FABRIC, SimpleNamespace(getoption=lambda name: 3 if name == "--dcgm-level" else None))
+    assert node.ran[-1] == "dcgmi diag -r 3 -j"

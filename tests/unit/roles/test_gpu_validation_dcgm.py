@@ -122,3 +122,26 @@ def test_the_os_table_names_are_nvidias() -> None:
     assert table.DCGM_EPOCH == "1"
     with pytest.raises(ValueError, match=r"cuda\.version"):
         table.cuda_major({"cuda": {"version": "x.1"}})
+
+
+def test_nvbandwidth_is_built_at_the_boms_pin_against_the_nodes_cuda_where_gpu_burn_is() -> None:
+    """GC-PCIE-003 needs nvbandwidth on the node: the role builds the BOM's release with cmake, for the
+    named architectures, with the CUDA the BOM pins, and puts it on the PATH; not where gpu-burn is not."""
+    from tests.unit.roles.render import TEXT
+
+    v = _vars("infiniband")
+    assert v["gpu_validation_nvbandwidth_enabled"] is True
+    assert str(v["gpu_validation_nvbandwidth_version"]) == BOM["nvbandwidth"]["version"]
+    tasks = {t["name"]: t for t in _tasks("tasks/nvbandwidth.yml")}
+    get = tasks["Download the nvbandwidth source"]["ansible.builtin.get_url"]
+    assert TEXT.from_string(get["url"]).render(v) == BOM["nvbandwidth"]["source_url"]
+    build = tasks["Build nvbandwidth"]["ansible.builtin.shell"]
+    cmd = TEXT.from_string(build["cmd"]).render(v)
+    cuda = ".".join(BOM["cuda"]["version"].split(".")[:2])
+    assert cmd == (f"cmake -DCMAKE_CUDA_COMPILER=/usr/local/cuda-{cuda}/bin/nvcc "
+                   "-DCMAKE_CUDA_ARCHITECTURES='80;89;90' . && make")
+    link = tasks["Put the pinned nvbandwidth on the PATH"]["ansible.builtin.file"]
+    assert link["dest"] == "/usr/local/bin/nvbandwidth"  # what GC-PCIE-001/003 look for (`command -v`)
+    main = {t["name"]: t for t in _tasks("tasks/main.yml")}
+    assert main["Build nvbandwidth"]["when"] == "gpu_validation_nvbandwidth_enabled | bool"
+    assert _vars("ethernet")["gpu_validation_nvbandwidth_enabled"] is False  # the lab: no CUDA
