@@ -137,6 +137,11 @@ def gdr_pairs(gpus: int, hcas: list[str], peer_hcas: list[str]) -> list[tuple[in
     return [(i, hcas[i], peer_hcas[i]) for i in range(min(gpus, len(hcas), len(peer_hcas)))]
 
 
+GDR_SERVER_LOG = "/var/tmp/gpucluster-gdr-server.log"
+# How long the client waits for the server's port (s).
+GDR_LISTEN_WAIT_S = 20
+
+
 def gdr_args(device: str, gpu: int, dmabuf: bool, seconds: int, qps: int = 4) -> list[str]:
     """ib_write_bw with its buffers in GPU ``gpu``'s memory, as GC-RDMA-001 drives it otherwise.
     Without nvidia-peermem (inbox rdma-core with the open kernel modules) GPU memory is registered
@@ -152,10 +157,17 @@ def run_gdr_pair(server: Remote, client: Remote, server_ip: str, gpu: int, devic
     ``dmabuf``: (server's, client's). The client's output, with its exit status, is the figure."""
     bound = seconds + 30
     srv = quote(gdr_args(peer_device, gpu, dmabuf[0], seconds))
-    server.run(f"(timeout {bound} {srv} > /var/tmp/gpucluster-gdr-server.log 2>&1 &)", timeout=30)
+    port = GDR_PORT + gpu
+    # The client starts once the server listens (CUDA's start-up on the server can take seconds),
+    # at most GDR_LISTEN_WAIT_S later; a server that never listens leaves the client to say why.
+    server.run(f"(timeout {bound} {srv} > {GDR_SERVER_LOG} 2>&1 &); "
+               f"for i in $(seq {GDR_LISTEN_WAIT_S * 4}); do ss -Hltn 'sport = :{port}' | grep -q . && break; "
+               "sleep 0.25; done; true", timeout=GDR_LISTEN_WAIT_S + 30)
     cli = quote([*gdr_args(device, gpu, dmabuf[1], seconds), server_ip])
-    res = client.run(f"sleep 2; timeout {bound} {cli} 2>&1", timeout=bound + 30)
+    res = client.run(f"timeout {bound} {cli} 2>&1", timeout=bound + 30)
     parsed = parse_run("ib_write_bw", res.stdout, res.rc)
-    if not parsed.get("rows"):
-        parsed["notes"] = [*parsed.get("notes", []), f"output (rc {res.rc}): {res.stdout.strip()[-200:]}"]
+    if not parsed.get("rows") or parsed.get("status") != "ok":
+        said = server.run(f"tail -c 300 {GDR_SERVER_LOG} 2>/dev/null", timeout=30).stdout.strip()
+        parsed["notes"] = [*parsed.get("notes", []), f"output (rc {res.rc}): {res.stdout.strip()[-200:]}",
+                           *([f"server: {said}"] if said else [])]
     return {**parsed, "gpu": gpu, "hca": device, "peer_hca": peer_device}

@@ -288,6 +288,8 @@ def test_gpudirect_rdma_runs_between_the_node_and_its_peer_per_gpu_and_names_a_s
     servers = [c for c in there.ran if "ib_write_bw -d" in c and "&)" in c]
     assert len(clients) == 2 and len(servers) == 2
     assert all("timeout " in c for c in clients + servers)
+    # The client waits for the server's port (GPU i's), not a fixed sleep.
+    assert "sport = :18620" in servers[0] and "sport = :18621" in servers[1] and "sleep 2" not in clients[0]
     assert "--use_cuda=1" in clients[1] and clients[1].endswith(" 10.0.0.2 2>&1")
     # The client has no nvidia-peermem (DMA-BUF), the peer has it.
     assert "--use_cuda_dmabuf" in clients[0] and "--use_cuda_dmabuf" not in servers[0]
