@@ -32,7 +32,8 @@ RAIL_SYSCTLS: dict[str, str] = {"accept_local": "1", "arp_announce": "2", "arp_i
 # The most rails a node's rail list may hold (a platform rail has at most 64 ports).
 MAX_RAILS = 64
 
-_IFNAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,14}$")
+# A Linux interface name (at most 15 bytes); dots allowed: VLAN rails (enp16s0np0.100) are named so.
+_IFNAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$")
 
 
 def rail_settings(rails: Sequence[Mapping[str, Any]] | None, mtu: int) -> list[dict[str, Any]]:
@@ -47,7 +48,6 @@ def rail_settings(rails: Sequence[Mapping[str, Any]] | None, mtu: int) -> list[d
     seen: set[str] = set()
     for i, rail in enumerate(items):
         name = str(rail.get("interface", ""))
-        # No dots: a sysctl key would read them as separators (net.ipv4.conf.<name>.rp_filter).
         if not _IFNAME.match(name):
             raise ValueError(f"rail {i}: not an interface name: {name!r}")
         if name in seen:
@@ -74,8 +74,10 @@ def rail_settings(rails: Sequence[Mapping[str, Any]] | None, mtu: int) -> list[d
 
 
 def rail_sysctl_lines(rails: Sequence[Mapping[str, Any]] | None, mtu: int) -> list[str]:
-    """The sysctl.d lines for every rail, ``net.ipv4.conf.<interface>.<key> = <value>``."""
-    return [f"net.ipv4.conf.{r['interface']}.{key} = {value}"
+    """The sysctl.d lines for every rail, ``net/ipv4/conf/<interface>/<key> = <value>``: the slash
+    form, in which a dot in an interface name (a VLAN's) stays part of the name (sysctl.d(5): when
+    the first separator is a slash, remaining dots are left intact)."""
+    return [f"net/ipv4/conf/{r['interface']}/{key} = {value}"
             for r in rail_settings(rails, mtu) for key, value in sorted(r["sysctls"].items())]
 
 

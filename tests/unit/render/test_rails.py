@@ -38,11 +38,15 @@ def test_each_rail_gets_its_own_table_and_rule_in_order() -> None:
 def test_sysctl_lines_name_each_rail() -> None:
     lines = rail_sysctl_lines(RAILS, 9000)
     assert len(lines) == 2 * len(RAIL_SYSCTLS)
-    assert "net.ipv4.conf.enp32s0np0.rp_filter = 2" in lines and "net.ipv4.conf.enp16s0np0.arp_ignore = 2" in lines
+    assert "net/ipv4/conf/enp32s0np0/rp_filter = 2" in lines and "net/ipv4/conf/enp16s0np0/arp_ignore = 2" in lines
+    # A VLAN rail keeps its dot: the slash form does not read it as a separator.
+    vlan = rail_sysctl_lines([{**RAILS[0], "interface": "enp16s0np0.100"}], 9000)
+    assert "net/ipv4/conf/enp16s0np0.100/rp_filter = 2" in vlan
 
 
 @pytest.mark.parametrize(("rails", "match"), [
-    ([{"interface": "bad.name", "address": "10.5.2.10", "cidr": "10.5.2.0/24"}], "not an interface name"),
+    ([{"interface": "bad/name", "address": "10.5.2.10", "cidr": "10.5.2.0/24"}], "not an interface name"),
+    ([{"interface": "enp16s0np0.1000x", "address": "10.5.2.10", "cidr": "10.5.2.0/24"}], "not an interface name"),
     ([{"interface": "r0", "address": "10.5.9.10", "cidr": "10.5.2.0/24"}], "not a host address"),
     ([{"interface": "r0", "address": "10.5.2.0", "cidr": "10.5.2.0/24"}], "not a host address"),
     ([RAILS[0], {**RAILS[1], "interface": "enp16s0np0"}], "named twice"),
