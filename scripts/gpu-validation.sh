@@ -28,13 +28,14 @@ if command -v nvbandwidth >/dev/null; then
   kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
 fi
 run nvidia-smi-fabric.txt sh -c "nvidia-smi -q | sed -n '/Fabric/,/^ *[A-Z][a-z]* *$/p'"
-if command -v ib_write_bw >/dev/null && ls /sys/class/infiniband >/dev/null 2>&1; then
+hca=$(ls /sys/class/infiniband 2>/dev/null | head -1)
+if command -v ib_write_bw >/dev/null && [ -n "$hca" ]; then
   run ibv-devinfo.txt ibv_devinfo
-  hca=$(ls /sys/class/infiniband | head -1)
-  # GPUDirect RDMA on one node (loopback through the HCA), GPU 0 memory, 10 s, both ends bounded.
-  (timeout 30 ib_write_bw -d "$hca" --use_cuda=0 -D 10 --report_gbits > "$out/ib_write_bw-gdr-server.txt" 2>&1 &)
-  sleep 3
-  run ib_write_bw-gdr-client.txt timeout 30 ib_write_bw -d "$hca" --use_cuda=0 -D 10 --report_gbits localhost
+  # GPUDirect RDMA on one node (loopback through the HCA), GPU 0 memory, 10 s, both ends bounded;
+  # the client starts once the server listens (CUDA's start-up takes seconds), at most 20 s later.
+  (timeout 40 ib_write_bw -d "$hca" --use_cuda=0 -D 10 --report_gbits -p 18620 > "$out/ib_write_bw-gdr-server.txt" 2>&1 &)
+  for _ in $(seq 80); do ss -Hltn 'sport = :18620' | grep -q . && break; sleep 0.25; done
+  run ib_write_bw-gdr-client.txt timeout 30 ib_write_bw -d "$hca" --use_cuda=0 -D 10 --report_gbits -p 18620 localhost
 fi
 run torch.txt "$py" -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.is_available(), torch.cuda.device_count())"
 "$py" -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' || {

@@ -17,8 +17,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,13 @@ def rail_ping_command(interface: str, peer: str, mtu: int, tag: str) -> str:
 # Up to this many nodes every node pings every peer on each rail; past it, its ring neighbours only
 # (n² pings at fleet scale would take longer than the measurements they guard).
 RAIL_PING_ALL_MAX = 32
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write ``path`` so that a reader sees the old file or the whole new one, never half of it."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(text, encoding="utf-8")
+    os.replace(part, path)
 
 
 def rail_name(nodes: list[NodeInfo], i: int) -> str:
@@ -137,10 +145,17 @@ class Fabric:
 
     # --- plumbing ------------------------------------------------------------------------
 
-    def cached(self, key: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def cached(self, key: str, compute: Callable[[], dict[str, Any]], hold: Sequence[str] = ()) -> dict[str, Any]:
+        """``compute()``'s result for ``key``, made once per run: one measurement between nodes at a
+        time (the fabric lock). ``hold``: nodes whose GPUs it loads, held first (gpus_held) so that no
+        burn, DCGM or host-copy check runs on them meanwhile. Lock order, everywhere: GPU locks (by
+        name), then the fabric lock; nothing waits for a GPU while holding the fabric."""
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         target = self.cache_dir / f"{key}.json"
-        with open(self.cache_dir / "fabric.lock", "w") as lock:
+        if target.exists():  # written whole (os.replace): readable without the locks
+            done: dict[str, Any] = json.loads(target.read_text())
+            return done
+        with self.gpus_held(list(hold)), open(self.cache_dir / "fabric.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 if target.exists():
@@ -153,7 +168,7 @@ class Fabric:
                 started = time.perf_counter()
                 data = compute()
                 data["wall_s"] = round(time.perf_counter() - started, 3)
-                target.write_text(json.dumps(data, indent=2))
+                _write_whole(target, json.dumps(data, indent=2))
                 return data
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
@@ -167,7 +182,7 @@ class Fabric:
         with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
             read = dict(pool.map(lambda n: (n.name, self.remote(n.name).run(IB_COUNTER_DUMP, timeout=60).stdout),
                                  nodes))
-        target.write_text(json.dumps({"nodes": read, "taken": time.time()}, indent=2))
+        _write_whole(target, json.dumps({"nodes": read, "taken": time.time()}, indent=2))
 
     def counter_baseline(self, node: str) -> str | None:
         """``node``'s HCA port counters as read before the session's first measurement between
@@ -231,6 +246,10 @@ class Fabric:
         self.run_key().remove(self.remote(launcher.name), path)
 
     # --- all-reduce ------------------------------------------------------------------------
+
+    @staticmethod
+    def _gpu_names(nodes: list[NodeInfo]) -> list[str]:
+        return [n.name for n in nodes if n.gpu_count > 0]
 
     def allreduce_participants(self) -> list[NodeInfo]:
         """GPU-group nodes whose profile sets an inter-node floor."""
@@ -342,7 +361,7 @@ class Fabric:
             return {"run": run.to_json(), "engine": run.engine, "verdict_bytes": verdict, "large_bytes": verdict,
                     "log": self.allreduce_log(run.label)}
 
-        return self.cached("inter_node", compute)
+        return self.cached("inter_node", compute, hold=self._gpu_names(self.allreduce_participants()))
 
     def pair_search(self) -> dict[str, Any]:
         """Every ring pair's all-reduce: over each compute rail alone where every participant has
@@ -386,7 +405,7 @@ class Fabric:
                     "verdict_bytes": self.verdict_bytes(nodes),
                     "logs": {r["label"]: self.allreduce_log(r["label"]) for r in runs}}
 
-        return self.cached("pair_search", compute)
+        return self.cached("pair_search", compute, hold=self._gpu_names(self.allreduce_participants()))
 
     # --- compute rails ---------------------------------------------------------------------
 

@@ -132,8 +132,9 @@ class KernelLog:
 def unreadable_reason(source: str, rc: int, output: str) -> str | None:
     """Why ``output`` (and exit status ``rc``) of a log source is not a log; None when it is one.
 
-    ``journalctl``'s ``-- No entries --`` alone is a log read and found empty. An empty output is
-    not: a booted kernel has always logged something, and journalctl says when it found nothing.
+    Neither is an empty output, nor journalctl's ``-- No entries --`` for ``-k -b``: a booted
+    kernel has always logged something, so a journal without kernel messages (journald told not to
+    keep them) says nothing about Xids, and the next source (dmesg) is read instead.
     """
     first = next((line.strip() for line in output.splitlines() if line.strip()), "")
     if rc != 0:
@@ -144,6 +145,8 @@ def unreadable_reason(source: str, rc: int, output: str) -> str | None:
         refusal = next((r for r in _JOURNAL_REFUSALS if r in output), None)
         if refusal is not None:
             return f"journalctl could not read the system journal: {refusal}"
+        if all(line.strip() in ("", "-- No entries --") for line in output.splitlines()):
+            return "journalctl holds no kernel message since boot (journald does not keep them here)"
     return None
 
 

@@ -2,7 +2,8 @@
 more GC-GPU): expected figures from the profile and platform (gpucluster.conformance.expect),
 verdicts from gpucluster.conformance.acceptance. A check whose hardware, tool or expected figure is
 absent skips with the reason. GPUDirect RDMA (GC-RDMA-002) and the HCA port counters (GC-IB-002)
-live in test_rdma.py, among the fabric measurements; this file, the first, takes GC-IB-002's baseline."""
+live in test_rdma.py, among the fabric measurements (GC-IB-002's first reading is the fabric's,
+taken before the session's first measurement between nodes)."""
 
 from __future__ import annotations
 
@@ -275,7 +276,7 @@ def test_efa_devices(node):
 
 
 @pytest.mark.check("GC-EFA-002")
-def test_nccl_uses_ofi(node):
+def test_nccl_uses_ofi(node, fabric):
     """An NCCL run on an EFA node MUST use the OFI plugin (AWS Libfabric) over the efa provider."""
     node.require_gpus()
     if not expect.efa_count(node.info):
@@ -284,8 +285,9 @@ def test_nccl_uses_ofi(node):
     if node.run(f"test -x {binary}").rc != 0:
         pytest.skip(f"{binary} is not installed on the node")
     # Without P2P and shared memory NCCL moves even intra-node traffic through its network plugin.
-    res = node.run(f"NCCL_DEBUG=INFO NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 FI_PROVIDER=efa "
-                   f"{binary} -b 8M -e 8M -g {node.info.gpu_count} 2>&1", timeout=600)
+    with fabric.gpus_held([node.name]):
+        res = node.run(f"NCCL_DEBUG=INFO NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 FI_PROVIDER=efa "
+                       f"{binary} -b 8M -e 8M -g {node.info.gpu_count} 2>&1", timeout=600)
     net = libfabric.nccl_net(res.stdout)
     problems = acc.ofi_problems(net) + ([] if res.rc == 0 else [f"all_reduce_perf exited {res.rc}"])
     assert not problems, "; ".join(problems)

@@ -20,7 +20,7 @@ def _series(run: AllReduceRun, v: BandwidthVerdict) -> dict:
 
 
 @pytest.mark.check("GC-AR-001")
-def test_allreduce_intra(node):
+def test_allreduce_intra(node, fabric):
     """The all-reduce bus bandwidth across all GPUs of the node MUST reach the profile's intra-node floor at large message sizes, with no wrong results."""  # noqa: E501
     node.require_gpus()
     floor = node.info.floor("allreduce_intra_busbw_gbps")
@@ -29,7 +29,8 @@ def test_allreduce_intra(node):
     if node.run(f"test -x {nccl_tests.binary()}").rc != 0:
         pytest.fail(f"nccl-tests is not installed ({nccl_tests.binary()} missing)")
     large = verdict_size(node.info, "intra")
-    run, _ = nccl_tests.run_intra(node.remote(), node.info.gpu_count, 2 * large)
+    with fabric.gpus_held([node.name]):  # no burn, DCGM or peer's GPUDirect run on these GPUs meanwhile
+        run, _ = nccl_tests.run_intra(node.remote(), node.info.gpu_count, 2 * large)
     v = judge(run, float(floor), large)
     node.figure("busbw_gbps", v.busbw_gbps)
     node.figure("floor_gbps", v.floor_gbps)

@@ -47,6 +47,8 @@ def _gdr_ready(remote) -> tuple[str | None, bool]:
     res = remote.run("command -v ib_write_bw >/dev/null 2>&1 || { echo missing; exit 0; }; "
                      "ib_write_bw --help 2>&1 | grep -q use_cuda && echo cuda; "
                      "test -d /sys/module/nvidia_peermem && echo peermem; true", timeout=30)
+    if res.rc != 0:
+        return f"{remote.name} could not be asked about ib_write_bw (exit {res.rc}): {res.stderr.strip()[-200:]}", False
     said = set(res.stdout.split())
     if "missing" in said:
         return f"{remote.name}: ib_write_bw is not installed", False
@@ -64,7 +66,8 @@ def test_gpudirect_rdma(node, fabric):
     if floor is None:
         pytest.skip(f"platform {node.info.platform_name} states no rdma_write_bw_gbps floor")
     # GC-RDMA-001's ring over the same nodes: GPU nodes with HCAs and an RDMA floor.
-    peers = [n for n in node.inv.in_groups(("gpu",)) if n.gpu_count and n.hca_count
+    # The nodes the fabric measures among: those that answered the session's probe.
+    peers = [n for n in fabric.inv.in_groups(("gpu",)) if n.gpu_count and n.hca_count
              and n.floor("rdma_write_bw_gbps") is not None]
     peer_name = gdr_peer([n.name for n in peers], node.name)
     if peer_name is None:
@@ -83,21 +86,19 @@ def test_gpudirect_rdma(node, fabric):
         if not pairs:
             return {"skip": f"no compute HCA of platform {node.info.platform_name} under {_IB} on both nodes"}
         runs = []
-        # Both nodes' GPUs are this measurement's alone: a burn or DCGM run on the peer (another
-        # worker's check) would otherwise read as this pair's slow GPUDirect figure.
-        with fabric.gpus_held([node.name, peer.name]):
-            for gpu, hca, peer_hca in pairs:
-                tag = new_measurement_tag()
-                run = run_gdr_pair(TaggedRemote(there, tag), TaggedRemote(here, tag),
-                                   str(peer.fabric_ip or peer.address), gpu, hca, peer_hca, (dmabuf_peer, dmabuf),
-                                   GDR_SECONDS)
-                kill_measurement([here, there], tag)
-                runs.append({**run, "peer": peer.name})
+        for gpu, hca, peer_hca in pairs:
+            tag = new_measurement_tag()
+            run = run_gdr_pair(TaggedRemote(there, tag), TaggedRemote(here, tag), str(peer.fabric_ip or peer.address),
+                               gpu, hca, peer_hca, (dmabuf_peer, dmabuf), GDR_SECONDS)
+            kill_measurement([here, there], tag)
+            runs.append({**run, "peer": peer.name})
         return {"runs": runs}
 
     # Under the fabric lock, as every measurement between nodes: one at a time, so no other pair's
     # traffic shares these GPUs and HCAs; about (GDR_SECONDS + 5) s per GPU, each run bounded.
-    data = fabric.cached(f"gdr-{node.name}", measure)
+    # Both nodes' GPUs are held first: a burn or DCGM run on the peer (another worker's check)
+    # would otherwise read as this pair's slow GPUDirect figure.
+    data = fabric.cached(f"gdr-{node.name}", measure, hold=[node.name, peer.name])
     if "skip" in data:
         pytest.skip(data["skip"])
     problems = acc.gdr_problems(data["runs"], float(floor))

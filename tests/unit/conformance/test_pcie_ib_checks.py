@@ -3,7 +3,6 @@ nvbandwidth per GPU, counters compared over the fabric measurements, GPUDirect R
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import subprocess
 from pathlib import Path
@@ -279,11 +278,13 @@ def test_gpudirect_rdma_runs_between_the_node_and_its_peer_per_gpu_and_names_a_s
     here = _Remote("gpu-1", _read("ib_write_bw_02.txt"))  # the client: 181.46 Gb/s from GPU memory
     there = _Remote("gpu-2", peermem=True)
     remotes = {"gpu-1": here, "gpu-2": there}
-    fabric = SimpleNamespace(remote=lambda n: remotes[n], cached=lambda key, compute: compute(),
-                             gpus_held=lambda names: contextlib.nullcontext())
+    held: list[list[str]] = []
+    fabric = SimpleNamespace(remote=lambda n: remotes[n], inv=SimpleNamespace(in_groups=lambda g: nodes),
+                             cached=lambda key, compute, hold=(): held.append(list(hold)) or compute())
     node = SimpleNamespace(name="gpu-1", info=nodes[0], inv=SimpleNamespace(in_groups=lambda g: nodes),
                            require_gpus=lambda: None, require_hcas=lambda: None)
     suite.test_gpudirect_rdma(node, fabric)  # 181.46 >= 180: passes
+    assert held == [["gpu-1", "gpu-2"]]  # both nodes' GPUs held for the measurement
     clients = [c for c in here.ran if "ib_write_bw -d" in c and "&)" not in c]
     servers = [c for c in there.ran if "ib_write_bw -d" in c and "&)" in c]
     assert len(clients) == 2 and len(servers) == 2
@@ -313,7 +314,10 @@ def test_gpudirect_rdma_skips_with_a_reason_alone_or_without_cuda_perftest():
     node = SimpleNamespace(name="gpu-1", info=lone, inv=SimpleNamespace(in_groups=lambda g: [lone]),
                            require_gpus=lambda: None, require_hcas=lambda: None)
     with pytest.raises(pytest.skip.Exception, match="needs a peer"):
-        suite.test_gpudirect_rdma(node, SimpleNamespace())
+        suite.test_gpudirect_rdma(node, SimpleNamespace(inv=node.inv))
     no_cuda = _Remote("gpu-2")
     no_cuda.run = lambda command, **kw: SimpleNamespace(rc=0, stdout="", stderr="")  # type: ignore[method-assign]
     assert "without CUDA" in (suite._gdr_ready(no_cuda)[0] or "")
+    gone = _Remote("gpu-3")
+    gone.run = lambda command, **kw: SimpleNamespace(rc=255, stdout="", stderr="ssh: connect: No route")  # type: ignore[method-assign]
+    assert "could not be asked" in (suite._gdr_ready(gone)[0] or "")

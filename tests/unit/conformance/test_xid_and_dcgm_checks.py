@@ -98,9 +98,11 @@ def test_no_xid_fails_when_no_source_can_be_read() -> None:
         _suite("test_gpu").test_no_xid(node)
 
 
-def test_no_xid_passes_an_empty_journal_and_application_xids_with_a_figure() -> None:
+def test_no_xid_passes_a_clean_log_and_application_xids_with_a_figure() -> None:
     suite = _suite("test_gpu")
-    suite.test_no_xid(_Node({"journalctl": (0, "-- No entries --\n")}))
+    suite.test_no_xid(_Node({"journalctl": (0, "Nov 27 03:00:01 gpu-1 kernel: Linux version 6.8.0-45-generic\n")}))
+    with pytest.raises(AssertionError, match="holds no kernel message"):  # an empty journal is not a clean one
+        suite.test_no_xid(_Node({"journalctl": (0, "-- No entries --\n"), "dmesg": DMESG_REFUSED}))
     node = _Node({"journalctl": (1, "Failed to get journal access\n"),
                   "dmesg": (0, "[ 1.0] NVRM: Xid (PCI:0000:01:00): 43, pid=77, Ch 00000010\n")})
     suite.test_no_xid(node)

@@ -145,3 +145,18 @@ def test_nvbandwidth_is_built_at_the_boms_pin_against_the_nodes_cuda_where_gpu_b
     main = {t["name"]: t for t in _tasks("tasks/main.yml")}
     assert main["Build nvbandwidth"]["when"] == "gpu_validation_nvbandwidth_enabled | bool"
     assert _vars("ethernet")["gpu_validation_nvbandwidth_enabled"] is False  # the lab: no CUDA
+
+
+@pytest.mark.parametrize("tool", ["gpu-burn", "nvbandwidth"])
+def test_an_air_gapped_source_is_checked_against_its_sha256_not_handed_to_copys_sha1(tool: str) -> None:
+    """ansible.builtin.copy's `checksum` is SHA-1: given the BOM's SHA-256 it would refuse every good
+    tarball. The copied file is read with stat's sha256 and asserted equal to the pin instead; in
+    check mode (nothing downloaded) the unpack is skipped rather than failing."""
+    tasks = {t["name"]: t for t in _tasks(f"tasks/{tool}.yml")}
+    copy = tasks[f"Copy the {tool} source from the controller"]["ansible.builtin.copy"]
+    assert "checksum" not in copy
+    stat = tasks[f"Read the copied {tool} source's SHA-256"]
+    assert stat["ansible.builtin.stat"]["checksum_algorithm"] == "sha256"
+    check = tasks[f"Check the copied {tool} source against its pinned SHA-256"]["ansible.builtin.assert"]
+    assert ".stat.checksum ==" in check["that"] and "_source_sha256" in check["that"]
+    assert tasks[f"Unpack the {tool} source"]["when"] == "not ansible_check_mode"
