@@ -96,6 +96,24 @@ def test_throttled_rail_is_named_slow_on_that_node_and_rail(itest_lab, tmp_path)
     assert f"rail(s) {RAIL}" in message, message
 
 
+def test_a_strongly_throttled_node_is_named_and_verify_stays_bounded(itest_lab, tmp_path):
+    """20 Mbit/s on every compute rail of node-2 (its whole fabric): each measurement is bounded by its
+    budget, so verify ends (its wall time is recorded with the session's timings; the <90 s target is
+    bench/bench_slow_fabric.py's), and the verdict names node-2 alone, on both rails."""
+    rails = ("enp16s0np0", RAIL)
+    shape = "; ".join(f"tc qdisc replace dev {d} root tbf rate 20mbit burst 64kb latency 50ms" for d in rails)
+    assert itest_lab.ssh("node-2", shape).returncode == 0
+    try:
+        rc, data = verify(itest_lab, tmp_path, "strong_throttle")
+    finally:
+        itest_lab.ssh("node-2", "; ".join(f"tc qdisc del dev {d} root" for d in rails))
+    fails = failing(data)
+    assert rc == 1 and list(fails) == ["node-2"] and "GC-AR-003" in fails["node-2"], fails
+    pairs = json.loads((tmp_path / "strong_throttle" / "fabric" / "pair_search.json").read_text())
+    assert pairs["search"]["slow"] == ["node-2"]
+    assert all(pairs["rails"][r]["slow"] == ["node-2"] for r in rails), pairs["rails"]
+
+
 def test_wrong_mtu_on_one_rail_fails_that_node_and_rail_only(itest_lab, tmp_path):
     assert itest_lab.ssh("node-3", f"ip link set dev {RAIL} mtu 1500").returncode == 0
     try:
