@@ -22,8 +22,19 @@ from gpucluster.conformance.remote import Remote, quote
 from gpucluster.parsers import parse_run
 from gpucluster.render.platform import RDMA_KINDS, platform_devices
 
-__all__ = ["IB_COUNTER_DUMP", "compute_hcas", "dscp_prio_map", "gdr_args", "gdr_pairs", "gdr_peer", "hca_problems",
-           "pfc_priorities", "roce_qos_problems", "run_gdr_pair"]
+__all__ = [
+    "IB_COUNTER_DUMP",
+    "compute_hcas",
+    "dscp_prio_map",
+    "gdr_args",
+    "gdr_pairs",
+    "gdr_peer",
+    "gpu_hca_affinity",
+    "hca_problems",
+    "pfc_priorities",
+    "roce_qos_problems",
+    "run_gdr_pair",
+]
 
 
 _IB = "/sys/class/infiniband"
@@ -131,10 +142,39 @@ def gdr_peer(names: list[str], me: str) -> str | None:
     return next((a for a, b in ring_pairs(names) if b == me), None)
 
 
-def gdr_pairs(gpus: int, hcas: list[str], peer_hcas: list[str]) -> list[tuple[int, str, str]]:
-    """(GPU i, this node's HCA i, the peer's HCA i): the platforms list each compute HCA beside its
-    GPU (one NDR port per H100), so GPU i writes through HCA i to GPU i of the peer."""
-    return [(i, hcas[i], peer_hcas[i]) for i in range(min(gpus, len(hcas), len(peer_hcas)))]
+# `nvidia-smi topo -m`'s link kinds between a GPU and a NIC, nearest first (its Legend: PIX at most
+# one PCIe bridge, PXB several, PHB through the host bridge, NODE across host bridges in the NUMA
+# node, SYS across the SMP interconnect).
+_TOPO_NEAR = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+def gpu_hca_affinity(topo: Mapping[str, Any] | None, hcas: list[str]) -> dict[int, str]:
+    """GPU index -> its nearest HCA among ``hcas``, from ``nvidia-smi topo -m`` parsed (its matrix
+    and NIC Legend), each HCA given to one GPU at most; {} where the matrix names no NICs."""
+    if not topo or not topo.get("nics"):
+        return {}
+    column = {name: nic for nic, name in topo["nics"].items() if name in hcas}
+    taken: set[str] = set()
+    out: dict[int, str] = {}
+    for gpu in sorted(topo.get("gpus") or [], key=lambda g: g["index"]):
+        links = gpu.get("links") or {}
+        ranked = sorted((_TOPO_NEAR.index(links[nic]) if links.get(nic) in _TOPO_NEAR else len(_TOPO_NEAR),
+                         hcas.index(name), name) for name, nic in column.items() if name not in taken)
+        if ranked and ranked[0][0] < len(_TOPO_NEAR):
+            out[gpu["index"]] = ranked[0][2]
+            taken.add(ranked[0][2])
+    return out
+
+
+def gdr_pairs(gpus: int, hcas: list[str], peer_hcas: list[str], topo: Mapping[str, Any] | None = None,
+              peer_topo: Mapping[str, Any] | None = None) -> list[tuple[int, str, str]]:
+    """(GPU i, this node's HCA for GPU i, the peer's HCA for GPU i). Each GPU writes through the HCA
+    nearest it on the PCIe tree, as ``nvidia-smi topo -m`` shows on each node (``topo``,
+    ``peer_topo``: parsed): on a DGX H100 the compute NICs' numbering does not follow the GPUs', and
+    a GPU reaching a NIC across the SMP interconnect would read as a slow link. Where a node's
+    matrix names no NICs, the platform's order stands in (GPU i, its i-th compute HCA)."""
+    here, there = gpu_hca_affinity(topo, hcas), gpu_hca_affinity(peer_topo, peer_hcas)
+    return [(i, here.get(i, hcas[i]), there.get(i, peer_hcas[i])) for i in range(min(gpus, len(hcas), len(peer_hcas)))]
 
 
 GDR_SERVER_LOG = "/var/tmp/gpucluster-gdr-server.log"

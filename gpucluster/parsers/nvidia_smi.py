@@ -99,6 +99,7 @@ class NvidiaSmiResult(ParseResult):
     cuda_version: str | None = None
     gpus: list[dict[str, Any]] = field(default_factory=list)
     matrix: dict[str, dict[str, str]] | None = None  # topo only
+    nics: dict[str, str] | None = None  # topo only: the NIC Legend, "NIC0" -> "mlx5_0"
 
 
 @dataclass
@@ -614,7 +615,13 @@ def _parse_topo(text: str, result: NvidiaSmiResult) -> list[_Health]:
             continue
         if line.startswith("Legend"):
             legend = True
-            break
+            continue
+        if legend:
+            # After the legend of link kinds, newer drivers name each NIC column: "  NIC0: mlx5_0".
+            nic = _NIC_NAME.match(line)
+            if nic:
+                result.nics = {**(result.nics or {}), nic.group(1): nic.group(2)}
+            continue
         if done or _is_fatal(line.lstrip()):
             continue
         cells = [c.strip() for c in line.split("\t")]
@@ -642,6 +649,9 @@ def _parse_topo(text: str, result: NvidiaSmiResult) -> list[_Health]:
             )
             healths.append(_Health(who=f"GPU {index}"))
     return healths
+
+
+_NIC_NAME = re.compile(r"^\s*(NIC\d{1,3}):\s*(\S{1,64})\s*$")
 
 
 def _is_topo_peer(name: str) -> bool:

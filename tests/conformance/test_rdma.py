@@ -12,7 +12,7 @@ from gpucluster.conformance.fabric import PAIR_STATUS_REASON, fault_key
 from gpucluster.conformance.pairs import PairSearch
 from gpucluster.conformance.rdma_checks import IB_COUNTER_DUMP, compute_hcas, gdr_pairs, gdr_peer, run_gdr_pair
 from gpucluster.conformance.remote import TaggedRemote, kill_measurement, new_measurement_tag
-from gpucluster.parsers import sysfs
+from gpucluster.parsers import parse_run, sysfs
 
 pytestmark = pytest.mark.gpu
 
@@ -40,6 +40,14 @@ def test_ib_write_bw(node, fabric):
 
 
 GDR_SECONDS = 5
+
+
+def _topology(remote) -> dict | None:
+    """``nvidia-smi topo -m`` parsed (its matrix and NIC Legend), or None where it cannot be read:
+    which compute HCA sits nearest each GPU."""
+    res = remote.run("timeout 60 nvidia-smi topo -m 2>&1", timeout=90)
+    parsed = parse_run("nvidia-smi", res.stdout, res.rc)
+    return parsed if parsed.get("kind") == "topo" and parsed.get("status") == "ok" else None
 
 
 def _gdr_ready(remote) -> tuple[str | None, bool]:
@@ -82,7 +90,8 @@ def test_gpudirect_rdma(node, fabric):
             return {"skip": why or why_peer}
         pairs = gdr_pairs(min(node.info.gpu_count, peer.gpu_count),
                           compute_hcas(node.info.platform, ib_write_bw.list_hcas(here)),
-                          compute_hcas(peer.platform, ib_write_bw.list_hcas(there)))
+                          compute_hcas(peer.platform, ib_write_bw.list_hcas(there)),
+                          _topology(here), _topology(there))
         if not pairs:
             return {"skip": f"no compute HCA of platform {node.info.platform_name} under {_IB} on both nodes"}
         runs = []

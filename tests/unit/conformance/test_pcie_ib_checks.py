@@ -321,3 +321,38 @@ def test_gpudirect_rdma_skips_with_a_reason_alone_or_without_cuda_perftest():
     gone = _Remote("gpu-3")
     gone.run = lambda command, **kw: SimpleNamespace(rc=255, stdout="", stderr="ssh: connect: No route")  # type: ignore[method-assign]
     assert "could not be asked" in (suite._gdr_ready(gone)[0] or "")
+
+
+# `nvidia-smi topo -m` on a node whose NIC numbering does not follow the GPUs' (the shape of an 8x
+# H100 node: GPU3's PIX NIC is NIC4, NIC3 being a storage port on the same switch), in the format of
+# tests/data/samples/nvidia_smi_08.txt (TABs, the header underlined with ANSI escapes, the Legend)
+# plus the NIC Legend drivers print after it. Cut to 4 GPUs and 5 NICs.
+TOPO_4GPU = (
+    "\t\x1b[4mGPU0\tGPU1\tGPU2\tGPU3\tNIC0\tNIC1\tNIC2\tNIC3\tNIC4\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+    "GPU0\t X \tNV18\tNV18\tNV18\tPIX\tNODE\tNODE\tSYS\tSYS\t0-23,96-119\t0\t\tN/A\n"
+    "GPU1\tNV18\t X \tNV18\tNV18\tNODE\tPIX\tNODE\tSYS\tSYS\t0-23,96-119\t0\t\tN/A\n"
+    "GPU2\tNV18\tNV18\t X \tNV18\tNODE\tNODE\tPIX\tSYS\tSYS\t0-23,96-119\t0\t\tN/A\n"
+    "GPU3\tNV18\tNV18\tNV18\t X \tSYS\tSYS\tSYS\tNODE\tPIX\t24-47,120-143\t1\t\tN/A\n"
+    "NIC0\tPIX\tNODE\tNODE\tSYS\t X \tNODE\tNODE\tSYS\tSYS\t\t\t\t\n"
+    "\nLegend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect\n"
+    "  PIX  = Connection traversing at most a single PCIe bridge\n"
+    "  NV#  = Connection traversing a bonded set of # NVLinks\n"
+    "\nNIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n  NIC2: mlx5_2\n  NIC3: mlx5_3\n  NIC4: mlx5_4\n")
+
+
+def test_topology_names_each_nic_and_pairs_each_gpu_with_its_nearest_compute_hca():
+    from gpucluster.conformance.rdma_checks import gpu_hca_affinity
+
+    topo = parse("nvidia-smi", TOPO_4GPU)
+    assert topo["kind"] == "topo" and topo["status"] == "ok"
+    assert topo["nics"] == {f"NIC{i}": f"mlx5_{i}" for i in range(5)}
+    compute = ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_4"]  # mlx5_3: the storage port, not a compute rail
+    assert gpu_hca_affinity(topo, compute) == {0: "mlx5_0", 1: "mlx5_1", 2: "mlx5_2", 3: "mlx5_4"}
+    # Where the platform lists its compute HCAs in another order than the PCIe tree, the tree wins
+    # (index order would have sent GPU 0 through mlx5_4, across the SMP interconnect).
+    reordered = ["mlx5_4", "mlx5_2", "mlx5_1", "mlx5_0"]
+    assert gdr_pairs(4, reordered, reordered, topo, topo) == [
+        (0, "mlx5_0", "mlx5_0"), (1, "mlx5_1", "mlx5_1"), (2, "mlx5_2", "mlx5_2"), (3, "mlx5_4", "mlx5_4")]
+    # Without a readable matrix (or one naming no NICs), the platform's order stands in.
+    no_nics = parse("nvidia-smi", (SAMPLES / "nvidia_smi_08.txt").read_text())
+    assert gdr_pairs(2, reordered, reordered, None, no_nics) == [(0, "mlx5_4", "mlx5_4"), (1, "mlx5_2", "mlx5_2")]
