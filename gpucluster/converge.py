@@ -342,12 +342,12 @@ def _failure_cause(res: Mapping[str, Any]) -> str:
     stderr = str(res.get("stderr") or "").strip()
     # ansible-core's summary of a command's exit status: "non-zero return code" up to 2.19,
     # "The command exited with a non-zero return code." from 2.20.
-    if stderr and (not msg or "non-zero return code" in msg.lower()
-                   or (_ECHOED_COMMAND.match(msg) and stderr.splitlines()[0].strip() in msg)):
-        # A command's own words say more than Ansible's summary of its exit status, or than the
-        # apt module's echo of its whole command line ("'/usr/bin/apt-get ... install ...' failed: E: ...").
+    if stderr and (not msg or "non-zero return code" in msg.lower()):
+        # A command's own words say more than Ansible's summary of its exit status.
         return _command_words(stderr, res.get("rc"))
     if _ECHOED_COMMAND.match(msg):
+        # The apt module echoes its whole command line before the command's stderr
+        # ("'/usr/bin/apt-get ... install ...' failed: E: ..."): the words after the echo say why.
         return _command_words(_ECHOED_COMMAND.sub("", msg, count=1), res.get("rc"))
     text = msg or str(res.get("reason") or "").strip()
     return text.splitlines()[0] if text else ""

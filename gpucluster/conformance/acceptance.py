@@ -52,24 +52,6 @@ def fabric_problems(gpus: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def gpu_pcie_problems(gpus: list[dict[str, Any]], generation: int, width: int) -> list[str]:
-    """The link's maximum generation and current width against the profile.
-
-    An idle GPU lowers its link generation to save power, so the current generation is a figure
-    and the check holds the link's Max (what the GPU and host negotiated) to the profile; the
-    width does not drop at idle.
-    """
-    out = []
-    for g in gpus:
-        who = f"GPU {g.get('index')} ({g.get('bus_id')})"
-        gen_max, w_cur = g.get("pcie_gen_max"), g.get("pcie_width_current")
-        if gen_max != generation:
-            out.append(f"{who}: PCIe Gen{gen_max} max, the profile says Gen{generation}")
-        if w_cur != width:
-            out.append(f"{who}: PCIe x{w_cur}, the profile says x{width}")
-    return out
-
-
 PCIE_QUERY = ("index", "pcie.link.gen.current", "pcie.link.width.current", "pcie.link.gen.max", "pcie.link.width.max")
 
 
@@ -106,12 +88,6 @@ def gpu_pcie_link_problems(rows: list[dict[str, Any]], gpus: int, generation: in
             out.append(f"GPU {i}: PCIe Gen{gen} x{lanes} ({how}{n}), the profile says Gen{generation} "
                        f"x{width}{slot}")
     return out
-
-
-def hca_pcie_problems(speeds: dict[str, str], widths: dict[str, str], rails: list[Rail],
-                      device_ids: dict[str, str] | None = None) -> list[str]:
-    """Each HCA a rail lists: its current link generation and width against the rail's."""
-    return hca_pcie_verdict(speeds, widths, rails, device_ids or {})[0]
 
 
 def hca_pcie_verdict(speeds: dict[str, str], widths: dict[str, str], rails: list[Rail],

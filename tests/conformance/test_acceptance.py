@@ -54,21 +54,25 @@ def _hca_dump(node) -> dict[str, str]:
 
 _SAMPLES_MARK = "@@gpucluster-pcie-samples@@"
 _COPY_RUNS: dict[str, tuple[str, str, int]] = {}
-# nvbandwidth's current CLI (-t <testcase>, https://github.com/NVIDIA/nvbandwidth); nvidia-smi samples the
-# links every 250 ms meanwhile. Both bounded: nvbandwidth by 600 s, the sampler by 660 s and killed
-# once nvbandwidth ends.
-COPY_RUN = ("s=$(mktemp) && { timeout 660 nvidia-smi --query-gpu=" + ",".join(acc.PCIE_QUERY)
-            + " --format=csv -lms 250 >\"$s\" 2>&1 & p=$!; "
-            "timeout 600 nvbandwidth -t host_to_device_memcpy_ce -t device_to_host_memcpy_ce 2>&1; rc=$?; "
+
+
+def _links_sampled_during(load: str, sampler_s: int, every_ms: int) -> str:
+    """A shell line: nvidia-smi samples the GPUs' PCIe links (PCIE_QUERY) every ``every_ms`` while
+    ``load`` runs, bounded by ``sampler_s`` and killed when the load ends; prints the load's output,
+    _SAMPLES_MARK, then the samples, and exits with the load's status."""
+    return ("s=$(mktemp) && { timeout " + str(sampler_s) + " nvidia-smi --query-gpu=" + ",".join(acc.PCIE_QUERY)
+            + f" --format=csv -lms {every_ms} >\"$s\" 2>&1 & p=$!; {load}; rc=$?; "
             f"kill $p 2>/dev/null; wait $p 2>/dev/null; echo {_SAMPLES_MARK}; cat \"$s\"; rm -f \"$s\"; exit $rc; }}")
 
 
+# nvbandwidth's current CLI (-t <testcase>, https://github.com/NVIDIA/nvbandwidth); the links sampled
+# every 250 ms meanwhile. Both bounded: nvbandwidth by 600 s, the sampler by 660 s.
+COPY_RUN = _links_sampled_during(
+    "timeout 600 nvbandwidth -t host_to_device_memcpy_ce -t device_to_host_memcpy_ce 2>&1", 660, 250)
 # Without nvbandwidth, gpu-burn (the gpu_validation role builds it) is the load: a GPU in its
 # highest performance state runs its link at the generation it trained to. About 10 s, bounded.
-BURN_LOAD_RUN = (f"cd {gpu_burn.DEFAULT_DIR} && s=$(mktemp) && {{ timeout 30 nvidia-smi --query-gpu="
-                 + ",".join(acc.PCIE_QUERY) + " --format=csv -lms 500 >\"$s\" 2>&1 & p=$!; "
-                 "sleep 2; timeout -k 5 20 ./gpu_burn 8 >/dev/null 2>&1; rc=$?; "
-                 "kill $p 2>/dev/null; wait $p 2>/dev/null; cat \"$s\"; rm -f \"$s\"; exit $rc; }")
+BURN_LOAD_RUN = f"cd {gpu_burn.DEFAULT_DIR} && " + _links_sampled_during(
+    "sleep 2; timeout -k 5 20 ./gpu_burn 8 >/dev/null 2>&1", 30, 500)
 
 
 def _copy_run(node, fabric) -> tuple[str, str, int]:
@@ -180,7 +184,7 @@ def test_gpu_pcie_link(node, fabric):
     if not loaded and node.run(f"test -x {gpu_burn.DEFAULT_DIR}/gpu_burn").rc == 0:
         with fabric.gpus_held([node.name]):
             res = node.run(BURN_LOAD_RUN, timeout=60)
-        rows, loaded = _pcie_rows(res.stdout), res.rc == 0
+        rows, loaded = _pcie_rows(res.stdout.partition(_SAMPLES_MARK)[2]), res.rc == 0
     if not loaded:
         res = node.run(f"timeout 30 nvidia-smi --query-gpu={','.join(acc.PCIE_QUERY)} --format=csv 2>&1", timeout=60)
         rows = _pcie_rows(res.stdout)

@@ -28,12 +28,6 @@ def test_fabric_completed_on_real_h100_and_named_when_not():
     assert acc.fabric_problems(gpus) == [f"GPU 0 ({gpus[0]['bus_id']}): fabric state In Progress, status Success"]
 
 
-def test_gpu_pcie_against_the_profile():
-    gpus = parse("nvidia-smi", _read("nvidia_smi_01.txt"))["gpus"]
-    assert acc.gpu_pcie_problems(gpus, 5, 16) == []
-    assert acc.gpu_pcie_problems(gpus, 6, 16) and acc.gpu_pcie_problems(gpus, 5, 8)
-
-
 def test_clocks_idle_is_not_a_slowdown_but_thermal_is():
     text = _read("nvidia_smi_01.txt")
     assert acc.clocks_problems(parse("nvidia-smi", text)["gpus"]) == []
@@ -107,8 +101,8 @@ def test_ib_sysfs_ports_counters_and_pcie():
         "mlx5_0/1: link_downed rose 0 -> 2 during the run (link flapped)"]
     rail = expect.Rail("r0", "ib", "compute", 400.0, ("mlx5_0",), 5, 16)
     speeds, widths = sysfs.hca_attr(values, "current_link_speed"), sysfs.hca_attr(values, "current_link_width")
-    assert acc.hca_pcie_problems(speeds, widths, [rail]) == []
-    assert acc.hca_pcie_problems({"mlx5_0": "16.0 GT/s PCIe"}, widths, [rail])
+    assert acc.hca_pcie_verdict(speeds, widths, [rail], {}) == ([], [])
+    assert acc.hca_pcie_verdict({"mlx5_0": "16.0 GT/s PCIe"}, widths, [rail], {})[0]
 
 
 def test_firmware_outliers_named():
