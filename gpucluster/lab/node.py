@@ -84,6 +84,9 @@ def _write(path: Path, text: str, mode: int = 0o644) -> bool:
 
 # What a converge manages carries this (playbooks/group_vars/all.yml's ansible_managed).
 _CONVERGE_MARK = "Managed by gpucluster (Ansible)"
+# ... or, in a file the roles edit a block of, the block's opening marker (the common role's
+# /etc/hosts block: roles/common/tasks/hosts.yml, "# {mark} gpucluster <cluster>").
+_CONVERGE_BLOCK_MARK = "# BEGIN gpucluster "
 
 
 def _seed(path: Path, text: str, mode: int = 0o644) -> bool:
@@ -91,7 +94,8 @@ def _seed(path: Path, text: str, mode: int = 0o644) -> bool:
     mark, the lab leaves it alone, so `lab up` and `gpucluster converge` never undo each
     other and a rerun of either changes nothing."""
     try:
-        if _CONVERGE_MARK in path.read_text():
+        current = path.read_text()
+        if _CONVERGE_MARK in current or _CONVERGE_BLOCK_MARK in current:
             return False
     except (FileNotFoundError, UnicodeDecodeError):
         pass
