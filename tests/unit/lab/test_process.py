@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import threading
 import time
@@ -17,8 +18,9 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
-def plan() -> LabLayout:
-    return layout_lab(load_spec(REPO / "Pulumi.lab.yaml"))
+def plan(tmp_path: Path) -> LabLayout:
+    # Its own state folder: a lab of Pulumi.lab.yaml running on this host is not this test's node.
+    return dataclasses.replace(layout_lab(load_spec(REPO / "Pulumi.lab.yaml")), state_root=str(tmp_path / "state"))
 
 
 def test_a_process_that_dies_silently_leaves_how_it_ended_in_its_log(tmp_path: Path) -> None:
