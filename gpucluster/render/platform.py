@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpucluster.spec.models import RDMA_KINDS, expand_devices
+from gpucluster.render.devices import RDMA_KINDS, expand_devices
 
 __all__ = ["RDMA_KINDS", "platform_devices", "platform_rail_count", "platform_rdma_addressed"]
 

@@ -26,6 +26,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError, core_schema
 
+from gpucluster.render.devices import RDMA_KINDS, expand_devices
+
 Role = Literal["gpu", "storage", "control_plane"]
 FabricType = Literal["infiniband", "roce", "efa", "ethernet"]
 TargetKind = Literal["aws", "azure", "oci", "baremetal", "lab"]
@@ -598,28 +600,11 @@ RailRole = Literal["compute", "storage", "frontend"]
 # none: the rail's devices carry no IP address (EFA-only interfaces, RDMA-only ports);
 # subnet_per_rail: each rail of the group sits in its own subnet; shared_subnet: one subnet for all.
 Addressing = Literal["none", "subnet_per_rail", "shared_subnet"]
-RDMA_KINDS: tuple[str, ...] = ("infiniband", "roce", "efa")
 # An RDMA device name (mlx5_0, mlx5_ib3) or an interface name, or one brace range of them:
 # `mlx5_ib{0..7}` stands for mlx5_ib0 .. mlx5_ib7.
 DevicePattern = Annotated[
     str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,14}(\{[0-9]{1,3}\.\.[0-9]{1,3}\}[A-Za-z0-9_.-]{0,8})?$")
 ]
-_BRACE = re.compile(r"^(?P<head>[^{]*)\{(?P<lo>[0-9]+)\.\.(?P<hi>[0-9]+)\}(?P<tail>.*)$")
-
-
-def expand_devices(patterns: list[str] | tuple[str, ...]) -> list[str]:
-    """Exact device names from names and ``name{lo..hi}`` ranges, in order: the one expansion."""
-    out: list[str] = []
-    for pattern in patterns:
-        m = _BRACE.match(pattern)
-        if m is None:
-            out.append(pattern)
-            continue
-        lo, hi = int(m["lo"]), int(m["hi"])
-        if hi < lo:
-            raise ValueError(f"{pattern!r}: the range {lo}..{hi} runs backwards")
-        out += [f"{m['head']}{i}{m['tail']}" for i in range(lo, hi + 1)]
-    return out
 
 
 class Rail(_Model):

@@ -10,8 +10,9 @@ import ipaddress
 import math
 from collections import Counter
 
+from gpucluster.render.devices import RDMA_KINDS
 from gpucluster.spec.cluster import FIRST_HOST_OFFSET, MAX_NODES, node_names, pool_platform, rail_cidrs
-from gpucluster.spec.models import RDMA_KINDS, Bom, ClusterSpec, HardwareProfile, NodePool, Platform
+from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool, Platform
 
 NS = "gpucluster"
 

@@ -1,0 +1,51 @@
+"""The collection's filter files, as Ansible loads them: every file, in every worker process.
+
+Ansible resolves any ``gpucluster.cluster.*`` filter by importing every file of the filter folder
+in the forked worker that templates the task, so what these files import is paid once per
+host-task. They must not pull in the spec's pydantic models or gpucluster.kube.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpucluster.kube.ansible_filters import FILTERS
+from tests.unit.loading import load_file
+
+REPO = Path(__file__).resolve().parents[3]
+FILTER_DIR = REPO / "collections/ansible_collections/gpucluster/cluster/plugins/filter"
+HEAVY = ("pydantic", "gpucluster.spec", "gpucluster.kube", "yaml")
+
+_PROBE = """
+import importlib.util, json, sys
+path = sys.argv[1]
+spec = importlib.util.spec_from_file_location("probe_filter", path)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+mod.FilterModule().filters()
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+@pytest.mark.parametrize("path", sorted(FILTER_DIR.glob("*.py")), ids=lambda p: p.name)
+def test_loading_a_filter_file_imports_nothing_heavy(path: Path) -> None:
+    out = subprocess.run([sys.executable, "-c", _PROBE, str(path)], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    modules = json.loads(out.stdout)
+    heavy = [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+    assert heavy == [], f"{path.name} imports {heavy[:5]} when Ansible loads it"
+
+
+def test_the_kube_filter_file_names_every_kube_filter_and_calls_it() -> None:
+    mod = load_file(FILTER_DIR / "kube.py", "gc_kube_filter_names")
+    filters = mod.FilterModule().filters()
+    assert sorted(filters) == sorted(name.removeprefix("gpucluster_") for name in FILTERS)
+    nodes = [{"name": "gpu-1", "management_ip": "10.0.0.2", "roles": ["gpu"]},
+             {"name": "stor-1", "management_ip": "10.0.0.3", "roles": ["storage"]}]
+    assert filters["kube_nodes"](nodes, {"gpu-1": {"gpucluster_pool": "gpu"}}) == [
+        {"name": "gpu-1", "address": "10.0.0.2", "control_plane": False, "gpu": True, "pool": "gpu", "profile": ""}]
