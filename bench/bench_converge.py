@@ -39,6 +39,14 @@ BEFORE_ANSIBLE_CORE_2_21 = {"ansible_core": "2.19.14", "python": "3.11.7", "when
                             "first_8_s": 502.1, "noop_8_s": 113.1, "noop_8_without_apt_fast_path_s": 166.4,
                             "noop_8_over_mitogen_opt_in_s": 55.5, "noop_host_tasks_total": 829,
                             "host_load_avg_1m": [4.59, 5.61]}
+# The figures before the roles wrote their files through gpucluster.cluster.files and the kube
+# filter file stopped importing the spec (bench/results/converge.json of 2026-11-23T20:54Z), and
+# the same tree's no-op on one lab on 2026-11-27 06:58Z, just before the change (host CPU 194.6 s
+# in 105.9 s: the controller's processes 90.8 s, half of it the workers importing gpucluster.kube).
+BEFORE_FILES_MODULE = {"when": "2026-11-23T20:54:00+00:00", "first_8_s": 355.8, "noop_8_s": 103.8,
+                       "noop_8_without_apt_fast_path_s": 163.2, "noop_8_over_mitogen_opt_in_s": 88.8,
+                       "noop_host_tasks_total": 875,
+                       "same_lab_2026_11_27": {"noop_8_s": 105.9, "host_cpu_s": 194.6, "controller_cpu_s": 90.8}}
 SETTINGS = {
     "forks": 50,
     "pipelining": True,
@@ -49,6 +57,8 @@ SETTINGS = {
     "apt": "gpucluster.cluster.apt (dpkg-query fast path before the apt module), one package call per role",
     "plays": "every node type in one play (converge-nodes.yml): shared roles run on all nodes at once",
     "tasks": "one assert per preflight, one report per role, sections off on a node behind one include",
+    "files": "a role's folders and files in one gpucluster.cluster.files run (a template task costs two module runs)",
+    "filters": "the collection's filter files import nothing heavy (Ansible loads them all in every worker)",
 }
 # No-op converges repeated with one setting changed, so the JSON says what each costs or buys
 # on the same lab in the same run: the apt fast path off, and Mitogen (opt-in) on.
@@ -158,6 +168,7 @@ def run() -> dict[str, Any]:
         "met": bool(noop8 is not None and noop8 < TARGET_NOOP_8_S and eight.get("noop_changed") == 0),
         "sizes": sizes,
         "ansible_settings": SETTINGS,
+        "before_files_module": BEFORE_FILES_MODULE,
         "before_stock_strategy": BEFORE_STOCK,
         "before_fewer_tasks": BEFORE_FEWER_TASKS,
         "before_ansible_core_2_21": BEFORE_ANSIBLE_CORE_2_21,

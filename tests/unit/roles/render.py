@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +175,18 @@ def assert_golden(path: Path, text: str) -> None:
     assert text == path.read_text(), f"{path} differs (GPUCLUSTER_UPDATE_GOLDEN=1 to accept)"
     assert "{{" not in text and "{%" not in text
 
+
+
+_TEMPLATE_LOOKUP = re.compile(r"lookup\('ansible\.builtin\.template', '([^']+)'")
+
+
+def file_entries(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The file entries of a task list's gpucluster.cluster.files tasks (those written as YAML
+    mappings), each with `src`: the template its content's lookup renders, and `task`: its task."""
+    out = []
+    for task in tasks:
+        for entry in (task.get("gpucluster.cluster.files") or {}).get("files") or []:
+            if isinstance(entry, dict):
+                found = _TEMPLATE_LOOKUP.search(str(entry.get("content", "")))
+                out.append({**entry, "src": found.group(1) if found else None, "task": task})
+    return out

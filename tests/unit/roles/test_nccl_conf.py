@@ -25,7 +25,7 @@ from gpucluster.outputs import StackOutputs, build_outputs
 from gpucluster.render import nccl as render_nccl
 from gpucluster.spec import load_spec
 from tests.unit.loading import load_file
-from tests.unit.roles.render import ANSIBLE_MANAGED, REPO, ROLES, TEXT, host_context, role_vars
+from tests.unit.roles.render import ANSIBLE_MANAGED, REPO, ROLES, TEXT, file_entries, host_context, role_vars
 
 FILTERS = REPO / "collections" / "ansible_collections" / "gpucluster" / "cluster" / "plugins" / "filter"
 STACKS = sorted(REPO.glob("Pulumi.*.yaml"))
@@ -173,9 +173,9 @@ def test_efa_writes_the_provider_and_device_rdma() -> None:
 def test_the_role_writes_where_nccl_reads() -> None:
     internal = yaml.safe_load((ROLES / "nccl" / "vars" / "main.yml").read_text())
     assert internal["__nccl_conf_path"] == render_nccl.NCCL_CONF_PATH
-    task = yaml.safe_load((ROLES / "nccl" / "tasks" / "configure.yml").read_text())[0]
-    assert task["ansible.builtin.template"]["src"] == "nccl.conf.j2"
-    assert task["ansible.builtin.template"]["dest"] == "{{ __nccl_conf_path }}"
+    [entry] = file_entries(yaml.safe_load((ROLES / "nccl" / "tasks" / "configure.yml").read_text()))
+    assert entry["src"] == "nccl.conf.j2"
+    assert entry["dest"] == "{{ __nccl_conf_path }}"
 
 
 def test_the_filter_is_the_renderer() -> None:
