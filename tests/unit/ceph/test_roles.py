@@ -16,7 +16,7 @@ ROLES = ["ceph_common", "ceph_mon", "ceph_mgr", "ceph_osd", "ceph_mds", "ceph_po
 SECRET_WORDS = ("keyring", "ceph-authtool", "auth get", "ceph_client_key", "secret")
 # Modules whose arguments or results can carry a key's text.
 SECRET_MODULES = ("ansible.builtin.command", "ansible.builtin.shell", "ansible.builtin.copy",
-                  "ansible.builtin.slurp", "ceph_client_key")
+                  "ansible.builtin.slurp", "ceph_client_key", "gpucluster.cluster.files")
 
 
 def load(path: Path) -> Any:

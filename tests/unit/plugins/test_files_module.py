@@ -68,16 +68,47 @@ def test_a_missing_folder_fails_unless_the_file_is_skipped_there(tmp_path: Path)
 
 
 def test_a_file_that_fails_validation_is_not_written(tmp_path: Path) -> None:
-    f = tmp_path / "sshd.conf"
+    f, first = tmp_path / "sshd.conf", tmp_path / "first.conf"
     f.write_text("good\n")
-    res = run(tmp_path, {"files": [{"dest": str(f), "content": "bad\n",
-                                    "validate": "grep -q good %s || { echo 'bad line 1' >&2; exit 3; }"}]})
+    # No shell: the command is split into words and %s is the temporary file; another % is kept.
+    check = "sh -c 'date +%Y >/dev/null; grep -q good \"$1\" || { echo \"bad line 1\" >&2; exit 3; }' sh %s"
+    res = run(tmp_path, {"files": [{"dest": str(first), "content": "1\n"},
+                                   {"dest": str(f), "content": "bad\n", "validate": check}]})
     assert res["failed"] is True
     assert str(f) in res["msg"] and "exit 3" in res["msg"] and "bad line 1" in res["msg"]
+    # What the run changed before the failure is still reported (handlers can be forced).
+    assert res["changed"] is True and res["changed_paths"] == [str(first)]
     assert f.read_text() == "good\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["args.json", "sshd.conf"]
-    ok = run(tmp_path, {"files": [{"dest": str(f), "content": "good too\n", "validate": "grep -q good %s"}]})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["args.json", "first.conf", "sshd.conf"]
+    ok = run(tmp_path, {"files": [{"dest": str(f), "content": "good too\n", "validate": check}]})
     assert ok["changed"] is True and f.read_text() == "good too\n"
+
+
+def test_disabled_entries_are_left_out(tmp_path: Path) -> None:
+    f = tmp_path / "f"
+    f.write_text("keep\n")
+    res = run(tmp_path, {"directories": [{"path": str(tmp_path / "d"), "enabled": False}],
+                         "files": [{"dest": str(f), "content": "new\n", "enabled": False},
+                                   {"dest": str(f), "state": "absent", "enabled": False}]})
+    assert res["changed"] is False and f.read_text() == "keep\n" and not (tmp_path / "d").exists()
+
+
+def test_a_folder_as_destination_fails_with_its_name(tmp_path: Path) -> None:
+    (tmp_path / "x").mkdir()
+    res = run(tmp_path, {"files": [{"dest": str(tmp_path / "x"), "content": "y"}]})
+    assert res["failed"] is True and res["msg"] == f"{tmp_path / 'x'}: is a folder, not a file"
+
+
+def test_paths_are_normalised(tmp_path: Path) -> None:
+    d = tmp_path / "new.d"
+    res = run(tmp_path, {"directories": [{"path": f"{d}/"}], "files": [{"dest": f"{d}//f", "content": "x"}]},
+              check_mode=True)
+    assert res["changed_paths"] == [str(d), str(d / "f")]
+    net = tmp_path / "net"
+    net.mkdir()
+    res = run(tmp_path, {"files": [{"dest": str(net / "60-a.network"), "content": "a"}],
+                         "exclusive": [{"path": f"{net}/./", "pattern": "60-*.network"}]})
+    assert res["changed_paths"] == [str(net / "60-a.network")] and (net / "60-a.network").exists()
 
 
 def test_check_mode_reports_and_writes_nothing(tmp_path: Path) -> None:
