@@ -59,6 +59,7 @@ SETTINGS = {
     "tasks": "one assert per preflight, one report per role, sections off on a node behind one include",
     "files": "a role's folders and files in one gpucluster.cluster.files run (a template task costs two module runs)",
     "filters": "the collection's filter files import nothing heavy (Ansible loads them all in every worker)",
+    "probes": "read-only shell probes and the roles' shell steps run as `raw` (no Python on the node), usetty off",
 }
 # No-op converges repeated with one setting changed, so the JSON says what each costs or buys
 # on the same lab in the same run: the apt fast path off, and Mitogen (opt-in) on.

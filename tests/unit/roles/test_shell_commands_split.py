@@ -1,4 +1,4 @@
-"""Every free-form shell/command task in the roles parses as Ansible parses it before running it.
+"""Every free-form shell/command/raw task in the roles parses as Ansible parses it before running it.
 
 Ansible splits a free-form command with its own quote and Jinja2 tracking; an apostrophe in a
 comment inside a shell block is an unbalanced quote there, and the task fails to load at converge
@@ -15,7 +15,7 @@ import yaml
 from ansible.parsing.splitter import split_args
 
 ROLES = Path(__file__).resolve().parents[3] / "roles"
-MODULES = ("ansible.builtin.shell", "ansible.builtin.command", "shell", "command")
+MODULES = ("ansible.builtin.shell", "ansible.builtin.command", "ansible.builtin.raw", "shell", "command", "raw")
 
 
 def _tasks(node: Any) -> list[dict[str, Any]]:
