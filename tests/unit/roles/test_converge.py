@@ -384,6 +384,22 @@ def test_a_failed_command_names_its_own_words(summary: str) -> None:
     assert progress.failures["gpu-1"] == "Init the cluster: rc 1: [ERROR Port-6443]: in use"
 
 
+@pytest.mark.parametrize("res", [
+    # A raw command that says why on stdout (fabric_rails' network-file check).
+    {"msg": "non-zero return code", "rc": 1, "stderr": "",
+     "stdout": "enp16s0np0: network file /run/systemd/network/10-netplan-enp16s0np0.network in effect\n"},
+    # The same under a terminal (raw over Mitogen): OpenSSH's closing notice is all stderr holds.
+    {"msg": "non-zero return code", "rc": 1, "stderr": "Shared connection to 10.83.0.10 closed.\r\n",
+     "stdout": "enp16s0np0: network file /run/systemd/network/10-netplan-enp16s0np0.network in effect\r\n"},
+])
+def test_a_failed_raw_command_names_what_it_printed(res: dict[str, object]) -> None:
+    progress = Progress(io.StringIO(), io.StringIO(), io.StringIO())
+    progress(_event(1, "runner_on_failed", "", host="gpu-1", task="Check that every rail runs on the role's file",
+                    task_action="ansible.builtin.raw", res=res))
+    assert progress.failures["gpu-1"] == ("Check that every rail runs on the role's file: rc 1: enp16s0np0: network "
+                                          "file /run/systemd/network/10-netplan-enp16s0np0.network in effect")
+
+
 # What ansible.builtin.apt returns when apt-get fails: its msg echoes the whole command line first.
 _APT_STDERR = ("E: Failed to fetch http://deb.debian.org/debian/pool/main/c/ceph/ceph-common_16.2.15%2bds-0%2bdeb12u2"
                "_amd64.deb  503  Service Unavailable [IP: 10.89.0.1 3142]\n"

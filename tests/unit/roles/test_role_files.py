@@ -125,3 +125,18 @@ def test_the_controller_floor_is_the_first_ansible_core_that_drops_a_nested_omit
     assert play["vars"]["__validate_min_ansible"] == "2.19"
     assert '"ansible-core>=2.19"' in (REPO / "pyproject.toml").read_text()
     assert "else omit }}\"" in (COMMON / "tasks" / "files.yml").read_text()
+
+
+@pytest.mark.parametrize(("probe", "expected"), [
+    ({"stderr": "Error: Could not process rule: Operation not permitted\n", "stdout": ""},
+     "Error: Could not process rule: Operation not permitted"),
+    # Under a terminal (raw over Mitogen) nft's words reach stdout and stderr holds OpenSSH's notice.
+    ({"stderr": "Shared connection to 10.83.0.10 closed.\r\n",
+      "stdout": "Error: Could not process rule: Operation not permitted\r\n"},
+     "Error: Could not process rule: Operation not permitted"),
+    ({"stderr": "", "stdout": ""}, "nft failed"),
+])
+def test_the_report_gives_nfts_own_words(probe: dict[str, str], expected: str) -> None:
+    main = yaml.safe_load((COMMON / "tasks" / "main.yml").read_text())
+    [report] = [t for t in main if t.get("name") == "Report what this node leaves to its host"]
+    assert NATIVE.from_string(report["vars"]["__common_nft_why"]).render(__common_nft_probe=probe) == expected
