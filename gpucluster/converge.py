@@ -341,12 +341,12 @@ def _failure_cause(res: Mapping[str, Any]) -> str:
     msg = str(res.get("msg") or "").strip()
     # A command run with a terminal (raw under Mitogen, which ignores usetty) has its stderr in its
     # stdout, and OpenSSH's closing notice in stderr: that notice says nothing about the failure.
-    stderr = _SSH_CLOSED.sub("", str(res.get("stderr") or "")).strip() or str(res.get("stdout") or "").strip()
+    output = _SSH_CLOSED.sub("", str(res.get("stderr") or "")).strip() or str(res.get("stdout") or "").strip()
     # ansible-core's summary of a command's exit status: "non-zero return code" up to 2.19,
     # "The command exited with a non-zero return code." from 2.20.
-    if stderr and (not msg or "non-zero return code" in msg.lower()):
+    if output and (not msg or "non-zero return code" in msg.lower()):
         # A command's own words say more than Ansible's summary of its exit status.
-        return _command_words(stderr, res.get("rc"))
+        return _command_words(output, res.get("rc"))
     if _ECHOED_COMMAND.match(msg):
         # The apt module echoes its whole command line before the command's stderr
         # ("'/usr/bin/apt-get ... install ...' failed: E: ..."): the words after the echo say why.
@@ -355,6 +355,7 @@ def _failure_cause(res: Mapping[str, Any]) -> str:
     return text.splitlines()[0] if text else ""
 
 
+# OpenSSH's notice when a command run with a terminal ends (then all its stderr holds).
 _SSH_CLOSED = re.compile(r"^Shared connection to \S+ closed\.\s*$", re.MULTILINE)
 # "'<command line>' failed: <its stderr>": how ansible.builtin.apt (and others) report a command.
 _ECHOED_COMMAND = re.compile(r"^'[^\n]*?' failed: ", re.DOTALL)
