@@ -48,7 +48,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from gpucluster import hostkeys, mitogen, paths, runs
+from gpucluster import hostkeys, mitogen, paths, runs, sockets
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
 from gpucluster.inventory_model import read_inventory
 
@@ -479,13 +479,19 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
         if policy.checked:
             probe_host_keys(inventory, policy, options.limit)
         run_dir = new_run_dir(options.runs_dir, options.label)
-        result = _converge(options, progress_out, runner, run_dir, policy, lock)
+        # Ansible's SSH masters listen in a folder this run made and checked, and end with it.
+        control = sockets.control_dir(run_dir / "ssh")
+        try:
+            result = _converge(options, progress_out, runner, run_dir, policy, lock, control)
+        finally:
+            for problem in sockets.release(control):
+                progress_out.write(f"warning: {problem}\n")
         tighten_fetched_secrets(options, inventory)
         return result
 
 
 def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[..., Any], run_dir: Path,
-              policy: hostkeys.HostKeyPolicy, lock: Path) -> ConvergeResult:
+              policy: hostkeys.HostKeyPolicy, lock: Path, control: Path) -> ConvergeResult:
     cmdline: list[str] = []
     if options.check:
         cmdline.append("--check")
@@ -498,7 +504,7 @@ def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[.
         extravars["gpucluster_heavy_packages"] = True
     run_tag = f"{RUN_TAG}={runs.new_run_id()}"
     envvars = {"ANSIBLE_CONFIG": str(ANSIBLE_CFG), "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_DEPRECATION_WARNINGS": "0",
-               RUN_TAG: run_tag.split("=", 1)[1],
+               RUN_TAG: run_tag.split("=", 1)[1], "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control),
                # The rolling upgrade's verify gate runs under this converge's lock.
                **runs.held_env(lock)}
     if policy.checked:

@@ -67,6 +67,37 @@ def cluster_state_dir(cluster_name: str) -> Path:
     return path
 
 
+# --- runs on the nodes that never got to their own cleanup ---------------------------------
+
+UNFINISHED = "unfinished-verify-runs.json"
+
+
+def unfinished_runs(cluster_name: str) -> dict[str, str]:
+    """Run id -> start time of the cluster's verify runs that have not yet been cleaned up on
+    every node: a run killed with SIGKILL leaves its id here for the next run to clean up after
+    (its processes on the nodes, its key's grants). Read under the cluster's lock."""
+    try:
+        data = json.loads((cluster_state_dir(cluster_name) / UNFINISHED).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def mark_unfinished(cluster_name: str, run_id: str, done: bool = False) -> None:
+    """Record ``run_id`` as started on the nodes (``done``: as cleaned up on every node). A record
+    that cannot be written (a full disk) is skipped: the nodes' own sweep of expired grants
+    (gpucluster.conformance.node_keys) still removes what such a run leaves."""
+    runs = unfinished_runs(cluster_name)
+    if done:
+        if run_id not in runs:
+            return
+        runs.pop(run_id)
+    else:
+        runs[run_id] = datetime.now(UTC).isoformat(timespec="seconds")
+    with contextlib.suppress(OSError):
+        write_private(cluster_state_dir(cluster_name) / UNFINISHED, json.dumps(runs, indent=2) + "\n")
+
+
 # --- run folders -------------------------------------------------------------------------
 
 

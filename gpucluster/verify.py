@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpucluster import hostkeys, runs
+from gpucluster import hostkeys, runs, sockets
 from gpucluster.conformance import fleet, progress, publish
 from gpucluster.conformance.nodes import ClusterInventory, load_inventory
 from gpucluster.conformance.remote import RUN_ID_ENV, SshRemote, cleanup_nodes, write_ssh_config
@@ -227,25 +227,32 @@ def _error_line(tail: collections.deque[str], rc: int, write_error: str | None) 
 def run(opts: VerifyOptions) -> Report:
     """Run the suite; raise InputError when it could not run (bad inventory, no results)."""
     suite_dir()
-    inv = load_inventory(opts.inventory)
-    if opts.limit:
-        inv = inv.limited(list(opts.limit))
+    whole = load_inventory(opts.inventory)
+    inv = whole.limited(list(opts.limit)) if opts.limit else whole
     with runs.cluster_lock(opts.inventory, "gpucluster verify"), runs.private_umask():
-        return _run_locked(opts, inv)
+        return _run_locked(opts, inv, whole)
 
 
-def _run_locked(opts: VerifyOptions, inv: ClusterInventory) -> Report:
+def _run_locked(opts: VerifyOptions, inv: ClusterInventory, whole: ClusterInventory) -> Report:
     try:
         runs.ensure_private_dir(opts.run_dir)
         (opts.run_dir / RESULTS_JSON).unlink(missing_ok=True)
     except OSError as exc:
         raise InputError(runs.write_error_line(opts.run_dir, exc)) from None
     run_id = runs.new_run_id()
+    ssh_dir = opts.run_dir.resolve() / "ssh"
+    # Before any ssh client starts: a control folder another user made first is refused here.
+    sockets.control_dir(ssh_dir)
     try:
+        _clean_up_after_earlier_runs(whole, opts)
+        runs.mark_unfinished(inv.cluster_name, run_id)
         return _run_suite(opts, inv, run_id)
     finally:
-        # The run's own SSH key outlives no run (the suite removes it too, when it gets that far).
-        shutil.rmtree(opts.run_dir / "ssh" / "run-key", ignore_errors=True)
+        # The run's own SSH key outlives no run (the suite removes it too, when it gets that far),
+        # and neither do its SSH masters or their sockets' folder.
+        shutil.rmtree(ssh_dir / "run-key", ignore_errors=True)
+        for problem in sockets.release(sockets.locate(ssh_dir)[-1]):
+            sys.stderr.write(f"warning: {problem}\n")
 
 
 def _run_suite(opts: VerifyOptions, inv: ClusterInventory, run_id: str) -> Report:
@@ -282,16 +289,17 @@ def _run_suite(opts: VerifyOptions, inv: ClusterInventory, run_id: str) -> Repor
             stopper.done.set()
     interrupted = stopper.signals.interrupted or rc == 2
     report = None if rc in (3, 4) and not interrupted else _read_report(results)
+    # However the suite ended, nothing it started and no grant of its key stays on a node.
+    _cleanup_nodes(inv, opts, run_id, report)
     if report is None:
         if interrupted:
-            _cleanup_after_interrupt(inv, opts, run_id, None)
             sys.stderr.write("interrupted before the suite wrote any report\n")
             return Report(meta={"interrupted": True, "cluster": inv.cluster_name, "inventory": str(opts.inventory)},
                           nodes=[n.name for n in inv.nodes], results=[])
         raise InputError(_error_line(tail, rc, write_error) + f"; log: {log.path}")
     if interrupted:
         report.meta["interrupted"] = True
-        _cleanup_after_interrupt(inv, opts, run_id, report)
+        _write_reports(report, opts)
     elif opts.publish:
         publish_textfiles(report, inv, opts)
     report.meta["verify_wall_s"] = round(time.perf_counter() - started, 2)
@@ -307,25 +315,55 @@ def _read_report(results: Path) -> Report | None:
         return None
 
 
-def _cleanup_after_interrupt(inv: ClusterInventory, opts: VerifyOptions, run_id: str, report: Report | None) -> None:
-    """Kill what the run started on the nodes, unless the suite did (its report says so)."""
-    if report is not None and report.meta.get("interrupt_cleanup"):
+def _cleaned(what: str) -> bool:
+    return " failed (exit " not in what and " not run: " not in what
+
+
+def _clean_up_after_earlier_runs(inv: ClusterInventory, opts: VerifyOptions) -> None:
+    """The runs of this cluster that ended without their own cleanup (the controller killed with
+    SIGKILL, the machine lost): under the cluster's lock none of them still runs, so what each
+    started on the nodes is killed and its key's grants removed, on every node of the inventory."""
+    leftover = runs.unfinished_runs(inv.cluster_name)
+    if not leftover:
         return
-    down = report.unreachable if report is not None else {}
     ssh_dir = opts.run_dir.resolve() / "ssh"
-    try:
-        cfg = write_ssh_config(ssh_dir / "cleanup" / "ssh_config", list(inv.nodes), shared=ssh_dir,
-                               host_keys=hostkeys.policy_for(inv.target, inv.cluster_name))
-    except (OSError, InputError) as exc:
-        why = runs.write_error_line(opts.run_dir, exc) if isinstance(exc, OSError) else str(exc)
-        sys.stderr.write(f"error: cannot clean up the nodes: {why}\n")
-        return
-    done = cleanup_nodes([SshRemote(n.name, cfg) for n in inv.nodes if n.name not in down], run_id)
-    for node, what in sorted(done.items()):
-        sys.stderr.write(f"{node}: {what}\n")
-    if report is not None:
-        report.meta["interrupt_cleanup"] = done
-        _write_reports(report, opts)
+    cfg = write_ssh_config(ssh_dir / "earlier" / "ssh_config", list(inv.nodes), shared=ssh_dir,
+                           host_keys=hostkeys.policy_for(inv.target, inv.cluster_name))
+    for old, started in sorted(leftover.items(), key=lambda kv: kv[1]):
+        done = cleanup_nodes([SshRemote(n.name, cfg, run_id="") for n in inv.nodes], old)
+        sys.stderr.write(f"verify: run {old} (started {started}) ended without its cleanup; cleaning up after it\n")
+        for node, what in sorted(done.items()):
+            sys.stderr.write(f"{node}: {what}\n")
+        if all(_cleaned(what) for what in done.values()):
+            runs.mark_unfinished(inv.cluster_name, old, done=True)
+
+
+def _cleanup_nodes(inv: ClusterInventory, opts: VerifyOptions, run_id: str, report: Report | None) -> None:
+    """Kill what the run started on the nodes and take its key back, unless the suite did (its
+    report says so): the suite's controller died, or never wrote its report. Once every node it
+    reached is clean, the run is no longer one a later run must clean up after."""
+    ssh_dir = opts.run_dir.resolve() / "ssh"
+    if report is not None and "session_cleanup" in report.meta:
+        done: dict[str, str] = report.meta["session_cleanup"]
+    elif not (ssh_dir / "probe" / "ssh_config").exists():
+        done = {}  # it never reached a node
+    else:
+        down = report.unreachable if report is not None else {}
+        try:
+            cfg = write_ssh_config(ssh_dir / "cleanup" / "ssh_config", list(inv.nodes), shared=ssh_dir,
+                                   host_keys=hostkeys.policy_for(inv.target, inv.cluster_name))
+        except (OSError, InputError) as exc:
+            why = runs.write_error_line(opts.run_dir, exc) if isinstance(exc, OSError) else str(exc)
+            sys.stderr.write(f"error: cannot clean up the nodes: {why}\n")
+            return
+        done = cleanup_nodes([SshRemote(n.name, cfg) for n in inv.nodes if n.name not in down], run_id)
+        for node, what in sorted(done.items()):
+            sys.stderr.write(f"{node}: {what}\n")
+        if report is not None:
+            report.meta["session_cleanup"] = done
+            _write_reports(report, opts)
+    if all(_cleaned(what) for what in done.values()):
+        runs.mark_unfinished(inv.cluster_name, run_id, done=True)
 
 
 def _write_reports(report: Report, opts: VerifyOptions) -> None:

@@ -96,6 +96,9 @@ def parse_rail_pings(text: str) -> dict[str, bool]:
 # nccl-tests' iterations per size (perf_args: -w 5 -n 20) and what NCCL takes to set up its
 # communicator across nodes before the first size, which the floor says nothing about.
 NCCL_ITERATIONS = 25
+# A run key grant outlives the measurement's budget by this much: the grants and the key's
+# placing on the launcher take place before the budget's clock starts.
+GRANT_SLACK_S = 30.0
 NCCL_LAUNCH_S = 120.0
 
 
@@ -224,11 +227,13 @@ class Fabric:
         # Called under the fabric lock (``cached``): one key per run, made once.
         return RunKey.ensure(self.run_dir / "ssh" / "run-key", self.run_id)
 
-    def _grant(self, nodes: list[NodeInfo], tag: str) -> list[str]:
-        """The run key authorised on the nodes for one measurement, nodes at once; problems."""
+    def _grant(self, nodes: list[NodeInfo], tag: str, budget: float) -> list[str]:
+        """The run key authorised on the nodes for one measurement launched from ``nodes[0]``, for
+        its budget (and the grants' own time), nodes at once; problems."""
         key = self.run_key()
+        source = nodes[0].management_ip or nodes[0].address
         with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
-            found = pool.map(lambda n: key.grant(self.remote(n.name), tag), nodes)
+            found = pool.map(lambda n: key.grant(self.remote(n.name), tag, source, budget + GRANT_SLACK_S), nodes)
         return [p for p in found if p]
 
     def _end(self, nodes: list[NodeInfo], tag: str) -> tuple[dict[str, int | str], list[str]]:
@@ -304,7 +309,7 @@ class Fabric:
         names = tuple(n.name for n in nodes)
         # mpirun starts its daemons over SSH on the management network (the firewall
         # admits SSH from there only); the traffic measured is pinned to the fabric CIDR.
-        ips = [n.address for n in nodes]
+        ips = [n.management_ip or n.address for n in nodes]
         cidr = self.control_cidr(nodes)
         verdict = self.verdict_bytes(nodes)
         nccl = self.engine(nodes) == "nccl-tests"
@@ -313,17 +318,21 @@ class Fabric:
             sizes = tuple(first << i for i in range((2 * verdict // first).bit_length()) if first << i <= 2 * verdict)
         else:
             sizes = allreduce_mpi.sizes_up_to(verdict) if sweep else allreduce_mpi.ramp_to(verdict)
-            problems = allreduce_mpi.ship_script([self.remote(n) for n in names])
-            if problems:
-                return AllReduceRun("mpi-cpu", label, names, 0, status="incomplete", notes=problems)
+            unshipped = allreduce_mpi.ship_script([self.remote(n) for n in names])
+            if unshipped:
+                return AllReduceRun("mpi-cpu", label, names, 0, status="incomplete", notes=unshipped)
         budget = self.budget(nodes, sizes, floor_key)
         progress.note(f"all-reduce {label.replace(':', ' ', 1).replace('+', '/').replace('@', ' on ')} "
                       f"({self.engine(nodes)}, sizes up to {_size(2 * verdict)})", budget_s=budget)
         tag = new_measurement_tag()
         launcher = TaggedRemote(self.remote(nodes[0].name), tag)
-        problems = self._grant(nodes, tag)
-        key = self._place_key(nodes[0])
+        problems: list[str] = []
+        key: str | None = None
         try:
+            # Inside the try: whatever happens once the first node holds a grant, the finally
+            # below takes it back from every node.
+            problems = self._grant(nodes, tag, budget)
+            key = self._place_key(nodes[0])
             if nccl:
                 run, log = nccl_tests.run_inter(launcher, names, ips, nodes[0].gpu_count, cidr,
                                                 self.inv.fabric.get("socket_ifname") or nodes[0].fabric_interface,

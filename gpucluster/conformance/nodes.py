@@ -37,6 +37,9 @@ class NodeInfo:
     host_vars: dict[str, Any] = field(repr=False)
     # The node's addressed compute rails (interface, address, cidr), as the inventory gives them.
     rails: tuple[dict[str, str], ...] = ()
+    # Where the other nodes reach it (mpirun's ssh), and the address its own logins to them come
+    # from; ``address`` is how the controller reaches it (maybe through a bastion).
+    management_ip: str = ""
 
     @property
     def gpu_count(self) -> int:
@@ -122,6 +125,7 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
             fabric_interface=hv.gpucluster_fabric_interface,
             host_vars=dict(raw_hosts[name]),
             rails=tuple(r.model_dump() for r in hv.gpucluster_rails),
+            management_ip=hv.gpucluster_management_ip,
         )
         for name, hv in inv.hosts.items()
     ]

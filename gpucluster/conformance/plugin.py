@@ -50,6 +50,7 @@ from gpucluster.conformance.remote import (
     RunKey,
     SshRemote,
     cleanup_nodes,
+    sweep_nodes,
     write_ssh_config,
 )
 from gpucluster.conformance.reports import (
@@ -80,6 +81,7 @@ CHECK_LOG_DIR = "logs/checks"
 
 _INVENTORY = pytest.StashKey[ClusterInventory]()
 _UNREACHABLE = pytest.StashKey[dict[str, str]]()
+_SWEPT = pytest.StashKey[dict[str, str]]()
 _STARTED = pytest.StashKey[float]()
 _REPORT = pytest.StashKey[Report]()
 _WRITE_ERROR = pytest.StashKey[str]()
@@ -213,10 +215,19 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         runs.write_private(run_dir / PROBE_JSON, json.dumps({k: v.to_json() for k, v in found.items()}, indent=2))
     except OSError as exc:
         raise pytest.UsageError(runs.write_error_line(run_dir, exc)) from None
+    except InputError as exc:
+        raise pytest.UsageError("; ".join(exc.lines())) from None
     down = {k: v.message for k, v in found.items() if not v.ok}
     config.stash[_UNREACHABLE] = down
     for name, why in down.items():
         sys.stderr.write(f"{name}: unreachable, its checks fail at once: {why}\n")
+    # What an earlier run left when it was killed before its own cleanup (SIGKILL, a lost
+    # controller): run key lines past their expiry, and their files.
+    swept = sweep_nodes([SshRemote(n.name, cfg, run_id="") for n in inv.nodes if n.name not in down])
+    config.stash[_SWEPT] = swept
+    for name, what in sorted(swept.items()):
+        if not what.startswith("0 line(s), 0 file(s)"):
+            sys.stderr.write(f"{name}: run keys of earlier runs swept: {what}\n")
 
 
 def _unreachable(config: pytest.Config) -> dict[str, str]:
@@ -556,14 +567,17 @@ def _finish(config: pytest.Config, exitstatus: int, junit_error: OSError | None)
         "run_id": os.environ.get(RUN_ID_ENV, ""),
     }
     down = meta["unreachable"]
+    swept: dict[str, str] = config.stash.get(_SWEPT, {})
+    meta["run_key_sweep"] = swept
     if exitstatus == pytest.ExitCode.INTERRUPTED:
-        # Whatever the run started on the nodes (mpirun, ib_write_bw, a burn) outlives the ssh
-        # clients Ctrl-C killed: kill it there, and take the run's key back.
         meta["interrupted"] = True
-        cfg = run_dir / "ssh" / "probe" / "ssh_config"
-        if cfg.exists():
-            meta["interrupt_cleanup"] = cleanup_nodes(
-                [SshRemote(n.name, cfg) for n in inv.nodes if n.name not in down], meta["run_id"])
+    # Every session ends here, whatever ended it (a failed check, a crashed worker, Ctrl-C):
+    # what the run started on the nodes (mpirun, ib_write_bw, a burn) may outlive the ssh client
+    # that started it, and a grant of the run's key may outlive the measurement that took it.
+    cfg = run_dir / "ssh" / "probe" / "ssh_config"
+    if cfg.exists():
+        meta["session_cleanup"] = cleanup_nodes(
+            [SshRemote(n.name, cfg) for n in inv.nodes if n.name not in down], meta["run_id"])
     RunKey(meta["run_id"], run_dir / "ssh" / "run-key" / f"run-key-{meta['run_id']}").delete_local()
     margin = config.stash.get(_FLEET_MARGIN, fleet.DEFAULT_MARGIN)
     meta["fleet_margin"] = margin

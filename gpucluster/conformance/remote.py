@@ -23,18 +23,20 @@ inventory's private key never leaves the controller and no SSH agent is forwarde
 
 from __future__ import annotations
 
-import hashlib
+import functools
+import ipaddress
 import os
 import shlex
 import subprocess
-import tempfile
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from gpucluster import sockets
+from gpucluster.conformance import node_keys
 from gpucluster.conformance.nodes import NodeInfo
 from gpucluster.hostkeys import HostKeyPolicy
 
@@ -63,22 +65,15 @@ class Remote(Protocol):
     def run(self, command: str, *, stdin: str | None = None, timeout: float = 120.0) -> CommandResult: ...
 
 
-def _control_dir(config_dir: Path) -> Path:
-    """A short folder for SSH control sockets: a Unix socket path may not exceed 108 bytes,
-    and run folders (and CI checkouts) can sit deep in the file system."""
-    digest = hashlib.sha1(str(config_dir.resolve()).encode()).hexdigest()[:12]
-    folder = Path(tempfile.gettempdir()) / f"gc-ssh-{digest}"
-    folder.mkdir(mode=0o700, exist_ok=True)
-    return folder
-
-
 def write_ssh_config(path: Path, nodes: list[NodeInfo], shared: Path | None = None,
                      host_keys: HostKeyPolicy | None = None) -> Path:
     """An ssh_config naming every node by its inventory name.
 
     Configurations written with the same ``shared`` folder (a run's ``ssh/``: every xdist
     worker's, the fabric's, the textfile publisher's) share their control masters, so a
-    node's connection opened by one is reused by the others instead of a handshake each.
+    node's connection opened by one is reused by the others instead of a handshake each. The
+    masters' sockets are in a folder the run made and checked (:func:`gpucluster.sockets.control_dir`);
+    InputError, naming it, when what is found there is not this user's private folder.
     ``host_keys``: the cluster's policy; None leaves keys unchecked (the lab).
     """
     policy = host_keys or HostKeyPolicy(None)
@@ -92,11 +87,12 @@ def write_ssh_config(path: Path, nodes: list[NodeInfo], shared: Path | None = No
         "  ConnectTimeout 10",
         "  ServerAliveInterval 15",
         "  ControlMaster auto",
-        f"  ControlPath {_control_dir(shared or path.parent)}/cm-%C",
         "  ControlPersist 120",
     ]
-    for n in nodes:
-        lines += [f"Host {n.name}", f"  HostName {n.address}", f"  Port {n.port}", f"  User {n.user}"]
+    control = sockets.control_dir(shared or path.parent)
+    for i, n in enumerate(nodes):
+        lines += [f"Host {n.name}", f"  HostName {n.address}", f"  Port {n.port}", f"  User {n.user}",
+                  f"  ControlPath {control}/{sockets.socket_name(i, n.name)}"]
         if n.key_file:
             lines += [f"  IdentityFile {n.key_file}", "  IdentitiesOnly yes"]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -241,16 +237,26 @@ def _marker(run_id: str) -> str:
     return f"{RUN_KEY_MARKER}:{run_id}"
 
 
+@functools.cache
+def _node_keys_source() -> str:
+    return Path(node_keys.__file__).read_text(encoding="utf-8")
+
+
+def node_keys_command(*args: str) -> str:
+    """:mod:`node_keys` run on a node as it is (``python3 -I -c``), with ``args``."""
+    return f"python3 -I -c {shlex.quote(_node_keys_source())} {quote(list(args))}"
+
+
 def revoke_script(run_id: str) -> str:
-    """Remove the run's authorized_keys lines and its key files from the login user's ~/.ssh."""
-    m = shlex.quote(" " + _marker(run_id))
-    key = f'"$HOME/.ssh/gpucluster-verify-{run_id}"'
-    return (
-        f'f="$HOME/.ssh/authorized_keys"; rm -f {key} {key}.known_hosts; '
-        f'if [ -f "$f" ] && grep -qF -- {m} "$f"; then '
-        f't=$(mktemp "$f.XXXXXX") || exit 1; {{ grep -vF -- {m} "$f" || true; }} > "$t" && cat "$t" > "$f"; '
-        'rm -f "$t"; fi; echo revoked'
-    )
+    """Remove the run's authorized_keys lines and its files (key, known_hosts, gate) from the
+    login user's ~/.ssh; the file is rewritten whole or not at all (:func:`node_keys.rewrite_keys`)."""
+    return node_keys_command("revoke", run_id)
+
+
+def sweep_script() -> str:
+    """Remove every run key line past its expiry-time (or without one) and the files of runs with
+    no line left: what a run killed before its own cleanup (SIGKILL, power loss) left behind."""
+    return node_keys_command("sweep")
 
 
 @dataclass(frozen=True)
@@ -258,9 +264,10 @@ class RunKey:
     """An ed25519 key pair made for one run (in the run folder, 0600), for mpirun's launcher to
     log in to the other nodes.
 
-    Its authorized_keys line forces the command into a shell carrying the run's tag (so the
-    daemons it starts are killed with the run), allows no forwarding and no pty, and ends with
-    the marker comment ``gpucluster-verify-run:<run id>`` by which it is removed.
+    Each grant is for one measurement (:func:`node_keys.authorized_line`): usable only from the
+    launcher's management address, until the end of the measurement's budget, for Open MPI's
+    daemon alone (the gate, tagged with the run and the measurement), with nothing forwarded; the
+    line ends with ``gpucluster-verify-run:<run id>``, by which it is removed or swept.
     """
 
     run_id: str
@@ -282,37 +289,29 @@ class RunKey:
     def remote_key_name(self) -> str:
         return f"gpucluster-verify-{self.run_id}"
 
-    def authorized_line(self, measurement: str = "") -> str:
-        """``measurement``: the tag of the one measurement the key is granted for, carried by
-        everything mpirun starts through it (its daemons and their ranks)."""
+    def public(self) -> tuple[str, str]:
         kind, blob = self.private_key.with_suffix(".pub").read_text(encoding="utf-8").split()[:2]
-        tags = f"{RUN_TAG}={self.run_id}" + (f" {MEASURE_TAG}={measurement}" if measurement else "")
-        forced = f'exec env {tags} \\"${{SHELL:-/bin/sh}}\\" -c \\"$SSH_ORIGINAL_COMMAND\\"'
-        return (f'command="{forced}",no-agent-forwarding,no-port-forwarding,no-X11-forwarding,no-pty '
-                f"{kind} {blob} {_marker(self.run_id)}")
+        return kind, blob
 
-    def grant(self, remote: Remote, measurement: str = "") -> str | None:
-        """Authorise the key on one node (for one measurement, when tagged: the line of an
-        earlier one is replaced); returns a problem, or None."""
-        if measurement and not measurement.isalnum():
+    def authorized_line(self, measurement: str, source: str, expiry: str) -> str:
+        """The line a node gets for one measurement (``expiry``: the node's own stamp, made there)."""
+        return node_keys.authorized_line(*self.public(), self.run_id, measurement, source, expiry)
+
+    def grant(self, remote: Remote, measurement: str, source: str, valid_s: float) -> str | None:
+        """Authorise the key on one node for one measurement launched from ``source`` (the
+        launcher's management address), for ``valid_s`` seconds by the node's clock (a line of an
+        earlier measurement of the run is replaced); returns a problem, or None."""
+        if not measurement.isalnum():
             raise ValueError(f"measurement tag must be alphanumeric: {measurement!r}")
-        line = shlex.quote(self.authorized_line(measurement))
-        m = shlex.quote(" " + _marker(self.run_id))
-        script = (
-            'umask 077; mkdir -p "$HOME/.ssh"; f="$HOME/.ssh/authorized_keys"; '
-            f'if [ -f "$f" ] && grep -qF -- {m} "$f"; then '
-            f't=$(mktemp "$f.XXXXXX") || exit 1; {{ grep -vF -- {m} "$f" || true; }} > "$t" && cat "$t" > "$f"; '
-            'rm -f "$t"; fi; '
-            # A last line without its newline would swallow ours.
-            '[ -s "$f" ] && [ -n "$(tail -c1 "$f")" ] && echo >> "$f"; '
-            f"printf '%s\\n' {line} >> \"$f\""
-        )
-        res = _untagged(remote).run(script, timeout=30)
-        return None if res.ok else f"{remote.name}: cannot authorise the run's key: {res.stderr.strip()[:200]}"
+        ipaddress.ip_address(source)
+        command = node_keys_command("grant", self.run_id, measurement, source, str(max(1, round(valid_s))),
+                                    *self.public())
+        res = _untagged(remote).run(command, stdin=_node_keys_source(), timeout=30)
+        return None if res.ok else f"{remote.name}: cannot authorise the run's key: {_last_words(res)}"
 
     def revoke(self, remote: Remote) -> str | None:
         res = _untagged(remote).run(revoke_script(self.run_id), timeout=30)
-        return None if res.ok else f"{remote.name}: cannot remove the run's key: {res.stderr.strip()[:200]}"
+        return None if res.ok else f"{remote.name}: cannot remove the run's key: {_last_words(res)}"
 
     def place(self, remote: Remote, known_hosts: str) -> str | None:
         """The private key (and the host keys the launcher may trust) on the launcher; returns
@@ -338,7 +337,7 @@ class RunKey:
         self.private_key.with_suffix(".pub").unlink(missing_ok=True)
 
 
-# --- after an interruption -------------------------------------------------------------------
+# --- at every session's end, and after one that never got there -----------------------------
 
 
 def cleanup_script(run_id: str) -> str:
@@ -346,20 +345,44 @@ def cleanup_script(run_id: str) -> str:
     return f"{kill_script(f'{RUN_TAG}={run_id}')}; {revoke_script(run_id)}"
 
 
-def cleanup_nodes(remotes: Sequence[Remote], run_id: str, timeout: float = KILL_TIMEOUT_S) -> dict[str, str]:
-    """:func:`cleanup_script` on every node at once; node -> what happened (one line)."""
+def _last_words(res: CommandResult) -> str:
+    return (res.stderr.strip() or res.stdout.strip() or f"exit {res.rc}").splitlines()[-1][:200]
+
+
+def _every_node(remotes: Sequence[Remote], script: str, what: str, read: Callable[[str], str],
+                timeout: float) -> dict[str, str]:
+    """``script`` on every node at once; node -> what happened (one line)."""
 
     def one(remote: Remote) -> tuple[str, str]:
         try:
-            res = _untagged(remote).run(cleanup_script(run_id), timeout=timeout)
+            res = _untagged(remote).run(script, timeout=timeout)
         except OSError as exc:
-            return remote.name, f"cleanup not run: {exc}"
+            return remote.name, f"{what} not run: {exc}"
         if not res.ok:
-            return remote.name, f"cleanup failed (exit {res.rc}): {res.stderr.strip()[:200]}"
-        killed = next((x for x in res.stdout.splitlines() if x.startswith("killed ")), "killed ?")
-        return remote.name, f"{killed.split()[1]} process(es) of the run killed; run key removed"
+            return remote.name, f"{what} failed (exit {res.rc}): {_last_words(res)}"
+        return remote.name, read(res.stdout)
 
-    if not run_id or not remotes:
+    if not remotes:
         return {}
     with ThreadPoolExecutor(max_workers=min(32, len(remotes))) as pool:
         return dict(pool.map(one, remotes))
+
+
+def _said(out: str, word: str) -> str:
+    return next((x.split(None, 1)[1] for x in out.splitlines() if x.startswith(word + " ")), "?")
+
+
+def cleanup_nodes(remotes: Sequence[Remote], run_id: str, timeout: float = KILL_TIMEOUT_S) -> dict[str, str]:
+    """:func:`cleanup_script` on every node at once: at the end of every session, whatever ended
+    it; node -> what happened (one line)."""
+    if not run_id:
+        return {}
+    return _every_node(remotes, cleanup_script(run_id), "cleanup",
+                       lambda out: f"{_said(out, 'killed')} process(es) of the run killed; run key removed "
+                                   f"({_said(out, 'revoked')})", timeout)
+
+
+def sweep_nodes(remotes: Sequence[Remote], timeout: float = KILL_TIMEOUT_S) -> dict[str, str]:
+    """:func:`sweep_script` on every node at once, at the start of a session: the expired lines of
+    runs that ended without their cleanup (a controller killed with SIGKILL); node -> what was removed."""
+    return _every_node(remotes, sweep_script(), "run key sweep", lambda out: _said(out, "swept"), timeout)

@@ -56,3 +56,19 @@ def ssh_stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for key, value in fakessh.install(folder).items():
         monkeypatch.setenv(key, value)
     return folder
+
+
+@pytest.fixture
+def shared_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A /tmp of the test's own (sticky, anyone may write) as $TMPDIR, and no $XDG_RUNTIME_DIR:
+    where a run's SSH control sockets go when its own folder is too deep for a socket path
+    (gpucluster.sockets), and where another local user can make a folder first."""
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    tmp.chmod(0o1777)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    return tmp

@@ -112,14 +112,15 @@ def test_the_run_key_carries_the_measurement_tag_and_a_new_grant_replaces_the_ol
     node = LocalRemote("gpu-2", home)
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "authorized_keys").write_text("ssh-ed25519 AAAAoperator operator@host")
-    assert key.grant(node, "aaaa1111") is None
-    assert key.grant(node, "bbbb2222") is None
+    assert key.grant(node, "aaaa1111", "10.77.0.10", 30) is None
+    assert key.grant(node, "bbbb2222", "10.77.0.10", 30) is None
     lines = (home / ".ssh" / "authorized_keys").read_text().splitlines()
+    # The operator's last line had no newline: it is kept whole, not joined to the grant.
     assert lines[0] == "ssh-ed25519 AAAAoperator operator@host" and len(lines) == 2
-    assert f"{MEASURE_TAG}=bbbb2222" in lines[1] and "aaaa1111" not in lines[1]
-    assert "GPUCLUSTER_RUN=0a0b0c0d0e0f" in lines[1]
+    # The gate starts the daemon with the run's and the measurement's tags (test_node_keys.py).
+    assert "gate 0a0b0c0d0e0f bbbb2222" in lines[1] and "aaaa1111" not in lines[1]
     with pytest.raises(ValueError):
-        key.grant(node, "x; rm -rf /")
+        key.grant(node, "x; rm -rf /", "10.77.0.10", 30)
 
 
 def test_an_allreduce_ends_by_killing_its_tag_on_every_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -142,11 +143,11 @@ def test_an_allreduce_ends_by_killing_its_tag_on_every_node(tmp_path: Path, monk
     monkeypatch.setattr(allreduce_mpi, "ship_script", lambda remotes: [])
     monkeypatch.setattr(allreduce_mpi, "run_allreduce", fake_run)
     monkeypatch.setattr(fabric_mod, "kill_measurement", fake_kill)
-    monkeypatch.setattr(fab, "_grant", lambda nodes, tag: seen.setdefault("granted", tag) and [])
+    monkeypatch.setattr(fab, "_grant", lambda nodes, tag, budget: seen.setdefault("granted", (tag, budget)) and [])
     monkeypatch.setattr(fab, "_place_key", lambda launcher: None)
     monkeypatch.setattr(fab, "_remove_key", lambda launcher, path: None)
     run = fab._allreduce(nodes, "pair:gpu-1+gpu-2", sweep=False)
-    assert seen["timeout"] == 7.0 and seen["granted"] == seen["tag"]
+    assert seen["timeout"] == 7.0 and seen["granted"] == (seen["tag"], 7.0)
     assert seen["killed"] == (["gpu-1", "gpu-2"], seen["tag"], True)
     assert run.status == "cut" and run.budget_s == 7.0
     assert "killed on its nodes: gpu-1 1, gpu-2 3" in run.notes[-1]

@@ -7,6 +7,7 @@ runs for real: what it authorises, copies and starts on a node can be looked at 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -115,33 +116,51 @@ def test_mpirun_logs_in_with_the_run_key_and_checks_host_keys() -> None:
 
 
 def _forced_command(line: str) -> str:
-    m = re.match(r'command="((?:[^"\\]|\\.)*)",', line)
+    m = re.search(r'command="((?:[^"\\]|\\.)*)"', line)
     assert m, line
     return m.group(1).replace('\\"', '"')
+
+
+class _Home:
+    name = "gpu-2"
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+
+    def run(self, command: str, *, stdin: str | None = None, timeout: float = 120.0) -> Any:
+        from gpucluster.conformance.remote import CommandResult
+
+        proc = subprocess.run(["/bin/sh", "-c", command], input=stdin, capture_output=True, text=True,
+                              check=False, env=dict(os.environ, HOME=str(self.home)))
+        return CommandResult(proc.returncode, proc.stdout, proc.stderr)
 
 
 def test_the_run_keys_line_restricts_it_and_tags_what_it_starts(tmp_path: Path) -> None:
     run_id = runs.new_run_id()
     key = RunKey.ensure(tmp_path / "keys", run_id)
-    line = key.authorized_line()
-    assert line.endswith(f" gpucluster-verify-run:{run_id}")
-    assert all(o in line for o in ("no-agent-forwarding", "no-port-forwarding", "no-X11-forwarding", "no-pty"))
     authorized = tmp_path / ".ssh" / "authorized_keys"
     authorized.parent.mkdir()
     operator = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOperatorKeyOperatorKeyOperatorKeyOper op@desk"
-    authorized.write_text(f"{operator}\n{line}\n")
-    # OpenSSH itself reads the line (options included).
-    check = subprocess.run(["ssh-keygen", "-l", "-f", str(authorized)], capture_output=True,
-                           text=True, check=False)
-    assert check.returncode == 0, check.stderr
-    # What sshd runs for a login with the key (mpirun starting its daemon): the command, tagged.
+    authorized.write_text(f"{operator}\n")
+    assert key.grant(_Home(tmp_path), "aaaa1111", "10.77.0.10", 60) is None
+    line = authorized.read_text().splitlines()[1]
+    assert line.startswith('restrict,from="10.77.0.10",expiry-time="')
+    assert line.endswith(f" gpucluster-verify-run:{run_id}")
+    # What sshd runs for a login with the key (mpirun starting its daemon): Open MPI's daemon
+    # (here a stand-in that lives on), tagged with the run and the measurement.
     seconds = _unique_seconds()
-    env = dict(os.environ, SSH_ORIGINAL_COMMAND=f"sleep {seconds}", SHELL="/bin/sh")
+    bin_dir = tmp_path / "ompi"
+    bin_dir.mkdir(mode=0o755)
+    (bin_dir / "orted").write_text(f"#!/bin/sh\nexec sleep {seconds}\n")
+    (bin_dir / "orted").chmod(0o755)
+    env = dict(os.environ, SSH_ORIGINAL_COMMAND='orted -mca ess "env"', SHELL="/bin/sh", HOME=str(tmp_path),
+               PATH=f"{bin_dir}:{os.environ['PATH']}")
     proc = subprocess.Popen(["/bin/sh", "-c", _forced_command(line)], env=env, start_new_session=True)
     try:
-        _wait_for(lambda: len(fakessh.pids_running(f"sleep {seconds}")) == 2, 10, "the forced command and its sleep")
+        _wait_for(lambda: len(fakessh.pids_running(f"sleep {seconds}")) == 1, 10, "the daemon")
         tagged = runs.tagged_pids(f"GPUCLUSTER_RUN={run_id}")
         assert proc.pid in tagged and set(tagged) == set(fakessh.pids_running(f"sleep {seconds}"))
+        assert runs.tagged_pids("GPUCLUSTER_MEASUREMENT=aaaa1111") == tagged
         out = subprocess.run(["/bin/sh", "-c", cleanup_script(run_id)], capture_output=True, text=True,
                              check=False, env=dict(os.environ, HOME=str(tmp_path)))
         assert f"killed {len(tagged)}" in out.stdout
@@ -331,6 +350,104 @@ def test_ctrl_c_stops_the_measurements_on_the_nodes_and_keeps_the_report(tmp_pat
     assert not list((ssh_stub / "nodes").rglob("gpucluster-verify-*"))
     assert not list((tmp_path / "run" / "ssh").rglob("run-key-*"))
     assert "INTERNALERROR" not in err and "error: verify: interrupted" in err
+
+
+FIRST_MPIRUN = """#!/bin/sh
+# mpirun on the launcher: the first one stays busy (the measurement a crash or a SIGKILL cuts
+# short); any later one fails at once, as a launch that found no peer.
+[ -e {mark} ] && exit 1
+: > {mark}
+exec sleep {seconds}
+"""
+
+
+def _first_mpirun(tmp_path: Path, ssh_stub: Path) -> tuple[str, dict[str, str]]:
+    seconds = _unique_seconds()
+    bin_dir = tmp_path / "mpi-bin"
+    bin_dir.mkdir()
+    (bin_dir / "mpirun").write_text(FIRST_MPIRUN.format(mark=tmp_path / "mpirun-ran", seconds=seconds))
+    (bin_dir / "mpirun").chmod(0o755)
+    return seconds, {"PATH": f"{ssh_stub / 'bin'}{os.pathsep}{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def _granted(ssh_stub: Path) -> list[str]:
+    """The run key lines on the stand-in nodes."""
+    return [line for p in (ssh_stub / "nodes").glob("*/.ssh/authorized_keys")
+            for line in p.read_text().splitlines() if "gpucluster-verify-run:" in line]
+
+
+def _assert_nothing_left(ssh_stub: Path, seconds: str) -> None:
+    assert fakessh.pids_running(f"sleep {seconds}") == [], "mpirun survived on the launcher"
+    assert _granted(ssh_stub) == [], "a grant of the run key survived"
+    assert not list((ssh_stub / "nodes").rglob("gpucluster-verify-*")), "the run key's files survived"
+
+
+def _stop(proc: subprocess.Popen[str], seconds: str) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for pid in fakessh.pids_running(f"sleep {seconds}"):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_crashed_worker_leaves_no_grant_and_no_process(tmp_path: Path, ssh_stub: Path) -> None:
+    """The xdist worker running the all-reduce dies (SIGKILL) while mpirun runs: the session's
+    end (whatever ended it) kills what the run started and takes its key back on every node."""
+    import psutil
+
+    seconds, env = _first_mpirun(tmp_path, ssh_stub)
+    proc = _gc(tmp_path, *_verify(tmp_path, _inventory(tmp_path), "--workers", "2"), env=env)
+    try:
+        _wait_for(lambda: fakessh.pids_running(f"sleep {seconds}") or proc.poll() is not None, 120, "mpirun")
+        assert proc.poll() is None, proc.communicate()
+        assert _granted(ssh_stub), "the measurement holds no grant"
+        mpirun = psutil.Process(fakessh.pids_running(f"sleep {seconds}")[0])
+        worker = next(p for p in mpirun.parents()
+                      if "python" in p.name() and not any("fakessh" in c for c in p.cmdline()))
+        # execnet's bootstrap: the xdist worker, not the controller (their parent).
+        assert "exec(eval(" in " ".join(worker.cmdline()), worker.cmdline()
+        worker.kill()
+        _out, err = proc.communicate(timeout=150)
+    finally:
+        _stop(proc, seconds)
+    assert proc.returncode == 1, err[-3000:]
+    _assert_nothing_left(ssh_stub, seconds)
+    cleanup = json.loads((tmp_path / "run" / "results.json").read_text())["meta"]["session_cleanup"]
+    assert set(cleanup) == {"gpu-1", "gpu-2", "stor-1"} and all("run key removed" in v for v in cleanup.values())
+    assert runs.unfinished_runs("lab") == {}
+
+
+def test_after_a_sigkilled_controller_the_next_verify_cleans_up(tmp_path: Path, ssh_stub: Path) -> None:
+    """The controller and all of the suite die at once (SIGKILL): their grant and mpirun stay on
+    the nodes, and the run stays recorded as unfinished; the next verify, under the cluster's
+    lock, kills that run's processes and removes its grants on every node before it starts."""
+    import psutil
+
+    seconds, env = _first_mpirun(tmp_path, ssh_stub)
+    inventory = _inventory(tmp_path)
+    proc = _gc(tmp_path, *_verify(tmp_path, inventory, "--workers", "2"), env=env)
+    try:
+        _wait_for(lambda: fakessh.pids_running(f"sleep {seconds}") or proc.poll() is not None, 120, "mpirun")
+        assert proc.poll() is None, proc.communicate()
+        session = os.getsid(proc.pid)
+        controller = psutil.Process(proc.pid)
+        for p in [controller, *controller.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if os.getsid(p.pid) == session:  # not the stand-in nodes' processes (sessions of their own)
+                    p.kill()
+        proc.wait(timeout=30)
+        assert fakessh.pids_running(f"sleep {seconds}") and _granted(ssh_stub), "the SIGKILL left nothing to clean"
+        assert list(runs.unfinished_runs("lab")) != []
+        again = _gc(tmp_path, *_verify(tmp_path, inventory, "--workers", "2"), env=env)
+        _out, err = again.communicate(timeout=150)
+    finally:
+        _stop(proc, seconds)
+    assert again.returncode == 1, err[-3000:]
+    assert "ended without its cleanup; cleaning up after it" in err
+    assert re.search(r"^gpu-1: [1-9]\d* process\(es\) of the run killed; run key removed \(1 line", err,
+                     re.M), err[-3000:]
+    _assert_nothing_left(ssh_stub, seconds)
+    assert runs.unfinished_runs("lab") == {}
 
 
 ENOSPC_PLUGIN = textwrap.dedent("""

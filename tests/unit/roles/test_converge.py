@@ -620,3 +620,51 @@ def test_a_limited_converge_probes_only_the_hosts_it_touches(tmp_path: Path, rea
     with pytest.raises(InputError):
         converge(ConvergeOptions(inventory=real_target, limit=names[-1], runs_dir=tmp_path / "runs"),
                  progress_out=io.StringIO(), runner=runner)
+
+
+# --- SSH control sockets: a folder of the run's own, never a fixed name in /tmp ----------------
+
+
+def test_ansible_cfg_names_no_shared_control_folder() -> None:
+    import configparser
+
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(REPO / "ansible.cfg")
+    folder = cfg.get("ssh_connection", "control_path_dir")
+    assert folder.startswith("~/"), f"control_path_dir {folder}: another local user can make a folder outside home"
+
+
+class ControlWatcher(FakeRunner):
+    """Records, while 'ansible-playbook' runs, the control folder Ansible is pointed at."""
+
+    def __call__(self, **kwargs: Any) -> SimpleNamespace:
+        folder = Path(kwargs["envvars"]["ANSIBLE_SSH_CONTROL_PATH_DIR"])
+        st = folder.lstat()
+        self.seen = (folder, stat.S_ISDIR(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid)
+        return super().__call__(**kwargs)
+
+
+def test_ansible_uses_a_private_control_folder_of_the_run_removed_at_its_end(
+        tmp_path: Path, inventory_file: Path) -> None:
+    runner = ControlWatcher([_event(1, "playbook_on_stats", "PLAY RECAP", **STATS)], 0, "successful")
+    result = converge(ConvergeOptions(inventory=inventory_file, runs_dir=tmp_path / "runs"),
+                      progress_out=io.StringIO(), runner=runner)
+    folder, is_dir, mode, uid = runner.seen
+    assert is_dir and mode == 0o700 and uid == os.geteuid()
+    assert folder == result.run_dir / "ssh" / "cm" or not str(folder).startswith(str(REPO))
+    assert not folder.exists(), "the control folder outlived the run"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="planting a folder as another user (chown) needs root")
+def test_a_control_folder_planted_by_another_user_stops_converge_naming_it(
+        tmp_path: Path, inventory_file: Path, shared_tmp: Path) -> None:
+    from gpucluster import sockets
+
+    planted = sockets.locate(tmp_path / ("r" * 100) / "ssh")[0]  # the shared parent in <tmp>
+    planted.mkdir(mode=0o700)
+    os.chown(planted, 65534, 65534)
+    runner = FakeRunner([], 0, "successful")
+    with pytest.raises(InputError, match=rf"^{planted} is owned by uid 65534"):
+        converge(ConvergeOptions(inventory=inventory_file, runs_dir=tmp_path / ("r" * 100)),
+                 progress_out=io.StringIO(), runner=runner)
+    assert runner.kwargs == {}, "ansible-playbook ran"
