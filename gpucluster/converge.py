@@ -484,7 +484,7 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
         try:
             result = _converge(options, progress_out, runner, run_dir, policy, lock, control)
         finally:
-            for problem in sockets.release(control):
+            for problem in sockets.release(run_dir / "ssh"):
                 progress_out.write(f"warning: {problem}\n")
         tighten_fetched_secrets(options, inventory)
         return result

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import TextIO
+from typing import Any, TextIO
 
 import psutil
 
@@ -69,33 +69,62 @@ def cluster_state_dir(cluster_name: str) -> Path:
 
 # --- runs on the nodes that never got to their own cleanup ---------------------------------
 
-UNFINISHED = "unfinished-verify-runs.json"
+# A record older than this is dropped: its grants expired long ago (sshd refuses them and every
+# verify's sweep removes them), and a node that stayed unreachable this long is another matter.
+UNFINISHED_MAX_AGE_S = 7 * 86400
 
 
-def unfinished_runs(cluster_name: str) -> dict[str, str]:
-    """Run id -> start time of the cluster's verify runs that have not yet been cleaned up on
-    every node: a run killed with SIGKILL leaves its id here for the next run to clean up after
-    (its processes on the nodes, its key's grants). Read under the cluster's lock."""
+def _unfinished_file(inventory: Path) -> Path:
+    """Beside the cluster's lock: keyed, like the lock, by the inventory's resolved path."""
+    return lock_path(inventory).with_suffix(".unfinished.json")
+
+
+def unfinished_runs(inventory: Path) -> dict[str, dict[str, Any]]:
+    """Run id -> {"started": ISO time, "pid": the suite's process on this machine} of the verify
+    runs of this inventory not yet cleaned up on every node they reached: a run killed with
+    SIGKILL leaves its id here for the next run to clean up after (its processes on the nodes,
+    its keys' grants). Read and written under the cluster's lock."""
     try:
-        data = json.loads((cluster_state_dir(cluster_name) / UNFINISHED).read_text(encoding="utf-8"))
+        data = json.loads(_unfinished_file(inventory).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): dict(v) for k, v in data.items() if isinstance(v, dict)}
 
 
-def mark_unfinished(cluster_name: str, run_id: str, done: bool = False) -> None:
-    """Record ``run_id`` as started on the nodes (``done``: as cleaned up on every node). A record
-    that cannot be written (a full disk) is skipped: the nodes' own sweep of expired grants
-    (gpucluster.conformance.node_keys) still removes what such a run leaves."""
-    runs = unfinished_runs(cluster_name)
-    if done:
-        if run_id not in runs:
-            return
-        runs.pop(run_id)
-    else:
-        runs[run_id] = datetime.now(UTC).isoformat(timespec="seconds")
+def mark_unfinished(inventory: Path, run_ids: list[str] | str, *, pid: int | None = None,
+                    done: bool = False) -> None:
+    """Record a run as started on the nodes (``pid``: its suite's process, once started), or runs
+    (``done``) as cleaned up. A record that cannot be written (a full disk) is skipped: the nodes'
+    own sweep of expired grants (gpucluster.conformance.node_keys) still removes what such a run
+    leaves."""
+    ids = [run_ids] if isinstance(run_ids, str) else run_ids
+    runs = unfinished_runs(inventory)
+    before = json.dumps(runs, sort_keys=True)
+    for run_id in ids:
+        if done:
+            runs.pop(run_id, None)
+        else:
+            record = runs.setdefault(run_id, {"started": datetime.now(UTC).isoformat(timespec="seconds")})
+            if pid is not None:
+                record["pid"] = pid
+    if json.dumps(runs, sort_keys=True) == before:
+        return
     with contextlib.suppress(OSError):
-        write_private(cluster_state_dir(cluster_name) / UNFINISHED, json.dumps(runs, indent=2) + "\n")
+        path = _unfinished_file(inventory)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=RUN_DIR_MODE)
+        write_private(path, json.dumps(runs, indent=2) + "\n")
+
+
+def has_tag(pid: int, tag: str) -> bool:
+    """Whether process ``pid`` lives and its initial environment holds ``tag`` (``NAME=VALUE``):
+    the same run's process, not another that took its pid since."""
+    name, _, value = tag.partition("=")
+    try:
+        return bool(psutil.Process(pid).environ().get(name) == value)
+    except (psutil.Error, OSError):
+        return False
 
 
 # --- run folders -------------------------------------------------------------------------

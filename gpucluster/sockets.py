@@ -11,20 +11,24 @@ a real folder, not a link, owned by this user, mode 0700, in a path no other use
 (every ancestor owned by root or this user and not writable by others unless sticky, as
 OpenSSH's own StrictModes wants of ``~/.ssh``). In order of preference:
 
-1. the run's own folder (``<run folder>/ssh/cm``), where the socket's path fits a Unix socket;
-2. ``$XDG_RUNTIME_DIR/gpucluster/<digest>`` (the per-user folder systemd-logind makes, 0700);
-3. ``<tmp>/gpucluster-<uid>/<digest>``.
+1. the run's own folder (``<run folder>/ssh/cm``), where the socket's path fits a Unix socket and
+   is plain (no space or ``%``, which ssh_config would split or expand) and the folders above it
+   are safe;
+2. a folder of unpredictable name (``mkdtemp``) in ``$XDG_RUNTIME_DIR`` (the per-user folder
+   systemd-logind makes, 0700), else in ``$TMPDIR``/``/tmp``; its path is recorded in the run
+   folder (``ssh/control-dir``), so every process of the run (pytest's workers, the publisher,
+   the cleanup) finds the same folder.
 
-The digest names the run folder, so every process of one run (pytest's workers, the publisher,
-the cleanup) finds the same folder; anything found there that fails the checks is refused with
-an InputError naming the folder, never used. :func:`release` stops the masters and removes the
-folder at the end of the run.
+Whatever is found already in place (the run folder's ``ssh/cm``, or the recorded folder) and
+fails the checks is refused with an InputError naming it, never used. :func:`release` stops the
+masters and removes the folder at the end of the run.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -66,13 +70,16 @@ def _problem(path: Path, st: os.stat_result, euid: int, leaf: bool) -> str | Non
     return None
 
 
-def check_private(path: Path) -> Path:
+def check_private(path: Path, leaf_checked: bool = True) -> Path:
     """``path`` when it is this user's own 0700 folder, reached through folders no other user can
-    change; otherwise an InputError naming the folder and what is wrong with it."""
+    change; otherwise an InputError naming the folder and what is wrong with it.
+    ``leaf_checked`` False: the folders above it only (``path`` itself need not exist)."""
     euid = os.geteuid()
     path = Path(os.path.abspath(path))
     chain = [path, *path.parents]
     for i, p in enumerate(chain):
+        if i == 0 and not leaf_checked:
+            continue
         try:
             st = os.lstat(p) if i == 0 else os.stat(p)
         except OSError as exc:
@@ -98,43 +105,86 @@ def make_private(path: Path) -> Path:
 
 
 def _fits(folder: Path) -> bool:
-    return len(os.fsencode(str(folder))) + LONGEST_NAME <= UNIX_PATH_MAX
+    text = str(folder)
+    return (len(os.fsencode(text)) + LONGEST_NAME <= UNIX_PATH_MAX
+            and re.fullmatch(r"[A-Za-z0-9_./+-]+", text) is not None)
 
 
-def locate(run_ssh_dir: Path) -> list[Path]:
-    """Where the control sockets of the run whose SSH files are in ``run_ssh_dir`` go: the folder
-    last, after the private folders above it that the run makes too. The same for every process
-    of the run; nothing is made or checked here."""
+def _safe_above(folder: Path) -> bool:
+    try:
+        check_private(folder, leaf_checked=False)
+    except InputError:
+        return False
+    return True
+
+
+RECORD = "control-dir"
+
+
+def in_use(run_ssh_dir: Path) -> Path | None:
+    """The control folder the run whose SSH files are in ``run_ssh_dir`` made, if it made one
+    (nothing is made or checked here)."""
     run_ssh_dir = Path(os.path.abspath(run_ssh_dir))
-    inside = run_ssh_dir / "cm"
-    if _fits(inside):
-        return [inside]
-    digest = hashlib.sha256(str(run_ssh_dir).encode()).hexdigest()[:16]
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    if runtime and os.path.isabs(runtime) and _fits(Path(runtime) / "gpucluster" / digest):
-        return [Path(runtime) / "gpucluster", Path(runtime) / "gpucluster" / digest]
-    parent = Path(tempfile.gettempdir()) / f"gpucluster-{os.geteuid()}"
-    return [parent, parent / digest]
+    if os.path.lexists(run_ssh_dir / "cm"):
+        return run_ssh_dir / "cm"
+    try:
+        return Path((run_ssh_dir / RECORD).read_text(encoding="utf-8").strip())
+    except OSError:
+        return None
 
 
 def control_dir(run_ssh_dir: Path) -> Path:
-    """The checked folder for the run's control sockets (:func:`locate`), made when absent."""
-    chain = locate(run_ssh_dir)
-    if len(chain) == 1:
-        Path(os.path.abspath(run_ssh_dir)).mkdir(parents=True, exist_ok=True, mode=0o700)
-    for folder in chain:
-        make_private(folder)
-    return chain[-1]
+    """The checked folder for the control sockets of the run whose SSH files are in
+    ``run_ssh_dir``: the one the run made (checked again), else a new one (module docstring)."""
+    run_ssh_dir = Path(os.path.abspath(run_ssh_dir))
+    found = in_use(run_ssh_dir)
+    if found is not None and not os.path.lexists(found):
+        # Recorded by an earlier run in this folder, and gone since: never made again at a
+        # name that is known, a new one is.
+        (run_ssh_dir / RECORD).unlink(missing_ok=True)
+        found = None
+    if found is not None:
+        return check_private(found)
+    run_ssh_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    inside = run_ssh_dir / "cm"
+    if _fits(inside) and _safe_above(inside):
+        return make_private(inside)
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    bases = [Path(runtime)] if runtime and os.path.isabs(runtime) else []
+    for base in [*bases, Path(tempfile.gettempdir())]:
+        if not base.is_dir() or not _safe_above(base / "x"):
+            continue
+        folder = Path(tempfile.mkdtemp(prefix="gpucluster-ssh-", dir=base))
+        if not _fits(folder):
+            folder.rmdir()
+            continue
+        check_private(folder)
+        try:
+            fd = os.open(run_ssh_dir / RECORD, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process of the run made and recorded one first
+            folder.rmdir()
+            return control_dir(run_ssh_dir)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(f"{folder}\n")
+        return folder
+    raise InputError(f"{run_ssh_dir}: no folder for SSH control sockets: the run folder's path is too long for a "
+                     "socket or not safe, and so are $XDG_RUNTIME_DIR and $TMPDIR; set TMPDIR to a short private "
+                     "folder")
 
 
-def release(folder: Path) -> list[str]:
-    """Stop the SSH masters whose sockets are in ``folder`` and remove it (when it is still this
-    user's own folder); returns what could not be done, one line each."""
-    problems: list[str] = []
+def release(run_ssh_dir: Path) -> list[str]:
+    """Stop the SSH masters of the run whose SSH files are in ``run_ssh_dir`` and remove their
+    folder (when it is still this user's own) and its record; returns what could not be done,
+    one line each."""
+    folder = in_use(run_ssh_dir)
+    if folder is None or not os.path.lexists(folder):
+        Path(run_ssh_dir, RECORD).unlink(missing_ok=True)
+        return []
     try:
         check_private(folder)
     except InputError as exc:
-        return [] if not os.path.lexists(folder) else [str(exc)]
+        return [str(exc)]
+    problems: list[str] = []
     for entry in sorted(folder.iterdir()):
         if not entry.is_socket():
             continue
@@ -145,9 +195,10 @@ def release(folder: Path) -> list[str]:
             problems.append(f"{entry}: its SSH master did not stop: {exc}")
     try:
         shutil.rmtree(folder)
+        Path(run_ssh_dir, RECORD).unlink(missing_ok=True)
     except OSError as exc:
         problems.append(f"{folder}: not removed: {exc.strerror}")
     return problems
 
 
-__all__ = ["check_private", "control_dir", "locate", "make_private", "release", "socket_name"]
+__all__ = ["check_private", "control_dir", "in_use", "make_private", "release", "socket_name"]

@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gpucluster import hostkeys, runs, sockets
@@ -245,13 +246,13 @@ def _run_locked(opts: VerifyOptions, inv: ClusterInventory, whole: ClusterInvent
     sockets.control_dir(ssh_dir)
     try:
         _clean_up_after_earlier_runs(whole, opts)
-        runs.mark_unfinished(inv.cluster_name, run_id)
+        runs.mark_unfinished(opts.inventory, run_id)
         return _run_suite(opts, inv, run_id)
     finally:
         # The run's own SSH key outlives no run (the suite removes it too, when it gets that far),
         # and neither do its SSH masters or their sockets' folder.
         shutil.rmtree(ssh_dir / "run-key", ignore_errors=True)
-        for problem in sockets.release(sockets.locate(ssh_dir)[-1]):
+        for problem in sockets.release(ssh_dir):
             sys.stderr.write(f"warning: {problem}\n")
 
 
@@ -272,6 +273,7 @@ def _run_suite(opts: VerifyOptions, inv: ClusterInventory, run_id: str) -> Repor
         proc = subprocess.Popen(pytest_argv(opts, inv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=env, cwd=str(opts.run_dir.resolve()), process_group=0)
         stopper.started(proc)
+        runs.mark_unfinished(opts.inventory, run_id, pid=proc.pid)
         # Long measurements say what they measure and their budget: on stderr, so --json keeps stdout.
         follower = progress.Follower(opts.run_dir, sys.stderr).start()
         try:
@@ -320,22 +322,39 @@ def _cleaned(what: str) -> bool:
 
 
 def _clean_up_after_earlier_runs(inv: ClusterInventory, opts: VerifyOptions) -> None:
-    """The runs of this cluster that ended without their own cleanup (the controller killed with
-    SIGKILL, the machine lost): under the cluster's lock none of them still runs, so what each
-    started on the nodes is killed and its key's grants removed, on every node of the inventory."""
-    leftover = runs.unfinished_runs(inv.cluster_name)
-    if not leftover:
+    """The runs of this inventory that ended without their own cleanup (the controller killed with
+    SIGKILL, the machine lost): under the cluster's lock, and with no process of theirs left on
+    this machine, none of them still runs, so what they started on the nodes is killed and their
+    keys' grants removed, on every node of the inventory, one command per node."""
+    leftover = runs.unfinished_runs(opts.inventory)
+    now = datetime.now(UTC)
+    todo: dict[str, str] = {}
+    for old, record in sorted(leftover.items(), key=lambda kv: str(kv[1].get("started"))):
+        started = str(record.get("started", "?"))
+        pid = record.get("pid")
+        if isinstance(pid, int) and runs.has_tag(pid, f"{RUN_ID_ENV}={old}"):
+            continue  # its suite outlived its verify here, and cleans up after itself
+        try:
+            age = (now - datetime.fromisoformat(started)).total_seconds()
+        except ValueError:
+            age = runs.UNFINISHED_MAX_AGE_S + 1
+        if age > runs.UNFINISHED_MAX_AGE_S:
+            sys.stderr.write(f"verify: run {old} (started {started}) never got its cleanup on every node; "
+                             "its grants expired long ago, no longer cleaning up after it\n")
+            runs.mark_unfinished(opts.inventory, old, done=True)
+            continue
+        todo[old] = started
+    if not todo:
         return
     ssh_dir = opts.run_dir.resolve() / "ssh"
     cfg = write_ssh_config(ssh_dir / "earlier" / "ssh_config", list(inv.nodes), shared=ssh_dir,
                            host_keys=hostkeys.policy_for(inv.target, inv.cluster_name))
-    for old, started in sorted(leftover.items(), key=lambda kv: kv[1]):
-        done = cleanup_nodes([SshRemote(n.name, cfg, run_id="") for n in inv.nodes], old)
-        sys.stderr.write(f"verify: run {old} (started {started}) ended without its cleanup; cleaning up after it\n")
-        for node, what in sorted(done.items()):
-            sys.stderr.write(f"{node}: {what}\n")
-        if all(_cleaned(what) for what in done.values()):
-            runs.mark_unfinished(inv.cluster_name, old, done=True)
+    sys.stderr.write(f"verify: run(s) {', '.join(todo)} ended without their cleanup; cleaning up after them\n")
+    done = cleanup_nodes([SshRemote(n.name, cfg, run_id="") for n in inv.nodes], list(todo))
+    for node, what in sorted(done.items()):
+        sys.stderr.write(f"{node}: {what}\n")
+    if all(_cleaned(what) for what in done.values()):
+        runs.mark_unfinished(opts.inventory, list(todo), done=True)
 
 
 def _cleanup_nodes(inv: ClusterInventory, opts: VerifyOptions, run_id: str, report: Report | None) -> None:
@@ -363,7 +382,7 @@ def _cleanup_nodes(inv: ClusterInventory, opts: VerifyOptions, run_id: str, repo
             report.meta["session_cleanup"] = done
             _write_reports(report, opts)
     if all(_cleaned(what) for what in done.values()):
-        runs.mark_unfinished(inv.cluster_name, run_id, done=True)
+        runs.mark_unfinished(opts.inventory, run_id, done=True)
 
 
 def _write_reports(report: Report, opts: VerifyOptions) -> None:

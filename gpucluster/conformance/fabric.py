@@ -223,32 +223,36 @@ class Fabric:
     def remote(self, name: str) -> Remote:
         return SshRemote(name, self.ssh_config)
 
-    def run_key(self) -> RunKey:
-        # Called under the fabric lock (``cached``): one key per run, made once.
-        return RunKey.ensure(self.run_dir / "ssh" / "run-key", self.run_id)
+    def run_key(self, measurement: str) -> RunKey:
+        """The key of one measurement, made in the run folder (each measurement has its own)."""
+        return RunKey.ensure(self.run_dir / "ssh" / "run-key", self.run_id, measurement)
 
-    def _grant(self, nodes: list[NodeInfo], tag: str, budget: float) -> list[str]:
-        """The run key authorised on the nodes for one measurement launched from ``nodes[0]``, for
-        its budget (and the grants' own time), nodes at once; problems."""
-        key = self.run_key()
+    def _grant(self, nodes: list[NodeInfo], key: RunKey, budget: float) -> list[str]:
+        """The measurement's key authorised on the nodes mpirun's launcher (``nodes[0]``) logs in
+        to, from its management address, for the budget (and the grants' own time), nodes at
+        once; problems. The launcher itself needs none: its daemon is mpirun's own."""
         source = nodes[0].management_ip or nodes[0].address
-        with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
-            found = pool.map(lambda n: key.grant(self.remote(n.name), tag, source, budget + GRANT_SLACK_S), nodes)
+        peers = nodes[1:]
+        if not peers:
+            return []
+        with ThreadPoolExecutor(max_workers=min(16, len(peers))) as pool:
+            found = pool.map(lambda n: key.grant(self.remote(n.name), source, budget + GRANT_SLACK_S), peers)
         return [p for p in found if p]
 
     def _end(self, nodes: list[NodeInfo], tag: str) -> tuple[dict[str, int | str], list[str]]:
-        """Kill what is left of the measurement on every node and take the run key back, one
+        """Kill what is left of the measurement on every node and take its key back, one
         command per node; (node -> processes killed, or why not), and a note when any was."""
-        kills = kill_measurement([self.remote(n.name) for n in nodes], tag, extra=revoke_script(self.run_id))
+        kills = kill_measurement([self.remote(n.name) for n in nodes], tag, extra=revoke_script(self.run_id, tag))
         left = [f"{n} {k}" for n, k in kills.items() if k != 0]
         return kills, [f"processes of the run killed on its nodes: {', '.join(left)}"] if left else []
 
-    def _place_key(self, launcher: NodeInfo) -> str | None:
-        """The run key on the launcher, for mpirun's ssh to the other nodes; None when it could not be put."""
-        return self.run_key().place(self.remote(launcher.name), self.host_keys.trusted_lines())
+    def _place_key(self, launcher: NodeInfo, key: RunKey) -> str | None:
+        """The measurement's key on the launcher, for mpirun's ssh to the other nodes; None when it could not be put."""
+        return key.place(self.remote(launcher.name), self.host_keys.trusted_lines())
 
-    def _remove_key(self, launcher: NodeInfo, path: str | None) -> None:
-        self.run_key().remove(self.remote(launcher.name), path)
+    def _remove_key(self, launcher: NodeInfo, key: RunKey, path: str | None) -> None:
+        key.remove(self.remote(launcher.name), path)
+        key.delete_local()
 
     # --- all-reduce ------------------------------------------------------------------------
 
@@ -328,11 +332,12 @@ class Fabric:
         launcher = TaggedRemote(self.remote(nodes[0].name), tag)
         problems: list[str] = []
         key: str | None = None
+        run_key = self.run_key(tag)
         try:
             # Inside the try: whatever happens once the first node holds a grant, the finally
             # below takes it back from every node.
-            problems = self._grant(nodes, tag, budget)
-            key = self._place_key(nodes[0])
+            problems = self._grant(nodes, run_key, budget)
+            key = self._place_key(nodes[0], run_key)
             if nccl:
                 run, log = nccl_tests.run_inter(launcher, names, ips, nodes[0].gpu_count, cidr,
                                                 self.inv.fabric.get("socket_ifname") or nodes[0].fabric_interface,
@@ -344,7 +349,7 @@ class Fabric:
                 run, log = allreduce_mpi.run_allreduce(launcher, names, ips, cidr, settings, label,
                                                        self.data_cidrs(nodes, rail))
         finally:
-            self._remove_key(nodes[0], key)
+            self._remove_key(nodes[0], run_key, key)
             _, killed = self._end(nodes, tag)
         run.budget_s = budget
         if launcher.timed_out and run.status == "incomplete":

@@ -1,27 +1,36 @@
 """The run key's life on a node: its authorized_keys line, the one command it may start, and
 taking it back. This file runs on the nodes as it is (``python3 -I -c <this file> VERB ...``:
-standard library only, Python 3.8 or newer), and the controller imports it to build the same
+standard library only, Python 3.10 or newer: Ubuntu 22.04's), and the controller imports it to build the same
 lines, so what is granted and what is swept are read by one code.
 
-A line grants one measurement (:func:`authorized_line`)::
+A line grants one measurement (:func:`authorized_line`), with a key made for that measurement::
 
-    restrict,from="<launcher>",expiry-time="<end>",command="<gate>" ssh-ed25519 AAAA... gpucluster-verify-run:<id>
+    restrict,from="<launcher>",expiry-time="<end>",command="<gate>" ssh-ed25519 AAAA... gpucluster-verify-run:<id>:<tag>
 
 - ``restrict``: no forwarding of any kind, no pty, no ~/.ssh/rc;
 - ``from``: only the launcher's management address may use it;
-- ``expiry-time``: sshd refuses it once the measurement's budget is over. In the node's own
-  clock and time zone (/etc/localtime, as sshd reads it): the ``Z`` suffix for UTC came only in
-  OpenSSH 9.1, and Ubuntu 22.04 ships 8.9 (``restrict`` needs 7.2, ``expiry-time`` 7.7);
+- ``expiry-time``: sshd refuses it once the measurement's budget is over. In the node's local
+  *standard* time: sshd reads the stamp with mktime() on a zeroed struct tm (tm_isdst 0), and
+  the ``Z`` suffix for UTC came only in OpenSSH 9.1 (Ubuntu 22.04 ships 8.9; ``restrict`` needs
+  7.2, ``expiry-time`` 7.7);
 - ``command``: the gate (:func:`gate`), a copy of this file in ``~/.ssh``, starts Open MPI's
   daemon (``orted``; ``prted`` under Open MPI 5) and nothing else, without a shell, carrying the
   run's and the measurement's tags so that the kill by tag reaches it.
 
-Every change to authorized_keys writes a new file beside it and renames it over the old one
+What the gate cannot do: the daemon starts whatever its mpirun asks for. Whoever holds the
+measurement's key on the launcher (the launcher's login user) can run commands as the login user
+on the measured peers, from the launcher's address, until the grant expires
+(docs/security.md).
+
+Every change to authorized_keys happens under a lock in ~/.ssh (a home shared over NFS sees
+parallel measurements) and writes a new file beside the old one, renamed over it
 (:func:`rewrite_keys`): a full disk leaves the file as it was and the command fails, saying so.
 """
 
 from __future__ import annotations
 
+import fcntl
+import itertools
 import os
 import re
 import shlex
@@ -45,8 +54,20 @@ SEARCH_PATHS = ("PATH", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH")
 PROFILE_WRAP = "( test ! -r ./.profile || . ./.profile;"
 _EXPIRY = re.compile(r'(?:^|,)expiry-time="(\d{14})"')
 _RUN_ID = re.compile(r"^[0-9a-f]{6,32}$")
-_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+# $NAME, ${NAME} and ${NAME:-} (Open MPI writes LD_LIBRARY_PATH=<prefix>/lib:${LD_LIBRARY_PATH:-}).
+_VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)(?::-)?\}|([A-Za-z_][A-Za-z0-9_]*))")
 _ALNUM = re.compile(r"^[A-Za-z0-9]+$")
+# Daemon settings that name code or files to load, or a program to run first: a launcher could
+# point them at anything. mpirun's own command line sets none of them.
+_MCA_FLAGS = ("-mca", "--mca", "-gmca", "--gmca", "-prtemca", "--prtemca", "-pmixmca", "--pmixmca")
+_MCA_REFUSED = re.compile(r"(component_path|param_files|envar_file|_agent$|prefix|_path$)")
+LOCK_NAME = ".gpucluster-authorized_keys.lock"
+TEMP_PREFIX = ".authorized_keys.gpucluster."
+GATE_TEMP_PREFIX = ".gpucluster-gate."
+# The sweep leaves a key file alone while it is this young (a live measurement of another
+# inventory on the same node), and a temporary file of a rewrite a killed process left.
+FILE_GRACE_S = 6 * 3600
+TEMP_GRACE_S = 3600
 
 
 class Refused(Exception):
@@ -63,9 +84,14 @@ def _local_time() -> None:
         time.tzset()
 
 
+def standard_stamp(t: float) -> str:
+    """``t`` as sshd reads an expiry-time: local standard time (no daylight saving), to the second."""
+    return time.strftime("%Y%m%d%H%M%S", time.gmtime(int(t) - time.timezone))
+
+
 def expiry_stamp(now: float, seconds: float) -> str:
-    """``expiry-time``'s value ``seconds`` after ``now`` (local time, to the second, rounded up)."""
-    return time.strftime("%Y%m%d%H%M%S", time.localtime(int(now + seconds) + 1))
+    """``expiry-time``'s value ``seconds`` after ``now`` (rounded up)."""
+    return standard_stamp(int(now + seconds) + 1)
 
 
 def gate_path(run_id: str) -> str:
@@ -77,6 +103,10 @@ def forced_command(run_id: str, measurement: str) -> str:
     return f'exec python3 -I "{gate_path(run_id)}" gate {run_id} {measurement}'
 
 
+def marker(run_id: str, measurement: str) -> str:
+    return f"{MARKER}:{run_id}:{measurement}"
+
+
 def authorized_line(kind: str, blob: str, run_id: str, measurement: str, source: str, expiry: str) -> str:
     if not _RUN_ID.match(run_id) or not _ALNUM.match(measurement):
         raise ValueError(f"run id and measurement tag must be hex and alphanumeric: {run_id!r}, {measurement!r}")
@@ -84,15 +114,17 @@ def authorized_line(kind: str, blob: str, run_id: str, measurement: str, source:
         raise ValueError(f"not an address and an expiry-time: {source!r}, {expiry!r}")
     command = forced_command(run_id, measurement).replace('"', '\\"')
     return (f'restrict,from="{source}",expiry-time="{expiry}",command="{command}" '
-            f"{kind} {blob} {MARKER}:{run_id}")
+            f"{kind} {blob} {marker(run_id, measurement)}")
 
 
-def run_of(line: str) -> str | None:
-    """The run a line was granted for (its ``gpucluster-verify-run:<id>`` comment), else None."""
+def grant_of(line: str) -> tuple[str, str] | None:
+    """(run, measurement) a line was granted for, from its ``gpucluster-verify-run:<id>[:<tag>]``
+    comment (the measurement "" on lines of earlier versions); None for any other line."""
     fields = line.split()
     if not fields or not fields[-1].startswith(MARKER + ":"):
         return None
-    return fields[-1][len(MARKER) + 1:]
+    run, _, measurement = fields[-1][len(MARKER) + 1:].partition(":")
+    return run, measurement
 
 
 def expired(line: str, now: str) -> bool:
@@ -104,51 +136,59 @@ def expired(line: str, now: str) -> bool:
 # --- authorized_keys, rewritten whole -----------------------------------------------------------
 
 
-def rewrite_keys(path: str, drop_run: str = "", now: str = "", add: str = "") -> tuple[int, set[str]]:
-    """Remove the lines of run ``drop_run``, and with ``now`` every run line past its expiry (or
-    without one); append ``add``. The new file is written beside the old one, flushed to disk and
-    renamed over it with the old one's mode and owner: a failure leaves the old file whole.
-    Returns (lines removed, runs with lines left)."""
+def rewrite_keys(path: str, drop: tuple[str, str] | None = None, now: str = "",
+                 add: str = "") -> tuple[int, set[str]]:
+    """Remove the lines of ``drop`` (run, measurement; measurement "": every line of the run),
+    and with ``now`` every run line past its expiry (or without one); append ``add``. Under a
+    lock in the file's folder; the new file is written beside the old one, flushed to disk and
+    renamed over it with the old one's mode and owner: a failure leaves the old file whole. Lines
+    are kept byte for byte (only "\\n" ends one). Returns (lines removed, runs with lines left)."""
     real = os.path.realpath(path)
-    try:
-        with open(real, encoding="utf-8", errors="surrogateescape") as fh:
-            lines = fh.read().splitlines()
-        st: os.stat_result | None = os.stat(real)
-    except FileNotFoundError:
-        lines, st = [], None
-    kept, removed, live = [], 0, set()
-    for line in lines:
-        run = run_of(line)
-        if run is not None and (run == drop_run or (now and expired(line, now))):
-            removed += 1
-            continue
-        if run is not None:
-            live.add(run)
-        kept.append(line)
-    if add:
-        kept.append(add)
-        live.add(run_of(add) or "")
-    if not removed and not add:
-        return 0, live
     folder = os.path.dirname(real)
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".authorized_keys.", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as out:
-            out.write("".join(x + "\n" for x in kept))
-            out.flush()
-            os.fsync(out.fileno())
-        if st is not None:
-            os.chmod(tmp, stat.S_IMODE(st.st_mode))
-            if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
-                os.chown(tmp, st.st_uid, st.st_gid)
-        os.replace(tmp, real)
-    except BaseException:
+    with open(os.path.join(folder, LOCK_NAME), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+            with open(real, "rb") as fh:
+                text = fh.read().decode("utf-8", "surrogateescape")
+            st: os.stat_result | None = os.stat(real)
+        except FileNotFoundError:
+            text, st = "", None
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        kept, removed, live = [], 0, set()
+        for line in lines:
+            grant = grant_of(line)
+            if grant is not None and ((drop is not None and grant[0] == drop[0] and drop[1] in ("", grant[1]))
+                                      or (now and expired(line, now))):
+                removed += 1
+                continue
+            if grant is not None:
+                live.add(grant[0])
+            kept.append(line)
+        if add:
+            kept.append(add)
+            live.add((grant_of(add) or ("", ""))[0])
+        if not removed and not add:
+            return 0, live
+        fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write("".join(x + "\n" for x in kept).encode("utf-8", "surrogateescape"))
+                out.flush()
+                os.fsync(out.fileno())
+            if st is not None:
+                os.chmod(tmp, stat.S_IMODE(st.st_mode))
+                if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+                    os.chown(tmp, st.st_uid, st.st_gid)
+            os.replace(tmp, real)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
     return removed, live
 
 
@@ -156,20 +196,34 @@ def _ssh_dir() -> str:
     return os.path.join(os.path.expanduser("~"), ".ssh")
 
 
-def remove_files(keep: set[str], only: str = "") -> int:
-    """The run keys' files in ~/.ssh (private key, known_hosts, gate) of runs not in ``keep``
-    (``only``: of that run alone); returns how many were removed."""
-    folder, n = _ssh_dir(), 0
+def remove_files(run_id: str = "", measurement: str = "", keep: set[str] | None = None) -> int:
+    """Files of the run keys in ~/.ssh: those of ``run_id`` (the measurement's key and its
+    known_hosts; with no measurement, the run's gate too), or with ``keep`` (the sweep) those of
+    every run not in it once older than :data:`FILE_GRACE_S`, and temporary files of rewrites a
+    killed process left. Returns how many were removed."""
+    folder, n, now = _ssh_dir(), 0, time.time()
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
         return 0
     for name in names:
+        path = os.path.join(folder, name)
+        if name.startswith((TEMP_PREFIX, GATE_TEMP_PREFIX)):
+            if keep is not None and now - os.lstat(path).st_mtime > TEMP_GRACE_S:
+                os.unlink(path)
+                n += 1
+            continue
         if not name.startswith(KEY_PREFIX):
             continue
-        run = name[len(KEY_PREFIX):].split(".", 1)[0]
-        if _RUN_ID.match(run) and run not in keep and (not only or run == only):
-            os.unlink(os.path.join(folder, name))
+        run, _, rest = name[len(KEY_PREFIX):].partition(".")
+        if not _RUN_ID.match(run):
+            continue
+        if keep is not None:
+            gone = run not in keep and now - os.lstat(path).st_mtime > FILE_GRACE_S
+        else:
+            gone = run == run_id and (not measurement or rest.split(".", 1)[0] == measurement)
+        if gone:
+            os.unlink(path)
             n += 1
     return n
 
@@ -178,7 +232,7 @@ def _write_gate(run_id: str, source: str) -> None:
     folder = _ssh_dir()
     os.makedirs(folder, mode=0o700, exist_ok=True)
     target = os.path.join(folder, f"{KEY_PREFIX}{run_id}.gate")
-    fd, tmp = tempfile.mkstemp(prefix=".gate.", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=GATE_TEMP_PREFIX, dir=folder)
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(source)
     os.replace(tmp, target)
@@ -272,6 +326,13 @@ def daemon_argv(command: str, environ: dict[str, str]) -> tuple[str, list[str], 
             if unsafe:
                 raise Refused(f"{name} names {unsafe[0]}, which others may write to")
             env[name] = ":".join(parts)
+    for name in SETTABLE:
+        if name not in SEARCH_PATHS and name in env and env[name] != environ.get(name):
+            if not os.path.isdir(env[name]) or not _safe_dir(env[name]):
+                raise Refused(f"{name} names {env[name]}, which others may write to or which is no folder")
+    for flag, setting in itertools.pairwise(last):
+        if flag in _MCA_FLAGS and _MCA_REFUSED.search(setting):
+            raise Refused(f"the daemon setting {setting} names code or files to load")
     prog = last[0]
     found = prog if "/" in prog else shutil.which(prog, path=env.get("PATH", os.defpath))
     if not found or not os.path.isabs(found) or not os.access(found, os.X_OK):
@@ -302,7 +363,7 @@ def gate(run_id: str, measurement: str) -> int:
 
 
 def now_stamp() -> str:
-    return time.strftime("%Y%m%d%H%M%S", time.localtime())
+    return standard_stamp(time.time())
 
 
 def main(argv: list[str]) -> int:
@@ -316,17 +377,19 @@ def main(argv: list[str]) -> int:
             expiry = expiry_stamp(time.time(), float(seconds))
             line = authorized_line(kind, blob, run_id, measurement, source, expiry)
             _write_gate(run_id, sys.stdin.read())
-            rewrite_keys(keys, drop_run=run_id, add=line)
+            rewrite_keys(keys, drop=(run_id, measurement), add=line)
             print(f"granted until {expiry}")
             return 0
-        if argv[:1] == ["revoke"] and len(argv) == 2:
-            removed, _ = rewrite_keys(keys, drop_run=argv[1])
-            files = remove_files(set(), only=argv[1])
+        if argv[:1] == ["revoke"] and len(argv) in (2, 3) and _RUN_ID.match(argv[1]):
+            measurement = argv[2] if len(argv) == 3 else ""
+            removed, live = rewrite_keys(keys, drop=(argv[1], measurement))
+            # The run's gate goes with its last grant on this node.
+            files = remove_files(argv[1], measurement if argv[1] in live else "")
             print(f"revoked {removed} line(s), {files} file(s)")
             return 0
         if argv == ["sweep"]:
             removed, live = rewrite_keys(keys, now=now_stamp())
-            files = remove_files(live)
+            files = remove_files(keep=live)
             print(f"swept {removed} line(s), {files} file(s)")
             return 0
     except (OSError, ValueError) as exc:

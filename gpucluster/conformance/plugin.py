@@ -47,9 +47,9 @@ from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, load_invent
 from gpucluster.conformance.remote import (
     RUN_ID_ENV,
     CommandResult,
-    RunKey,
     SshRemote,
     cleanup_nodes,
+    delete_local_keys,
     sweep_nodes,
     write_ssh_config,
 )
@@ -578,7 +578,7 @@ def _finish(config: pytest.Config, exitstatus: int, junit_error: OSError | None)
     if cfg.exists():
         meta["session_cleanup"] = cleanup_nodes(
             [SshRemote(n.name, cfg) for n in inv.nodes if n.name not in down], meta["run_id"])
-    RunKey(meta["run_id"], run_dir / "ssh" / "run-key" / f"run-key-{meta['run_id']}").delete_local()
+    delete_local_keys(run_dir / "ssh" / "run-key")
     margin = config.stash.get(_FLEET_MARGIN, fleet.DEFAULT_MARGIN)
     meta["fleet_margin"] = margin
     # The fleet's verdicts need every node's figures: they are derived here, once all checks ran.

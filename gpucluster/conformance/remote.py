@@ -27,6 +27,7 @@ import functools
 import ipaddress
 import os
 import shlex
+import shutil
 import subprocess
 import uuid
 from collections.abc import Callable, Sequence
@@ -44,7 +45,7 @@ RUN_ID_ENV = "GPUCLUSTER_RUN_ID"  # on the controller: the run's id, handed to t
 RUN_TAG = "GPUCLUSTER_RUN"  # on the nodes: in the environment of everything the run started
 CMD_TAG = "GPUCLUSTER_CMD"
 MEASURE_TAG = "GPUCLUSTER_MEASUREMENT"
-RUN_KEY_MARKER = "gpucluster-verify-run"
+RUN_KEY_MARKER = node_keys.MARKER
 KILL_TIMEOUT_S = 30.0
 
 
@@ -233,10 +234,6 @@ def kill_measurement(remotes: Sequence[Remote], tag: str, grace_s: int = 2,
 # --- the run's own key for node-to-node logins -------------------------------------------------
 
 
-def _marker(run_id: str) -> str:
-    return f"{RUN_KEY_MARKER}:{run_id}"
-
-
 @functools.cache
 def _node_keys_source() -> str:
     return Path(node_keys.__file__).read_text(encoding="utf-8")
@@ -247,10 +244,11 @@ def node_keys_command(*args: str) -> str:
     return f"python3 -I -c {shlex.quote(_node_keys_source())} {quote(list(args))}"
 
 
-def revoke_script(run_id: str) -> str:
-    """Remove the run's authorized_keys lines and its files (key, known_hosts, gate) from the
-    login user's ~/.ssh; the file is rewritten whole or not at all (:func:`node_keys.rewrite_keys`)."""
-    return node_keys_command("revoke", run_id)
+def revoke_script(run_id: str, measurement: str = "") -> str:
+    """Remove the run's authorized_keys lines and its files (key, known_hosts; with no
+    ``measurement``, every one of the run's and its gate too) from the login user's ~/.ssh; the
+    file is rewritten whole or not at all (:func:`node_keys.rewrite_keys`)."""
+    return node_keys_command("revoke", run_id, *([measurement] if measurement else []))
 
 
 def sweep_script() -> str:
@@ -261,56 +259,57 @@ def sweep_script() -> str:
 
 @dataclass(frozen=True)
 class RunKey:
-    """An ed25519 key pair made for one run (in the run folder, 0600), for mpirun's launcher to
-    log in to the other nodes.
+    """An ed25519 key pair made for one measurement of a run (in the run folder, 0600), for
+    mpirun's launcher to log in to the measurement's other nodes.
 
-    Each grant is for one measurement (:func:`node_keys.authorized_line`): usable only from the
-    launcher's management address, until the end of the measurement's budget, for Open MPI's
-    daemon alone (the gate, tagged with the run and the measurement), with nothing forwarded; the
-    line ends with ``gpucluster-verify-run:<run id>``, by which it is removed or swept.
+    Its grant (:func:`node_keys.authorized_line`) is usable only from the launcher's management
+    address, until the end of the measurement's budget, for Open MPI's daemon alone (the gate,
+    tagged with the run and the measurement), with nothing forwarded; the line ends with
+    ``gpucluster-verify-run:<run id>:<measurement>``, by which it is removed or swept. A key per
+    measurement: an earlier launcher holds no key a later grant accepts.
     """
 
     run_id: str
+    measurement: str
     private_key: Path
 
     @staticmethod
-    def ensure(folder: Path, run_id: str) -> RunKey:
-        key = folder / f"run-key-{run_id}"
+    def ensure(folder: Path, run_id: str, measurement: str) -> RunKey:
+        if not measurement.isalnum():
+            raise ValueError(f"measurement tag must be alphanumeric: {measurement!r}")
+        key = folder / f"run-key-{run_id}-{measurement}"
         if not (key.exists() and key.with_suffix(".pub").exists()):
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             key.unlink(missing_ok=True)
             key.with_suffix(".pub").unlink(missing_ok=True)
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", _marker(run_id), "-f", str(key)],
-                           capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL)
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", node_keys.marker(run_id, measurement),
+                            "-f", str(key)], capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL)
         os.chmod(key, 0o600)
-        return RunKey(run_id, key)
+        return RunKey(run_id, measurement, key)
 
     @property
     def remote_key_name(self) -> str:
-        return f"gpucluster-verify-{self.run_id}"
+        return f"{node_keys.KEY_PREFIX}{self.run_id}.{self.measurement}"
 
     def public(self) -> tuple[str, str]:
         kind, blob = self.private_key.with_suffix(".pub").read_text(encoding="utf-8").split()[:2]
         return kind, blob
 
-    def authorized_line(self, measurement: str, source: str, expiry: str) -> str:
-        """The line a node gets for one measurement (``expiry``: the node's own stamp, made there)."""
-        return node_keys.authorized_line(*self.public(), self.run_id, measurement, source, expiry)
+    def authorized_line(self, source: str, expiry: str) -> str:
+        """The line a node gets (``expiry``: the node's own stamp, made there)."""
+        return node_keys.authorized_line(*self.public(), self.run_id, self.measurement, source, expiry)
 
-    def grant(self, remote: Remote, measurement: str, source: str, valid_s: float) -> str | None:
-        """Authorise the key on one node for one measurement launched from ``source`` (the
-        launcher's management address), for ``valid_s`` seconds by the node's clock (a line of an
-        earlier measurement of the run is replaced); returns a problem, or None."""
-        if not measurement.isalnum():
-            raise ValueError(f"measurement tag must be alphanumeric: {measurement!r}")
+    def grant(self, remote: Remote, source: str, valid_s: float) -> str | None:
+        """Authorise the key on one node for logins from ``source`` (the launcher's management
+        address), for ``valid_s`` seconds by the node's clock; returns a problem, or None."""
         ipaddress.ip_address(source)
-        command = node_keys_command("grant", self.run_id, measurement, source, str(max(1, round(valid_s))),
+        command = node_keys_command("grant", self.run_id, self.measurement, source, str(max(1, round(valid_s))),
                                     *self.public())
         res = _untagged(remote).run(command, stdin=_node_keys_source(), timeout=30)
         return None if res.ok else f"{remote.name}: cannot authorise the run's key: {_last_words(res)}"
 
     def revoke(self, remote: Remote) -> str | None:
-        res = _untagged(remote).run(revoke_script(self.run_id), timeout=30)
+        res = _untagged(remote).run(revoke_script(self.run_id, self.measurement), timeout=30)
         return None if res.ok else f"{remote.name}: cannot remove the run's key: {_last_words(res)}"
 
     def place(self, remote: Remote, known_hosts: str) -> str | None:
@@ -337,12 +336,18 @@ class RunKey:
         self.private_key.with_suffix(".pub").unlink(missing_ok=True)
 
 
+def delete_local_keys(folder: Path) -> None:
+    """Every key of the run the controller still holds (``folder``: the run folder's ``ssh/run-key``)."""
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 # --- at every session's end, and after one that never got there -----------------------------
 
 
-def cleanup_script(run_id: str) -> str:
-    """Kill everything the run started on the node, then take back the run's key."""
-    return f"{kill_script(f'{RUN_TAG}={run_id}')}; {revoke_script(run_id)}"
+def cleanup_script(*run_ids: str) -> str:
+    """Kill everything the runs started on the node, then take back their keys; one ``killed N``
+    and one ``revoked ...`` line per run."""
+    return "; ".join(f"{kill_script(f'{RUN_TAG}={r}')}; {revoke_script(r)}" for r in run_ids)
 
 
 def _last_words(res: CommandResult) -> str:
@@ -372,14 +377,21 @@ def _said(out: str, word: str) -> str:
     return next((x.split(None, 1)[1] for x in out.splitlines() if x.startswith(word + " ")), "?")
 
 
-def cleanup_nodes(remotes: Sequence[Remote], run_id: str, timeout: float = KILL_TIMEOUT_S) -> dict[str, str]:
-    """:func:`cleanup_script` on every node at once: at the end of every session, whatever ended
-    it; node -> what happened (one line)."""
-    if not run_id:
+def _cleaned(out: str) -> str:
+    killed = [x.split()[1] for x in out.splitlines() if x.startswith("killed ")]
+    total = str(sum(int(k) for k in killed)) if killed and all(k.isdigit() for k in killed) else "?"
+    return f"{total} process(es) of the run killed; run key removed ({_said(out, 'revoked')})"
+
+
+def cleanup_nodes(remotes: Sequence[Remote], run_id: str | Sequence[str],
+                  timeout: float = KILL_TIMEOUT_S) -> dict[str, str]:
+    """:func:`cleanup_script` on every node at once, one command per node for every run given: at
+    the end of every session, whatever ended it, and after runs that never got there; node ->
+    what happened (one line)."""
+    ids = [run_id] if isinstance(run_id, str) else list(run_id)
+    if not any(ids):
         return {}
-    return _every_node(remotes, cleanup_script(run_id), "cleanup",
-                       lambda out: f"{_said(out, 'killed')} process(es) of the run killed; run key removed "
-                                   f"({_said(out, 'revoked')})", timeout)
+    return _every_node(remotes, cleanup_script(*ids), "cleanup", _cleaned, timeout * len(ids))
 
 
 def sweep_nodes(remotes: Sequence[Remote], timeout: float = KILL_TIMEOUT_S) -> dict[str, str]:

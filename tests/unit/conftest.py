@@ -47,6 +47,19 @@ def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return state
 
 
+@pytest.fixture(autouse=True)
+def _own_tmp(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """$TMPDIR of the test's own, removed after it: what a run makes there (the SSH control
+    folder of a run folder too deep for a socket path) leaves nothing in /tmp."""
+    import shutil
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix="gc-t-"))
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+
+
 @pytest.fixture
 def ssh_stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A stand-in `ssh` on PATH: each node's commands run here, as real processes (tests/unit/cli/fakessh.py)."""
@@ -59,14 +72,15 @@ def ssh_stub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def shared_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A /tmp of the test's own (sticky, anyone may write) as $TMPDIR, and no $XDG_RUNTIME_DIR:
-    where a run's SSH control sockets go when its own folder is too deep for a socket path
-    (gpucluster.sockets), and where another local user can make a folder first."""
+def shared_tmp(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Path:
+    """A /tmp of the test's own (sticky, anyone may write; at a short path, as /tmp is) as
+    $TMPDIR, and no $XDG_RUNTIME_DIR: where a run's SSH control sockets go when its own folder
+    is too deep for a socket path (gpucluster.sockets)."""
+    import shutil
     import tempfile
 
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+    tmp = Path(tempfile.mkdtemp(prefix="gc-tmp-"))
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     tmp.chmod(0o1777)
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     monkeypatch.setenv("TMPDIR", str(tmp))

@@ -35,11 +35,12 @@ def test_the_run_keys_line_holds_under_a_real_sshd(itest_lab, tmp_path: Path) ->
                            host_keys=hostkeys.policy_for(inv.target, inv.cluster_name))
     node = {n.name: n for n in inv.nodes}
     remote = {name: SshRemote(name, cfg, run_id="") for name in node}
-    key = RunKey.ensure(tmp_path / "key", runs.new_run_id())
+    run_id = runs.new_run_id()
+    key = RunKey.ensure(tmp_path / "key", run_id, "aaaa1111")
     launcher, peer, other = "node-1", "node-2", "node-3"
     placed: dict[str, str | None] = {}
     try:
-        assert key.grant(remote[peer], "aaaa1111", node[launcher].management_ip, 120) is None
+        assert key.grant(remote[peer], node[launcher].management_ip, 120) is None
         for name in (launcher, other):
             placed[name] = key.place(remote[name], "")
             assert placed[name], f"the key could not be placed on {name}"
@@ -55,7 +56,7 @@ def test_the_run_keys_line_holds_under_a_real_sshd(itest_lab, tmp_path: Path) ->
         assert rc == 255 and "Permission denied" in out, f"a login from {other}, not the launcher: {out}"
 
         # A grant whose budget has ended: sshd refuses the key itself.
-        assert key.grant(remote[peer], "bbbb2222", node[launcher].management_ip, 1) is None
+        assert key.grant(remote[peer], node[launcher].management_ip, 1) is None
         time.sleep(3)
         rc, out = _login(remote[launcher], placed[launcher] or "", peer_ip, "orted --help")
         assert rc == 255 and "Permission denied" in out, f"an expired grant still let a login in: {out}"

@@ -106,21 +106,19 @@ def test_a_command_past_its_timeout_marks_the_measurement_cut():
     assert r.timed_out and r.name == "gpu-1"
 
 
-def test_the_run_key_carries_the_measurement_tag_and_a_new_grant_replaces_the_old(tmp_path: Path):
-    key = RunKey.ensure(tmp_path / "keys", "0a0b0c0d0e0f")
+def test_a_grant_keeps_the_operators_last_line_whole_and_tags_the_measurement(tmp_path: Path):
+    key = RunKey.ensure(tmp_path / "keys", "0a0b0c0d0e0f", "bbbb2222")
     home = tmp_path / "home"
     node = LocalRemote("gpu-2", home)
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "authorized_keys").write_text("ssh-ed25519 AAAAoperator operator@host")
-    assert key.grant(node, "aaaa1111", "10.77.0.10", 30) is None
-    assert key.grant(node, "bbbb2222", "10.77.0.10", 30) is None
+    assert key.grant(node, "10.77.0.10", 30) is None
+    assert key.grant(node, "10.77.0.10", 30) is None
     lines = (home / ".ssh" / "authorized_keys").read_text().splitlines()
     # The operator's last line had no newline: it is kept whole, not joined to the grant.
     assert lines[0] == "ssh-ed25519 AAAAoperator operator@host" and len(lines) == 2
     # The gate starts the daemon with the run's and the measurement's tags (test_node_keys.py).
-    assert "gate 0a0b0c0d0e0f bbbb2222" in lines[1] and "aaaa1111" not in lines[1]
-    with pytest.raises(ValueError):
-        key.grant(node, "x; rm -rf /", "10.77.0.10", 30)
+    assert "gate 0a0b0c0d0e0f bbbb2222" in lines[1]
 
 
 def test_an_allreduce_ends_by_killing_its_tag_on_every_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -143,9 +141,10 @@ def test_an_allreduce_ends_by_killing_its_tag_on_every_node(tmp_path: Path, monk
     monkeypatch.setattr(allreduce_mpi, "ship_script", lambda remotes: [])
     monkeypatch.setattr(allreduce_mpi, "run_allreduce", fake_run)
     monkeypatch.setattr(fabric_mod, "kill_measurement", fake_kill)
-    monkeypatch.setattr(fab, "_grant", lambda nodes, tag, budget: seen.setdefault("granted", (tag, budget)) and [])
-    monkeypatch.setattr(fab, "_place_key", lambda launcher: None)
-    monkeypatch.setattr(fab, "_remove_key", lambda launcher, path: None)
+    monkeypatch.setattr(fab, "_grant",
+                        lambda nodes, key, budget: seen.setdefault("granted", (key.measurement, budget)) and [])
+    monkeypatch.setattr(fab, "_place_key", lambda launcher, key: None)
+    monkeypatch.setattr(fab, "_remove_key", lambda launcher, key, path: None)
     run = fab._allreduce(nodes, "pair:gpu-1+gpu-2", sweep=False)
     assert seen["timeout"] == 7.0 and seen["granted"] == (seen["tag"], 7.0)
     assert seen["killed"] == (["gpu-1", "gpu-2"], seen["tag"], True)

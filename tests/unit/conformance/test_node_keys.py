@@ -7,10 +7,13 @@ sshd runs it, with SSH_ORIGINAL_COMMAND set to what Open MPI's rsh launcher send
 
 from __future__ import annotations
 
+import calendar
 import os
 import re
 import subprocess
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -40,14 +43,30 @@ PREFIXED = ("OPAL_PREFIX={p} ; export OPAL_PREFIX; PATH={p}/bin:$PATH ; export P
             "DYLD_LIBRARY_PATH={p}/lib:$DYLD_LIBRARY_PATH ; export DYLD_LIBRARY_PATH ;   {p}/bin/orted --daemonize "
             + ORTED_ARGS)
 PROFILE = f"( test ! -r ./.profile || . ./.profile; orted {ORTED_ARGS} )"
-# Captured on a lab node (Debian 12, Open MPI 4.1.4): `mpirun --mca plm_rsh_agent /bin/echo
-# --mca plm_rsh_no_tree_spawn 1 -np 2 --host 10.77.0.10:1,10.77.0.11:1 true` prints what it
-# would have sent to the peer.
-CAPTURED = ('orted --daemonize -mca ess "env" -mca ess_base_jobid "2527264768" -mca ess_base_vpid 1 '
+# Captured on a lab node (Debian 12, Open MPI 4.1.4): what the run's own mpirun (the all-reduce's
+# argv, tests/unit/conformance/test_verify_runs.py's shape) hands its ssh for the peer, read
+# from a stand-in ssh first on PATH; ssh joins these words with spaces into SSH_ORIGINAL_COMMAND.
+CAPTURED = (' orted --daemonize -mca ess "env" -mca ess_base_jobid "2291400704" -mca ess_base_vpid 1 '
             '-mca ess_base_num_procs "2" -mca orte_node_regex "gpu-[1:1],[2:10].77.0.11@0(2)" '
-            '-mca orte_hnp_uri "2527264768.0;tcp://10.77.0.10,10.77.1.10,10.77.2.10,10.77.3.10:53333" '
-            '--mca plm_rsh_agent "/bin/echo" --mca plm_rsh_no_tree_spawn "1" -mca plm "rsh" '
-            '-mca pmix "^s1,s2,cray,isolated"')
+            '-mca orte_hnp_uri "2291400704.0;tcp://10.77.1.10:50773" --mca plm_rsh_no_tree_spawn "1" '
+            '--mca pml "ob1" --mca btl "tcp,self" --mca btl_tcp_if_include "10.77.2.0/24,10.77.3.0/24" '
+            '--mca oob_tcp_if_include "10.77.1.0/24" --mca mpi_yield_when_idle "1" -mca plm "rsh" '
+            '-mca plm_rsh_args "-o BatchMode=yes -o LogLevel=ERROR -o ForwardAgent=no '
+            '-i /root/.ssh/gpucluster-verify-573b039cf727 -o IdentitiesOnly=yes '
+            '-o StrictHostKeyChecking=accept-new '
+            '-o UserKnownHostsFile=/root/.ssh/gpucluster-verify-573b039cf727.known_hosts '
+            '-o GlobalKnownHostsFile=/dev/null" -mca pmix "^s1,s2,cray,isolated"')
+# Open MPI 4.1's prefix form as later 4.1 releases write it (${VAR:-}, as HPC-X's mpirun sends),
+# and PRRTE's (Open MPI 5): steps joined by ';' without spaces, PRTE_PREFIX set, prted.
+PREFIXED_41 = ("OPAL_PREFIX={p} ; export OPAL_PREFIX; PATH={p}/bin:$PATH ; export PATH ; "
+               "LD_LIBRARY_PATH={p}/lib:${{LD_LIBRARY_PATH:-}} ; export LD_LIBRARY_PATH ; "
+               "DYLD_LIBRARY_PATH={p}/lib:${{DYLD_LIBRARY_PATH:-}} ; export DYLD_LIBRARY_PATH ;   "
+               "{p}/bin/orted --daemonize " + ORTED_ARGS)
+PRRTE = ("PRTE_PREFIX={p};export PRTE_PREFIX;LD_LIBRARY_PATH={p}/lib:${{LD_LIBRARY_PATH:-}};"
+         "export LD_LIBRARY_PATH;DYLD_LIBRARY_PATH={p}/lib:${{DYLD_LIBRARY_PATH:-}};export DYLD_LIBRARY_PATH;"
+         '{p}/bin/prted --prtemca ess "env" --prtemca ess_base_nspace "prte-node-1-1234@0" '
+         '--prtemca ess_base_vpid 1 --prtemca ess_base_num_procs "2" --prtemca prte_hnp_uri '
+         '"prte-node-1-1234@0.0;tcp://10.89.0.10:45123" --prtemca plm "ssh"')
 
 
 def sh(command: str, home: Path, stdin: str | None = None, **env: str) -> CommandResult:
@@ -79,7 +98,7 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def key(tmp_path: Path) -> RunKey:
-    return RunKey.ensure(tmp_path / "keys", RUN)
+    return RunKey.ensure(tmp_path / "keys", RUN, "aaaa1111")
 
 
 @pytest.fixture
@@ -90,10 +109,10 @@ def orted_dir(tmp_path: Path) -> Path:
     folder.mkdir(parents=True)
     for p in (tmp_path / "openmpi", folder):
         p.chmod(0o755)
-    orted = folder / "orted"
-    orted.write_text('#!/bin/sh\nprintf "arg:%s\\n" "$@"\n'
-                     'echo "tags:$GPUCLUSTER_RUN/$GPUCLUSTER_MEASUREMENT"\necho "path:$PATH"\n')
-    orted.chmod(0o755)
+    for daemon in ("orted", "prted"):
+        (folder / daemon).write_text('#!/bin/sh\nprintf "arg:%s\\n" "$@"\n'
+                                     'echo "tags:$GPUCLUSTER_RUN/$GPUCLUSTER_MEASUREMENT"\necho "path:$PATH"\n')
+        (folder / daemon).chmod(0o755)
     return folder
 
 
@@ -105,50 +124,85 @@ def keys_of(home: Path) -> list[str]:
 
 
 def test_the_line_allows_one_launcher_until_the_budget_ends_and_starts_only_the_gate(key: RunKey, home: Path):
-    line = key.authorized_line("aaaa1111", "10.89.0.10", "20261127183000")
+    line = key.authorized_line("10.89.0.10", "20261127183000")
     assert line.startswith('restrict,from="10.89.0.10",expiry-time="20261127183000",command="exec python3 -I ')
-    assert line.endswith(f" gpucluster-verify-run:{RUN}")
+    assert line.endswith(f" gpucluster-verify-run:{RUN}:aaaa1111")
     # OpenSSH itself reads the line, options included.
     (home / ".ssh" / "authorized_keys").write_text(line + "\n")
     check = subprocess.run(["ssh-keygen", "-l", "-f", str(home / ".ssh" / "authorized_keys")], capture_output=True,
                            text=True, check=False)
     assert check.returncode == 0, check.stderr
     with pytest.raises(ValueError):
-        key.authorized_line("x; rm -rf /", "10.89.0.10", "20261127183000")
+        RunKey.ensure(home / "k", RUN, "x; rm -rf /")
     with pytest.raises(ValueError):
-        key.authorized_line("aaaa1111", '10.0.0.1" ,command="sh', "20261127183000")
+        key.authorized_line('10.0.0.1" ,command="sh', "20261127183000")
 
 
 def test_a_grant_writes_the_line_and_the_gate_and_a_new_one_replaces_it(key: RunKey, home: Path):
     node = Node(home)
-    assert key.grant(node, "aaaa1111", "10.89.0.10", 60) is None
+    assert key.grant(node, "10.89.0.10", 60) is None
     before = time.time()
-    assert key.grant(node, "bbbb2222", "10.89.0.11", 60) is None
+    assert key.grant(node, "10.89.0.11", 60) is None
     lines = keys_of(home)
     assert lines[:20] == OPERATOR and len(lines) == 21
-    assert "gate " + RUN + " bbbb2222" in lines[20] and "aaaa1111" not in lines[20]
-    assert 'from="10.89.0.11"' in lines[20]
+    assert f"gate {RUN} aaaa1111" in lines[20] and 'from="10.89.0.11"' in lines[20]
     stamp = re.search(r'expiry-time="(\d{14})"', lines[20]).group(1)
-    expiry = time.mktime(time.strptime(stamp, "%Y%m%d%H%M%S"))
-    assert before + 59 <= expiry <= time.time() + 62, "valid for the budget given, by the node's clock"
+    assert before + 59 <= sshd_reads(stamp) <= time.time() + 62, "valid for the budget given, by the node's clock"
     gate = home / ".ssh" / f"gpucluster-verify-{RUN}.gate"
     assert gate.read_text() == Path(node_keys.__file__).read_text()
     with pytest.raises(ValueError):
-        key.grant(node, "aaaa1111", "not-an-address", 60)
+        key.grant(node, "not-an-address", 60)
 
 
-def test_revoke_leaves_the_operators_keys_and_removes_the_runs_files(key: RunKey, home: Path):
+def sshd_reads(stamp: str) -> float:
+    """The instant sshd takes an expiry-time for: OpenSSH's parse_absolute_time() fills a zeroed
+    struct tm (tm_isdst 0) and calls mktime(), so the stamp is read as local *standard* time."""
+    return calendar.timegm(time.strptime(stamp, "%Y%m%d%H%M%S")) + time.timezone
+
+
+def test_the_expiry_holds_in_a_daylight_saving_summer() -> None:
+    """Berlin in July is UTC+2, but sshd reads the stamp as UTC+1: a stamp written in summer time
+    would hold an hour longer than the budget."""
+    code = ("import calendar, time; from gpucluster.conformance import node_keys as k; "
+            "t = calendar.timegm((2026, 7, 1, 12, 0, 0, 0, 0, 0)); s = k.expiry_stamp(t, 60); "
+            "print(s, calendar.timegm(time.strptime(s, '%Y%m%d%H%M%S')) + time.timezone - t)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, TZ="Europe/Berlin")).stdout.split()
+    assert out == ["20260701130101", "61"], out
+
+
+def test_revoke_of_a_measurement_leaves_the_operators_keys_and_other_measurements(tmp_path: Path, home: Path):
     node = Node(home)
-    assert key.grant(node, "aaaa1111", "10.89.0.10", 60) is None
-    (home / ".ssh" / f"gpucluster-verify-{RUN}").write_text("private")
-    (home / ".ssh" / f"gpucluster-verify-{RUN}.known_hosts").write_text("hosts")
+    first, second = (RunKey.ensure(tmp_path / "keys", RUN, tag) for tag in ("aaaa1111", "bbbb2222"))
+    for k in (first, second):
+        assert k.grant(node, "10.89.0.10", 60) is None
+        (home / ".ssh" / k.remote_key_name).write_text("private")
+        (home / ".ssh" / f"{k.remote_key_name}.known_hosts").write_text("hosts")
     (home / ".ssh" / "gpucluster-verify-ffffffffffff.gate").write_text("another run's")
+    res = sh(revoke_script(RUN, "aaaa1111"), home)
+    assert res.ok and "revoked 1 line(s), 2 file(s)" in res.stdout, res
+    assert keys_of(home)[:20] == OPERATOR and [x.split()[-1] for x in keys_of(home)[20:]] == [
+        f"gpucluster-verify-run:{RUN}:bbbb2222"]
     res = sh(revoke_script(RUN), home)
     assert res.ok and "revoked 1 line(s), 3 file(s)" in res.stdout, res
     assert keys_of(home) == OPERATOR
     assert oct((home / ".ssh" / "authorized_keys").stat().st_mode & 0o777) == "0o600"
-    assert sorted(p.name for p in (home / ".ssh").iterdir()) == ["authorized_keys",
-                                                                  "gpucluster-verify-ffffffffffff.gate"]
+    assert sorted(p.name for p in (home / ".ssh").iterdir()) == [
+        ".gpucluster-authorized_keys.lock", "authorized_keys", "gpucluster-verify-ffffffffffff.gate"]
+
+
+def test_two_measurements_in_parallel_on_one_home_keep_each_others_grants(tmp_path: Path, home: Path):
+    """A home shared over NFS: pairs (A,B) and (C,D) of one round grant and revoke at once."""
+    keys = [RunKey.ensure(tmp_path / "keys", RUN, f"m{i:07d}") for i in range(8)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert list(pool.map(lambda k: k.grant(Node(home), "10.89.0.10", 60), keys)) == [None] * 8
+    assert sorted(x.split()[-1] for x in keys_of(home)[20:]) == sorted(node_keys.marker(RUN, k.measurement)
+                                                                       for k in keys)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert list(pool.map(lambda k: k.revoke(Node(home)), keys[:4])) == [None] * 4
+    assert sorted(x.split()[-1] for x in keys_of(home)[20:]) == sorted(node_keys.marker(RUN, k.measurement)
+                                                                       for k in keys[4:])
+    assert (home / ".ssh" / f"gpucluster-verify-{RUN}.gate").exists(), "the gate the others still need"
 
 
 def test_a_sweep_removes_expired_and_unbounded_run_lines_only(key: RunKey, home: Path):
@@ -157,13 +211,31 @@ def test_a_sweep_removes_expired_and_unbounded_run_lines_only(key: RunKey, home:
     live = node_keys.authorized_line(*blob, "222222222222", "bbbb", "10.0.0.1", "29991231235959")
     legacy = f'command="exec sh",no-pty {blob[0]} {blob[1]} gpucluster-verify-run:333333333333'
     (home / ".ssh" / "authorized_keys").write_text("\n".join([*OPERATOR[:3], expired, live, legacy, *OPERATOR[3:]]))
-    for run in ("111111111111", "222222222222", "333333333333"):
-        (home / ".ssh" / f"gpucluster-verify-{run}.gate").write_text("gate")
+    old = time.time() - node_keys.FILE_GRACE_S - 60
+    for run in ("111111111111", "222222222222", "333333333333", "444444444444"):
+        gate = home / ".ssh" / f"gpucluster-verify-{run}.gate"
+        gate.write_text("gate")
+        if run != "444444444444":  # a run of another inventory that has just placed its files
+            os.utime(gate, (old, old))
+    stale = home / ".ssh" / f"{node_keys.TEMP_PREFIX}x1y2z3"
+    stale.write_text("half a rewrite a killed process left")
+    os.utime(stale, (old, old))
     res = sh(sweep_script(), home)
-    assert res.ok and "swept 2 line(s), 2 file(s)" in res.stdout, res
+    assert res.ok and "swept 2 line(s), 3 file(s)" in res.stdout, res
     assert keys_of(home) == [*OPERATOR[:3], live, *OPERATOR[3:]]
-    assert [p.name for p in (home / ".ssh").glob("gpucluster-verify-*")] == ["gpucluster-verify-222222222222.gate"]
+    assert sorted(p.name for p in (home / ".ssh").glob("gpucluster-verify-*")) == [
+        "gpucluster-verify-222222222222.gate", "gpucluster-verify-444444444444.gate"]
     assert sh(sweep_script(), home).stdout.strip() == "swept 0 line(s), 0 file(s)"
+
+
+def test_operator_lines_are_kept_byte_for_byte(key: RunKey, home: Path):
+    odd = ["ssh-ed25519 AAAAodd comment\u2028with a line separator", "ssh-rsa AAAAcrlf crlf@host\r",
+           "ssh-ed25519 AAAAff form\x0cfeed", "# a comment \x1c"]
+    path = home / ".ssh" / "authorized_keys"
+    path.write_bytes(("\n".join(odd) + "\n").encode())
+    assert key.grant(Node(home), "10.89.0.10", 60) is None
+    assert sh(revoke_script(RUN), home).ok
+    assert path.read_bytes() == ("\n".join(odd) + "\n").encode()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
@@ -175,15 +247,15 @@ def test_a_full_disk_leaves_authorized_keys_whole_and_says_so(key: RunKey, tmp_p
         (home / ".ssh").mkdir(mode=0o700)
         node = Node(home)
         (home / ".ssh" / "authorized_keys").write_text("\n".join(OPERATOR) + "\n")
-        assert key.grant(node, "aaaa1111", "10.89.0.10", 60) is None
+        assert key.grant(node, "10.89.0.10", 60) is None
         with_grant = keys_of(home)
         # Fill the file system: nothing more can be written.
         subprocess.run(["dd", "if=/dev/zero", f"of={home}/fill", "bs=4k"], capture_output=True, check=False)
         res = sh(revoke_script(RUN), home)
         assert not res.ok and "No space left on device" in res.stderr and "the file is as it was" in res.stderr
         assert keys_of(home) == with_grant, "a full disk emptied or cut authorized_keys"
-        assert not list((home / ".ssh").glob(".authorized_keys.*")), "a temporary file was left behind"
-        problem = RunKey(RUN, key.private_key).revoke(node)
+        assert not list((home / ".ssh").glob(f"{node_keys.TEMP_PREFIX}*")), "a temporary file was left behind"
+        problem = key.revoke(node)
         assert problem is not None and "No space left on device" in problem
         (home / "fill").unlink()
         assert sh(revoke_script(RUN), home).ok and keys_of(home) == OPERATOR
@@ -194,28 +266,35 @@ def test_a_full_disk_leaves_authorized_keys_whole_and_says_so(key: RunKey, tmp_p
 # --- the gate: Open MPI's daemon, and nothing else ---------------------------------------------
 
 
-def forced(home: Path, key: RunKey, asked: str, **env: str) -> CommandResult:
+def forced(home: Path, asked: str, **env: str) -> CommandResult:
     """Log in with the key as sshd would: the line's forced command through the login shell."""
-    line = next(x for x in keys_of(home) if x.endswith(f"gpucluster-verify-run:{RUN}"))
+    line = next(x for x in keys_of(home) if f"gpucluster-verify-run:{RUN}:" in x)
     command = re.match(r'.*command="((?:[^"\\]|\\.)*)"', line).group(1).replace('\\"', '"')
     return sh(command, home, SSH_ORIGINAL_COMMAND=asked, **env)
 
 
-@pytest.mark.parametrize("shape", ["plain", "prefixed", "profile", "captured"])
+def _as_a_shell_reads(asked: str, daemon: str) -> list[str]:
+    tail = asked.split(daemon, 1)[1].rstrip(" )")
+    return subprocess.run(["/bin/sh", "-c", 'printf "%s\\n" ' + tail], capture_output=True, text=True,
+                          check=True).stdout.splitlines()
+
+
+@pytest.mark.parametrize("shape", ["plain", "prefixed", "prefixed-4.1", "profile", "captured", "prrte"])
 def test_the_gate_starts_open_mpis_daemon_as_the_launcher_asked_tagged(key: RunKey, home: Path, orted_dir: Path,
                                                                        shape: str):
-    assert key.grant(Node(home), "aaaa1111", "10.89.0.10", 60) is None
+    assert key.grant(Node(home), "10.89.0.10", 60) is None
     prefix = orted_dir.parent
-    asked = {"plain": PLAIN, "prefixed": PREFIXED.format(p=prefix), "profile": PROFILE, "captured": CAPTURED}[shape]
-    path = os.environ["PATH"] if shape == "prefixed" else f"{orted_dir}:{os.environ['PATH']}"
-    res = forced(home, key, asked, PATH=path)
+    asked = {"plain": PLAIN, "prefixed": PREFIXED.format(p=prefix), "prefixed-4.1": PREFIXED_41.format(p=prefix),
+             "profile": PROFILE, "captured": CAPTURED, "prrte": PRRTE.format(p=prefix)}[shape]
+    prefixed = shape.startswith("prefixed") or shape == "prrte"
+    path = os.environ["PATH"] if prefixed else f"{orted_dir}:{os.environ['PATH']}"
+    res = forced(home, asked, PATH=path, LD_LIBRARY_PATH="/usr/lib")
     assert res.ok, res
     args = [x.removeprefix("arg:") for x in res.stdout.splitlines() if x.startswith("arg:")]
-    shell = subprocess.run(["/bin/sh", "-c", 'printf "%s\\n" ' + asked.split("orted", 1)[1].rstrip(" )")],
-                           capture_output=True, text=True, check=True).stdout.splitlines()
-    assert args == shell, "the daemon's arguments as a shell would have given them"
+    assert args == _as_a_shell_reads(asked, "prted" if shape == "prrte" else "orted"), \
+        "the daemon's arguments as a shell would have given them"
     assert "tags:" + RUN + "/aaaa1111" in res.stdout
-    if shape == "prefixed":
+    if shape.startswith("prefixed"):
         assert args[0] == "--daemonize" and f"path:{prefix}/bin:" in res.stdout
 
 
@@ -229,38 +308,42 @@ def test_the_gate_starts_open_mpis_daemon_as_the_launcher_asked_tagged(key: RunK
     ("PATH=$HOME/bin:$PATH ; orted", "$HOME in an assignment"),
     ("PATH=`id`:$PATH ; orted", "shell syntax in an assignment"),
     ("( id )", "( is not Open MPI's daemon"),
+    ("OPAL_PREFIX=/nonexistent ; export OPAL_PREFIX; orted", "OPAL_PREFIX names /nonexistent"),
+    ('orted -mca mca_base_component_path "/tmp/evil"', "the daemon setting mca_base_component_path"),
+    ('orted --mca orte_fork_agent "/tmp/x"', "the daemon setting orte_fork_agent"),
+    ('prted --prtemca mca_base_param_files "/tmp/p.conf"', "the daemon setting mca_base_param_files"),
 ])
 def test_the_gate_refuses_anything_else_and_says_why(key: RunKey, home: Path, orted_dir: Path, asked: str, why: str):
-    assert key.grant(Node(home), "aaaa1111", "10.89.0.10", 60) is None
-    res = forced(home, key, asked, PATH=f"{orted_dir}:{os.environ['PATH']}")
+    assert key.grant(Node(home), "10.89.0.10", 60) is None
+    res = forced(home, asked, PATH=f"{orted_dir}:{os.environ['PATH']}")
     assert res.rc == 126 and "arg:" not in res.stdout, res
     assert f"gpucluster run key {RUN}: refused ({why}" in res.stderr, res.stderr
 
 
 def test_the_gate_runs_no_shell_so_arguments_stay_arguments(key: RunKey, home: Path, orted_dir: Path,
                                                             tmp_path: Path):
-    assert key.grant(Node(home), "aaaa1111", "10.89.0.10", 60) is None
-    res = forced(home, key, f'orted "$(touch {tmp_path}/pwned)" `touch {tmp_path}/pwned` | id',
+    assert key.grant(Node(home), "10.89.0.10", 60) is None
+    res = forced(home, f'orted "$(touch {tmp_path}/pwned)" `touch {tmp_path}/pwned` | id',
                  PATH=f"{orted_dir}:{os.environ['PATH']}")
     assert res.ok and not (tmp_path / "pwned").exists()
     assert f"arg:$(touch {tmp_path}/pwned)" in res.stdout and "arg:|" in res.stdout
 
 
 def test_the_gate_refuses_a_daemon_or_a_path_others_may_write_to(key: RunKey, home: Path, tmp_path: Path):
-    assert key.grant(Node(home), "aaaa1111", "10.89.0.10", 60) is None
+    assert key.grant(Node(home), "10.89.0.10", 60) is None
     shared = tmp_path / "shared"
     shared.mkdir()
     (shared / "orted").write_text("#!/bin/sh\necho ran\n")
     (shared / "orted").chmod(0o755)
     shared.chmod(0o777)
-    res = forced(home, key, f"PATH={shared}:$PATH ; export PATH ; orted")
+    res = forced(home, f"PATH={shared}:$PATH ; export PATH ; orted")
     assert res.rc == 126 and "ran" not in res.stdout and f"PATH names {shared}, which others may write to" in res.stderr
-    res = forced(home, key, f"{shared}/orted")
+    res = forced(home, f"{shared}/orted")
     assert res.rc == 126 and "ran" not in res.stdout and "may be written by others" in res.stderr
 
 
 def test_cleanup_kills_the_runs_processes_then_takes_the_key_back(key: RunKey, home: Path):
-    assert key.grant(Node(home), "aaaa1111", "10.89.0.10", 60) is None
+    assert key.grant(Node(home), "10.89.0.10", 60) is None
     res = sh(cleanup_script(RUN), home)
     assert res.ok and "killed 0" in res.stdout and "revoked 1 line(s), 1 file(s)" in res.stdout
     assert keys_of(home) == OPERATOR

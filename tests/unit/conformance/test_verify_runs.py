@@ -137,15 +137,15 @@ class _Home:
 
 def test_the_run_keys_line_restricts_it_and_tags_what_it_starts(tmp_path: Path) -> None:
     run_id = runs.new_run_id()
-    key = RunKey.ensure(tmp_path / "keys", run_id)
+    key = RunKey.ensure(tmp_path / "keys", run_id, "aaaa1111")
     authorized = tmp_path / ".ssh" / "authorized_keys"
     authorized.parent.mkdir()
     operator = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOperatorKeyOperatorKeyOperatorKeyOper op@desk"
     authorized.write_text(f"{operator}\n")
-    assert key.grant(_Home(tmp_path), "aaaa1111", "10.77.0.10", 60) is None
+    assert key.grant(_Home(tmp_path), "10.77.0.10", 60) is None
     line = authorized.read_text().splitlines()[1]
     assert line.startswith('restrict,from="10.77.0.10",expiry-time="')
-    assert line.endswith(f" gpucluster-verify-run:{run_id}")
+    assert line.endswith(f" gpucluster-verify-run:{run_id}:aaaa1111")
     # What sshd runs for a login with the key (mpirun starting its daemon): Open MPI's daemon
     # (here a stand-in that lives on), tagged with the run and the measurement.
     seconds = _unique_seconds()
@@ -187,7 +187,10 @@ def test_fabric_never_copies_the_inventory_key_and_takes_the_run_key_back(
         # While mpirun would run: the launcher holds the run's key, the others accept it.
         seen["ssh_key"] = settings.ssh_key
         seen["launcher_key"] = Path(settings.ssh_key).read_text()
-        seen["authorized"] = {n: (homes / n / ".ssh" / "authorized_keys").read_text() for n in names}
+        seen["run_key"] = [p.read_text() for p in (run_dir / "ssh" / "run-key").glob("run-key-feedfacecafe-*")
+                           if p.suffix != ".pub"]
+        seen["authorized"] = {n: (homes / n / ".ssh" / "authorized_keys").read_text()
+                              if (homes / n / ".ssh" / "authorized_keys").exists() else "" for n in names}
         return AllReduceRun("mpi-cpu", label, names, len(names), status="ok"), ""
 
     monkeypatch.setattr(allreduce_mpi, "ship_script", lambda remotes: [])
@@ -195,10 +198,12 @@ def test_fabric_never_copies_the_inventory_key_and_takes_the_run_key_back(
     fabric = Fabric(inv, run_dir, cfg, hostkeys.policy_for(inv.target, inv.cluster_name), "feedfacecafe")
     fabric.inter_node()
 
-    run_key = (run_dir / "ssh" / "run-key" / "run-key-feedfacecafe").read_text()
-    assert seen["launcher_key"] == run_key and "INVENTORY-KEY-MATERIAL" not in seen["launcher_key"]
-    assert seen["ssh_key"] == str(homes / "gpu-1" / ".ssh" / "gpucluster-verify-feedfacecafe")
-    assert all("gpucluster-verify-run:feedfacecafe" in text for text in seen["authorized"].values())
+    assert seen["run_key"] == [seen["launcher_key"]] and "INVENTORY-KEY-MATERIAL" not in seen["launcher_key"]
+    assert re.fullmatch(rf"{homes / 'gpu-1' / '.ssh'}/gpucluster-verify-feedfacecafe\.[0-9a-f]{{16}}", seen["ssh_key"])
+    # The peer accepts the measurement's key; the launcher, which starts its own daemon, needs none.
+    assert "gpucluster-verify-run:feedfacecafe:" in seen["authorized"]["gpu-2"]
+    assert "gpucluster-verify-run" not in seen["authorized"]["gpu-1"]
+    assert not list((run_dir / "ssh" / "run-key").glob("run-key-*")), "the controller kept the measurement's key"
     # Afterwards: no trace of the run's key on any node, and the inventory key was never there.
     for path in homes.rglob("*"):
         if path.is_file():
@@ -396,7 +401,8 @@ def test_a_crashed_worker_leaves_no_grant_and_no_process(tmp_path: Path, ssh_stu
     import psutil
 
     seconds, env = _first_mpirun(tmp_path, ssh_stub)
-    proc = _gc(tmp_path, *_verify(tmp_path, _inventory(tmp_path), "--workers", "2"), env=env)
+    inventory = _inventory(tmp_path)
+    proc = _gc(tmp_path, *_verify(tmp_path, inventory, "--workers", "2"), env=env)
     try:
         _wait_for(lambda: fakessh.pids_running(f"sleep {seconds}") or proc.poll() is not None, 120, "mpirun")
         assert proc.poll() is None, proc.communicate()
@@ -414,7 +420,7 @@ def test_a_crashed_worker_leaves_no_grant_and_no_process(tmp_path: Path, ssh_stu
     _assert_nothing_left(ssh_stub, seconds)
     cleanup = json.loads((tmp_path / "run" / "results.json").read_text())["meta"]["session_cleanup"]
     assert set(cleanup) == {"gpu-1", "gpu-2", "stor-1"} and all("run key removed" in v for v in cleanup.values())
-    assert runs.unfinished_runs("lab") == {}
+    assert runs.unfinished_runs(inventory) == {}
 
 
 def test_after_a_sigkilled_controller_the_next_verify_cleans_up(tmp_path: Path, ssh_stub: Path) -> None:
@@ -437,17 +443,18 @@ def test_after_a_sigkilled_controller_the_next_verify_cleans_up(tmp_path: Path, 
                     p.kill()
         proc.wait(timeout=30)
         assert fakessh.pids_running(f"sleep {seconds}") and _granted(ssh_stub), "the SIGKILL left nothing to clean"
-        assert list(runs.unfinished_runs("lab")) != []
+        assert list(runs.unfinished_runs(inventory)) != []
         again = _gc(tmp_path, *_verify(tmp_path, inventory, "--workers", "2"), env=env)
         _out, err = again.communicate(timeout=150)
     finally:
         _stop(proc, seconds)
     assert again.returncode == 1, err[-3000:]
-    assert "ended without its cleanup; cleaning up after it" in err
-    assert re.search(r"^gpu-1: [1-9]\d* process\(es\) of the run killed; run key removed \(1 line", err,
+    assert "ended without their cleanup; cleaning up after them" in err
+    assert re.search(r"^gpu-1: [1-9]\d* process\(es\) of the run killed; run key removed", err, re.M), err[-3000:]
+    assert re.search(r"^gpu-2: \d+ process\(es\) of the run killed; run key removed \(1 line", err,
                      re.M), err[-3000:]
     _assert_nothing_left(ssh_stub, seconds)
-    assert runs.unfinished_runs("lab") == {}
+    assert runs.unfinished_runs(inventory) == {}
 
 
 ENOSPC_PLUGIN = textwrap.dedent("""
@@ -538,8 +545,8 @@ def test_nccl_tests_launcher_gets_the_run_key_and_gives_it_back(tmp_path: Path,
     fabric = Fabric(inv, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(inv.target, inv.cluster_name), "")
     placed: list[str] = []
     monkeypatch.setattr(fabric, "engine", lambda nodes: "nccl-tests")
-    monkeypatch.setattr(fabric, "_place_key", lambda launcher: placed.append("put") or "/root/.ssh/run-key")
-    monkeypatch.setattr(fabric, "_remove_key", lambda launcher, path: placed.append(f"removed {path}"))
+    monkeypatch.setattr(fabric, "_place_key", lambda launcher, key: placed.append("put") or "/root/.ssh/run-key")
+    monkeypatch.setattr(fabric, "_remove_key", lambda launcher, key, path: placed.append(f"removed {path}"))
     seen: dict[str, Any] = {}
 
     def fake_inter(launcher: Any, names: tuple[str, ...], *args: Any, ssh_key: str | None = None,

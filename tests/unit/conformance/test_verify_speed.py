@@ -47,8 +47,8 @@ def test_pair_runs_ramp_to_the_verdict_sizes_only(tmp_path, monkeypatch):
     monkeypatch.setattr(allreduce_mpi, "run_allreduce", fake_run)
     fabric = Fabric(inv, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(inv.target, inv.cluster_name), "")
     nodes = [n for n in inv.nodes if n.name in ("gpu-1", "gpu-2")]
-    monkeypatch.setattr(fabric, "_place_key", lambda launcher: None)
-    monkeypatch.setattr(fabric, "_remove_key", lambda launcher, path: None)
+    monkeypatch.setattr(fabric, "_place_key", lambda launcher, key: None)
+    monkeypatch.setattr(fabric, "_remove_key", lambda launcher, key, path: None)
     large = fabric.verdict_bytes(nodes)
     fabric._allreduce(nodes, "inter", sweep=True)
     fabric._allreduce(nodes, "pair", sweep=False)
