@@ -48,12 +48,14 @@ def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _own_tmp(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+def _own_tmp(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest,
+             tmp_path_factory: pytest.TempPathFactory) -> None:
     """$TMPDIR of the test's own, removed after it: what a run makes there (the SSH control
     folder of a run folder too deep for a socket path) leaves nothing in /tmp."""
     import shutil
     import tempfile
 
+    tmp_path_factory.getbasetemp()  # pytest's own base folder is chosen before $TMPDIR changes
     tmp = Path(tempfile.mkdtemp(prefix="gc-t-"))
     request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
     monkeypatch.setenv("TMPDIR", str(tmp))

@@ -450,9 +450,11 @@ def test_after_a_sigkilled_controller_the_next_verify_cleans_up(tmp_path: Path, 
         _stop(proc, seconds)
     assert again.returncode == 1, err[-3000:]
     assert "ended without their cleanup; cleaning up after them" in err
-    assert re.search(r"^gpu-1: [1-9]\d* process\(es\) of the run killed; run key removed", err, re.M), err[-3000:]
-    assert re.search(r"^gpu-2: \d+ process\(es\) of the run killed; run key removed \(1 line", err,
-                     re.M), err[-3000:]
+    # The stand-in nodes share this machine: whichever node's kill runs first ends the run's mpirun.
+    killed = {m[0]: int(m[1]) for m in re.findall(r"^(\S+): (\d+) process\(es\) of the run killed", err, re.M)}
+    assert set(killed) == {"gpu-1", "gpu-2", "stor-1"} and sum(killed.values()) >= 1, err[-3000:]
+    assert re.search(r"^gpu-2: \d+ process\(es\) of the run killed; run key removed \(1 line", err, re.M), \
+        err[-3000:]
     _assert_nothing_left(ssh_stub, seconds)
     assert runs.unfinished_runs(inventory) == {}
 
