@@ -104,8 +104,14 @@ def kernel_hold(os_id: str, kernel: str, arch: str) -> list[str]:
     if os_id.startswith("ubuntu"):
         # 6.8.0-1015-aws -> flavour aws; 5.15.0-119-generic -> generic.
         flavour = kernel.rsplit("-", 1)[-1] if "-" in kernel else "generic"
-        return [f"linux-image-{kernel}", f"linux-headers-{kernel}", f"linux-{flavour}",
-                f"linux-image-{flavour}", f"linux-headers-{flavour}"]
+        release = os_id.removeprefix("ubuntu-")
+        metas = [f"linux-{flavour}", f"linux-image-{flavour}", f"linux-headers-{flavour}"]
+        # The hardware enablement stack's metas move an LTS to the next release's kernel
+        # (linux-generic-hwe-22.04, linux-image-generic-hwe-22.04, ...: "LTS Enablement Stacks",
+        # https://wiki.ubuntu.com/Kernel/LTSEnablementStack), and the cloud kernels' -lts- ones
+        # keep the GA line (linux-aws-lts-22.04); whichever the image installed is held.
+        return [f"linux-image-{kernel}", f"linux-headers-{kernel}", *metas,
+                *(f"{m}-hwe-{release}" for m in metas), *(f"{m}-lts-{release}" for m in metas)]
     return [f"linux-image-{kernel}", f"linux-headers-{kernel}", f"linux-image-{_deb_arch(arch)}",
             f"linux-headers-{_deb_arch(arch)}"]
 

@@ -145,9 +145,15 @@ def test_unknown_os_and_role_are_one_line_errors() -> None:
 
 
 def test_kernel_hold_per_os() -> None:
-    assert kernel_hold("ubuntu-22.04", "6.8.0-1015-aws", "x86_64") == [
+    assert kernel_hold("ubuntu-22.04", "6.8.0-1015-aws", "x86_64")[:5] == [
         "linux-image-6.8.0-1015-aws", "linux-headers-6.8.0-1015-aws",
         "linux-aws", "linux-image-aws", "linux-headers-aws"]
+    # An LTS on the hardware enablement stack (22.04 running 24.04's 6.8 kernel): its HWE metas
+    # would pull the next kernel past the DKMS modules built for this one.
+    hwe = kernel_hold("ubuntu-22.04", "6.8.0-49-generic", "x86_64")
+    assert {"linux-generic-hwe-22.04", "linux-image-generic-hwe-22.04", "linux-headers-generic-hwe-22.04"} <= set(hwe)
+    assert "linux-image-aws-lts-22.04" in kernel_hold("ubuntu-22.04", "6.8.0-1015-aws", "x86_64")
+    assert "linux-generic-hwe-24.04" in kernel_hold("ubuntu-24.04", "6.11.0-29-generic", "x86_64")
     assert kernel_hold("debian-12", "6.1.0-28-amd64", "x86_64") == [
         "linux-image-6.1.0-28-amd64", "linux-headers-6.1.0-28-amd64", "linux-image-amd64", "linux-headers-amd64"]
 
@@ -229,8 +235,10 @@ def test_common_installs_and_holds_what_the_table_names(kind: str, os_id: str) -
     assert v["__common_packages"] == ["chrony", "nftables", "openssh-server"]
     kernel = KERNELS[os_id.split("-")[0]]
     if os_id.startswith("ubuntu"):
-        expected = [f"linux-image-{kernel}", f"linux-headers-{kernel}", "linux-aws", "linux-image-aws",
-                    "linux-headers-aws"]
+        metas = ["linux-aws", "linux-image-aws", "linux-headers-aws"]
+        release = os_id.removeprefix("ubuntu-")
+        expected = [f"linux-image-{kernel}", f"linux-headers-{kernel}", *metas,
+                    *(f"{m}-hwe-{release}" for m in metas), *(f"{m}-lts-{release}" for m in metas)]
     else:
         expected = [f"linux-image-{kernel}", f"linux-headers-{kernel}", "linux-image-amd64", "linux-headers-amd64"]
     assert v["__common_os"]["kernel_hold"] == expected
