@@ -41,6 +41,7 @@ from gpucluster.conformance.remote import (
     revoke_script,
 )
 from gpucluster.hostkeys import HostKeyPolicy
+from gpucluster.render.nccl import gid_index
 
 # The fabric cache key of GC-IB-002's "before" reading (Fabric.counter_baseline).
 COUNTER_BASELINE_KEY = "ib-counters-before"
@@ -503,7 +504,8 @@ class Fabric:
                         parsed = ib_write_bw.run_pair(TaggedRemote(self.remote(b_name), tag),
                                                       TaggedRemote(self.remote(a_name), tag),
                                                       str(b.fabric_ip or b.address),
-                                                      hcas[a_name][i], hcas[b_name][i], self.options.ib_seconds)
+                                                      hcas[a_name][i], hcas[b_name][i], self.options.ib_seconds,
+                                                      gid_index(self.inv.fabric))
                         kills = kill_measurement([self.remote(x) for x in (a_name, b_name)], tag)
                         parsed["killed_after"] = {k: v for k, v in kills.items() if v != 0}
                         per_hca.append(parsed)

@@ -14,18 +14,26 @@ def list_hcas(remote: Remote) -> list[str]:
     return sorted(remote.run(LIST_HCAS, timeout=30).stdout.split())
 
 
-def args(device: str, seconds: int, qps: int = 4) -> list[str]:
+def gid_args(gid_index: int | None) -> list[str]:
+    """perftest's ``-x``: the GID index NCCL is set to use (gpucluster.render.nccl.gid_index), so
+    the figure is the one of the GID NCCL's traffic takes; none where NCCL picks its own."""
+    return [] if gid_index is None else ["-x", str(gid_index)]
+
+
+def args(device: str, seconds: int, qps: int = 4, gid_index: int | None = None) -> list[str]:
     # Duration mode, Gb/s, several QPs, as Azure's health checks drive it.
-    return ["ib_write_bw", "-d", device, "-F", "--report_gbits", "-D", str(seconds), "-q", str(qps)]
+    return ["ib_write_bw", "-d", device, "-F", "--report_gbits", "-D", str(seconds), "-q", str(qps),
+            *gid_args(gid_index)]
 
 
 def run_pair(server: Remote, client: Remote, server_ip: str, device: str, peer_device: str,
-             seconds: int = 5) -> dict[str, Any]:
+             seconds: int = 5, gid_index: int | None = None) -> dict[str, Any]:
     """Server in the background on ``server``, client on ``client``; the client's output is the figure."""
     port = 18515
-    srv = quote([*args(peer_device, seconds), "-p", str(port)])
+    srv = quote([*args(peer_device, seconds, gid_index=gid_index), "-p", str(port)])
     server.run(f"(timeout {seconds + 30} {srv} > /var/tmp/gpucluster-ibwb-server.log 2>&1 &)", timeout=30)
-    res = client.run("sleep 1; " + quote([*args(device, seconds), "-p", str(port), server_ip]) + " 2>&1",
+    res = client.run("sleep 1; " + quote([*args(device, seconds, gid_index=gid_index), "-p", str(port), server_ip])
+                     + " 2>&1",
                      timeout=seconds + 60)
     # The exit status counts: perftest exits 1 after a completion error, having printed good rows.
     parsed = parse_run("ib_write_bw", res.stdout, res.rc)

@@ -17,6 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from gpucluster.conformance.ib_write_bw import gid_args
 from gpucluster.conformance.pairs import ring_pairs
 from gpucluster.conformance.remote import Remote, quote
 from gpucluster.parsers import parse_run
@@ -182,28 +183,30 @@ GDR_SERVER_LOG = "/var/tmp/gpucluster-gdr-server.log"
 GDR_LISTEN_WAIT_S = 20
 
 
-def gdr_args(device: str, gpu: int, dmabuf: bool, seconds: int, qps: int = 4) -> list[str]:
-    """ib_write_bw with its buffers in GPU ``gpu``'s memory, as GC-RDMA-001 drives it otherwise.
-    Without nvidia-peermem (inbox rdma-core with the open kernel modules) GPU memory is registered
-    through DMA-BUF: ``--use_cuda_dmabuf`` beside ``--use_cuda``."""
+def gdr_args(device: str, gpu: int, dmabuf: bool, seconds: int, qps: int = 4,
+             gid_index: int | None = None) -> list[str]:
+    """ib_write_bw with its buffers in GPU ``gpu``'s memory, as GC-RDMA-001 drives it otherwise
+    (the GID index NCCL uses included). Without nvidia-peermem (inbox rdma-core with the open
+    kernel modules) GPU memory is registered through DMA-BUF: ``--use_cuda_dmabuf`` beside ``--use_cuda``."""
     return ["ib_write_bw", "-d", device, f"--use_cuda={gpu}", *(["--use_cuda_dmabuf"] if dmabuf else []),
-            "-F", "--report_gbits", "-D", str(seconds), "-q", str(qps), "-p", str(GDR_PORT + gpu)]
+            "-F", "--report_gbits", "-D", str(seconds), "-q", str(qps), "-p", str(GDR_PORT + gpu),
+            *gid_args(gid_index)]
 
 
 def run_gdr_pair(server: Remote, client: Remote, server_ip: str, gpu: int, device: str, peer_device: str,
-                 dmabuf: tuple[bool, bool], seconds: int = 5) -> dict[str, Any]:
+                 dmabuf: tuple[bool, bool], seconds: int = 5, gid_index: int | None = None) -> dict[str, Any]:
     """The server on the peer (``server``) in the background, the client here; both bounded by
     ``timeout`` (a client that never connects must not leave the server holding the GPU).
     ``dmabuf``: (server's, client's). The client's output, with its exit status, is the figure."""
     bound = seconds + 30
-    srv = quote(gdr_args(peer_device, gpu, dmabuf[0], seconds))
+    srv = quote(gdr_args(peer_device, gpu, dmabuf[0], seconds, gid_index=gid_index))
     port = GDR_PORT + gpu
     # The client starts once the server listens (CUDA's start-up on the server can take seconds),
     # at most GDR_LISTEN_WAIT_S later; a server that never listens leaves the client to say why.
     server.run(f"(timeout {bound} {srv} > {GDR_SERVER_LOG} 2>&1 &); "
                f"for i in $(seq {GDR_LISTEN_WAIT_S * 4}); do ss -Hltn 'sport = :{port}' | grep -q . && break; "
                "sleep 0.25; done; true", timeout=GDR_LISTEN_WAIT_S + 30)
-    cli = quote([*gdr_args(device, gpu, dmabuf[1], seconds), server_ip])
+    cli = quote([*gdr_args(device, gpu, dmabuf[1], seconds, gid_index=gid_index), server_ip])
     res = client.run(f"timeout {bound} {cli} 2>&1", timeout=bound + 30)
     parsed = parse_run("ib_write_bw", res.stdout, res.rc)
     if not parsed.get("rows") or parsed.get("status") != "ok":

@@ -134,6 +134,15 @@ def efa_device_rdma(platform: Mapping[str, Any]) -> bool:
     return instance_type in EFA_RDMA_READ_INSTANCE_TYPES
 
 
+def gid_index(fabric: Mapping[str, Any]) -> int | None:
+    """The RoCE/IB GID index NCCL is set to use (``NCCL_IB_GID_INDEX`` in /etc/nccl.conf): the
+    spec's ``fabric.gid_index``; None where NCCL picks its own. The perftest runs
+    (GC-RDMA-001, GC-RDMA-002) pass the same index (``-x``), so what they measure is the GID
+    NCCL's traffic takes."""
+    value = fabric.get("gid_index")
+    return None if value is None else int(value)
+
+
 def nccl_settings(fabric: Mapping[str, Any], platform: Mapping[str, Any],
                   fabric_interface: str | None) -> dict[str, str]:
     """The NCCL settings, in file order, for a node of ``platform`` on ``fabric``.
@@ -162,8 +171,9 @@ def nccl_settings(fabric: Mapping[str, Any], platform: Mapping[str, Any],
         # selects the GID itself for the address family NCCL_IB_ADDR_FAMILY, default AF_INET
         # (NCCL_IB_GID_INDEX "The default value is -1", NCCL_IB_ADDR_FAMILY,
         # https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-ib-gid-index).
-        if fabric.get("gid_index") is not None:
-            settings["NCCL_IB_GID_INDEX"] = str(int(fabric["gid_index"]))
+        gid = gid_index(fabric)
+        if gid is not None:
+            settings["NCCL_IB_GID_INDEX"] = str(gid)
         qos = fabric.get("roce_qos")
         if kind == "roce" and qos:
             settings["NCCL_IB_TC"] = str(int(qos.get("traffic_class", 106)))

@@ -13,6 +13,7 @@ from gpucluster.conformance.pairs import PairSearch
 from gpucluster.conformance.rdma_checks import IB_COUNTER_DUMP, compute_hcas, gdr_pairs, gdr_peer, run_gdr_pair
 from gpucluster.conformance.remote import TaggedRemote, kill_measurement, new_measurement_tag
 from gpucluster.parsers import parse_run, sysfs
+from gpucluster.render.nccl import gid_index
 
 pytestmark = pytest.mark.gpu
 
@@ -98,7 +99,7 @@ def test_gpudirect_rdma(node, fabric):
         for gpu, hca, peer_hca in pairs:
             tag = new_measurement_tag()
             run = run_gdr_pair(TaggedRemote(there, tag), TaggedRemote(here, tag), str(peer.fabric_ip or peer.address),
-                               gpu, hca, peer_hca, (dmabuf_peer, dmabuf), GDR_SECONDS)
+                               gpu, hca, peer_hca, (dmabuf_peer, dmabuf), GDR_SECONDS, gid_index(node.inv.fabric))
             kill_measurement([here, there], tag)
             runs.append({**run, "peer": peer.name})
         return {"runs": runs}

@@ -40,3 +40,22 @@ def test_good_rows_then_a_non_zero_exit_is_failed() -> None:
 def test_no_output_at_all_says_so() -> None:
     r = _pair(CommandResult(127, "bash: ib_write_bw: command not found\n", ""))
     assert r["status"] == "failed" and r["rows"] == [] and any("command not found" in n for n in r["notes"])
+
+
+def test_perftest_takes_the_gid_index_nccl_is_set_to_use() -> None:
+    """One judge: the GID index in /etc/nccl.conf (NCCL_IB_GID_INDEX) is the one ib_write_bw and
+    the GPUDirect run pass (-x), so the figure is the GID NCCL's traffic takes."""
+    from gpucluster.conformance.rdma_checks import gdr_args
+    from gpucluster.render.nccl import gid_index, nccl_settings
+
+    roce = {"type": "roce", "mtu": 9000, "gid_index": 3, "ib_timeout": 22,
+            "roce_qos": {"traffic_class": 41}, "socket_ifname": None}
+    platform = {"rails": [{"name": "compute", "kind": "roce", "role": "compute", "count": 1, "rate_gbps": 400,
+                           "devices": ["mlx5_0"], "addressing": "shared_subnet"}]}
+    nccl = nccl_settings(roce, platform, "enp24s0np0")["NCCL_IB_GID_INDEX"]
+    for argv in (ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(roce)),
+                 gdr_args("mlx5_0", 0, False, 5, gid_index=gid_index(roce))):
+        assert argv[argv.index("-x") + 1] == nccl == "3"
+    unset = {**roce, "gid_index": None}
+    assert "NCCL_IB_GID_INDEX" not in nccl_settings(unset, platform, "enp24s0np0")
+    assert "-x" not in ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(unset))

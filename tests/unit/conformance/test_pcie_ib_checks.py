@@ -281,7 +281,8 @@ def test_gpudirect_rdma_runs_between_the_node_and_its_peer_per_gpu_and_names_a_s
     held: list[list[str]] = []
     fabric = SimpleNamespace(remote=lambda n: remotes[n], inv=SimpleNamespace(in_groups=lambda g: nodes),
                              cached=lambda key, compute, hold=(): held.append(list(hold)) or compute())
-    node = SimpleNamespace(name="gpu-1", info=nodes[0], inv=SimpleNamespace(in_groups=lambda g: nodes),
+    node = SimpleNamespace(name="gpu-1", info=nodes[0], inv=SimpleNamespace(in_groups=lambda g: nodes,
+                                                                             fabric={"type": "roce", "gid_index": 3}),
                            require_gpus=lambda: None, require_hcas=lambda: None)
     suite.test_gpudirect_rdma(node, fabric)  # 181.46 >= 180: passes
     assert held == [["gpu-1", "gpu-2"]]  # both nodes' GPUs held for the measurement
@@ -289,6 +290,8 @@ def test_gpudirect_rdma_runs_between_the_node_and_its_peer_per_gpu_and_names_a_s
     servers = [c for c in there.ran if "ib_write_bw -d" in c and "&)" in c]
     assert len(clients) == 2 and len(servers) == 2
     assert all("timeout " in c for c in clients + servers)
+    # The GID NCCL is set to use (the spec's gid_index), on both ends.
+    assert all(" -x 3" in c for c in clients + servers)
     # The client waits for the server's port (GPU i's), not a fixed sleep.
     assert "sport = :18620" in servers[0] and "sport = :18621" in servers[1] and "sleep 2" not in clients[0]
     assert "--use_cuda=1" in clients[1] and clients[1].endswith(" 10.0.0.2 2>&1")
