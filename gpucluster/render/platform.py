@@ -11,7 +11,7 @@ from typing import Any
 
 from gpucluster.render.devices import RDMA_KINDS, expand_devices
 
-__all__ = ["RDMA_KINDS", "platform_devices", "platform_rail_count", "platform_rdma_addressed"]
+__all__ = ["RDMA_KINDS", "fabric_netdev", "platform_devices", "platform_rail_count", "platform_rdma_addressed"]
 
 
 def _rails(platform: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
@@ -42,3 +42,15 @@ def platform_rdma_addressed(platform: Mapping[str, Any] | None) -> bool:
     (InfiniBand, RoCE, EFA) whose addressing is not ``none``. A storage VM with no RDMA rail, or
     EFA (addressing none: libfabric needs no IP on it), carries none."""
     return any(r.get("kind") in RDMA_KINDS and r.get("addressing", "none") != "none" for r in _rails(platform))
+
+
+def fabric_netdev(platform: Mapping[str, Any] | None) -> str | None:
+    """The interface that carries a node's fabric address, as its platform names it: the first
+    netdev of its first addressed RDMA rail, compute rails before storage ones (DGX H100: ibp24s0,
+    mlx5_0's IPoIB port). None where the platform names no netdev (EFA, a generic server)."""
+    for role in ("compute", "storage"):
+        for rail in _rails(platform):
+            if (rail.get("role") == role and rail.get("kind") in RDMA_KINDS
+                    and rail.get("addressing", "none") != "none" and rail.get("netdevs")):
+                return expand_devices(list(rail["netdevs"]))[0]
+    return None

@@ -244,4 +244,5 @@ def platform_data(platform: Platform) -> dict[str, Any]:
     data = platform.model_dump(mode="json")
     for rail, raw in zip(platform.rails, data["rails"], strict=True):
         raw["devices"] = rail.device_names() if rail.devices is not None else None
+        raw["netdevs"] = rail.netdev_names() if rail.netdevs is not None else None
     return data

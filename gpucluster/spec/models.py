@@ -402,6 +402,9 @@ class NodePool(_Model):
     os: OsId | None = None
     # A component the image already ships at another version than the pin: replace it, or fail.
     preinstalled: PreinstalledPolicy = "adopt_or_fail"
+    # The interface that carries the node's fabric address, where the pool's platform names no
+    # netdev for its fabric port (a generic server: its IPoIB name follows its PCI slot).
+    fabric_interface: IfName | None = None
 
     @field_validator("roles")
     @classmethod
@@ -617,6 +620,11 @@ class Rail(_Model):
     rate_gbps: int = Field(ge=1, le=3200)
     # Exact names or brace ranges; none where the OS names the devices unpredictably (EFA, an ENA).
     devices: list[DevicePattern] | None = None
+    # The network interface (netdev) of each device, in the same order, as the platform's image
+    # names it (IPoIB ibp24s0, a RoCE port enp24s0np0); none where no interface carries an address
+    # the cluster sets (EFA) or the names are not known for the platform (a generic server: the
+    # pool's `fabric_interface` names it).
+    netdevs: list[DevicePattern] | None = None
     pcie_generation: int | None = Field(None, ge=1, le=7)
     pcie_width: int | None = Field(None, ge=1, le=32)
     addressing: Addressing
@@ -632,8 +640,23 @@ class Rail(_Model):
             raise ValueError(f"device {dup[0]!r} is named twice")
         return v
 
+    @model_validator(mode="after")
+    def _netdevs(self) -> Rail:
+        if self.netdevs is not None:
+            names = expand_devices(self.netdevs)
+            if self.devices is None or len(names) != len(self.device_names()):
+                raise ValueError(f"rail {self.name!r}: netdevs name {len(names)} interfaces for "
+                                 f"{len(self.device_names())} devices; one per device, in the same order")
+            dup = sorted(n for n, times in Counter(names).items() if times > 1)
+            if dup:
+                raise ValueError(f"netdev {dup[0]!r} is named twice")
+        return self
+
     def device_names(self) -> list[str]:
         return expand_devices(self.devices or [])
+
+    def netdev_names(self) -> list[str]:
+        return expand_devices(self.netdevs or [])
 
 
 class PlatformFloors(_Model):

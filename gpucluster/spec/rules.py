@@ -11,7 +11,8 @@ import math
 from collections import Counter
 
 from gpucluster.render.devices import RDMA_KINDS
-from gpucluster.spec.cluster import FIRST_HOST_OFFSET, MAX_NODES, node_names, pool_platform, rail_cidrs
+from gpucluster.render.platform import fabric_netdev
+from gpucluster.spec.cluster import FIRST_HOST_OFFSET, MAX_NODES, node_names, platform_data, pool_platform, rail_cidrs
 from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool, Platform
 
 NS = "gpucluster"
@@ -121,6 +122,12 @@ def _platforms(spec: ClusterSpec, profiles: dict[str, HardwareProfile], platform
             elif pool.instance_type and shape and pool.instance_type != shape:
                 problems.append(f"{where}.instance_type: {pool.instance_type} but {said} is {shape}; "
                                 "name the platform of that instance type")
+        if (target == "baremetal" and spec.fabric.type == "infiniband" and {"gpu", "storage"} & set(pool.roles)
+                and not pool.fabric_interface and not fabric_netdev(platform_data(platform))
+                and not spec.fabric.socket_ifname):
+            problems.append(f"{where}.fabric_interface: {said} names no interface for its InfiniBand port "
+                            "(IPoIB interfaces are named by PCI path, ibp<bus>s<slot>, not ib0); set the "
+                            "pool's fabric_interface")
         kinds = sorted({r.kind for r in platform.compute_rails() if r.kind in RDMA_KINDS})
         # A fabric the target cannot have is reported once, by _fabric, not again per pool. An
         # Ethernet fabric runs NCCL over sockets on any platform; an RDMA one needs its own rails.

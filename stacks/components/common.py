@@ -107,6 +107,7 @@ def stack_outputs(
     instance_ids: Mapping[str, pulumi.Input[str]] | None = None,
     failure_domains: Mapping[str, str] | None = None,
     fabric_interface: str | None = None,
+    fabric_interfaces: Mapping[str, str | None] | None = None,
     ssh_private_key_file: str | None = None,
 ) -> dict[str, pulumi.Output[Any]]:
     """The outputs contract of :func:`gpucluster.outputs.build_outputs`, each value a pulumi Output.
@@ -134,6 +135,7 @@ def stack_outputs(
             ssh_user=ssh_user,
             addresses=resolved_addr,
             fabric_interface=fabric_interface,
+            fabric_interfaces=dict(fabric_interfaces or {}),
             instance_ids=resolved_ids,
             failure_domains=dict(failure_domains or {}),
             ssh_private_key_file=ssh_private_key_file,

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpucluster.render.platform import fabric_netdev
 from gpucluster.spec import Cluster, Node
+from gpucluster.spec.cluster import platform_data
 from gpucluster.spec.models import BareMetalNode, BaremetalTarget
 
 from ..components import baremetal as comp
@@ -23,6 +25,26 @@ MANAGEMENT_INTERFACE = "mgmt0"
 FABRIC_INTERFACE = "fabric0"
 
 
+def fabric_interface_of(cluster: Cluster, node: Node) -> str | None:
+    """The interface that carries ``node``'s fabric address: the pool's ``fabric_interface``, else
+    the netdev its platform names (DGX H100: ibp24s0), else the one the rendered network config
+    names by MAC (``fabric0``), else the spec's ``socket_ifname``; None for a node off the fabric."""
+    pool = cluster.pool(node.pool)
+    if not {"gpu", "storage"} & set(node.roles):
+        return None
+    if pool.fabric_interface:
+        return pool.fabric_interface
+    netdev = fabric_netdev(platform_data(cluster.platform_of(node)))
+    if netdev:
+        return netdev
+    target = cluster.spec.target
+    assert isinstance(target, BaremetalTarget)
+    declared = next(n for n in target.nodes if n.name == node.name)
+    if declared.fabric_macs and cluster.spec.fabric.type != "infiniband":
+        return FABRIC_INTERFACE
+    return cluster.spec.fabric.socket_ifname
+
+
 def node_data(cluster: Cluster, node: Node, declared: BareMetalNode) -> NodeData:
     target = cluster.spec.target
     assert isinstance(target, BaremetalTarget)
@@ -38,13 +60,12 @@ def node_data(cluster: Cluster, node: Node, declared: BareMetalNode) -> NodeData
     ib = fabric.type == "infiniband"
     fab_ifaces: tuple[Interface, ...] = ()
     address = with_prefix(node.fabric_ip, fabric.fabric_cidr)
-    if declared.fabric_macs and not ib:
+    name = fabric_interface_of(cluster, node)
+    if name == FABRIC_INTERFACE and declared.fabric_macs:
         fab_ifaces = (Interface(FABRIC_INTERFACE, address, fabric.mtu, mac=declared.fabric_macs[0]),)
-    elif ib:
-        # IPoIB interfaces are named by the kernel; matching an IB MAC (20 bytes) is not portable.
-        fab_ifaces = (Interface("ib0", address, fabric.mtu, match_name="ib0", infiniband=True),)
-    elif fabric.socket_ifname:
-        fab_ifaces = (Interface(fabric.socket_ifname, address, fabric.mtu, match_name=fabric.socket_ifname),)
+    elif name:
+        # Matched by the name the platform's image gives it (an IB MAC, 20 bytes, is not portable).
+        fab_ifaces = (Interface(name, address, fabric.mtu, match_name=name, infiniband=ib),)
     return NodeData(
         hostname=node.name,
         ssh_user=target.ssh_user,
@@ -53,17 +74,6 @@ def node_data(cluster: Cluster, node: Node, declared: BareMetalNode) -> NodeData
         fabric=fab_ifaces,
         root_disk=None,
     )
-
-
-def fabric_interface_name(cluster: Cluster) -> str | None:
-    fabric = cluster.spec.fabric
-    if fabric.type == "infiniband":
-        return "ib0"
-    target = cluster.spec.target
-    assert isinstance(target, BaremetalTarget)
-    if any(n.fabric_macs for n in target.nodes):
-        return FABRIC_INTERFACE
-    return fabric.socket_ifname
 
 
 def deploy(cluster: Cluster) -> dict[str, Any]:
@@ -99,5 +109,5 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
         ssh_user=target.ssh_user,
         addresses={n.name: (n.management_ip, n.fabric_ip) for n in cluster.nodes},
         failure_domains={n: d.rack for n, d in declared.items() if d.rack},
-        fabric_interface=fabric_interface_name(cluster),
+        fabric_interfaces={n.name: fabric_interface_of(cluster, n) for n in cluster.nodes},
     )

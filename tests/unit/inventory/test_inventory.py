@@ -29,12 +29,13 @@ UPDATE = os.environ.get("GPUCLUSTER_UPDATE_GOLDEN") == "1"
 _VENV_TOOL = Path(sys.executable).parent / "ansible-inventory"
 ANSIBLE_INVENTORY = str(_VENV_TOOL) if _VENV_TOOL.exists() else shutil.which("ansible-inventory")
 
-# (stack, ssh user, fabric interface, key file) as each target would export them.
+# (stack, ssh user, fabric interface, key file) as each target would export them; bare metal's
+# fabric interfaces from the bare-metal target's own code (the platform's netdevs).
 STACKS = {
     "lab": ("Pulumi.lab.yaml", "root", "fab0", str(layout_lab(load_spec(REPO / "Pulumi.lab.yaml")).key_file)),
     "aws-h100": ("Pulumi.aws-h100.yaml", "ubuntu", None, None),
-    "onprem-h100-ib": ("Pulumi.onprem-h100-ib.yaml", "ubuntu", "ib0", None),
-    "onprem-h100-roce": ("Pulumi.onprem-h100-roce.yaml", "ubuntu", "ens1f0np0", None),
+    "onprem-h100-ib": ("Pulumi.onprem-h100-ib.yaml", "ubuntu", "baremetal", None),
+    "onprem-h100-roce": ("Pulumi.onprem-h100-roce.yaml", "ubuntu", "baremetal", None),
 }
 
 
@@ -42,7 +43,14 @@ def _outputs_file(name: str) -> Path:
     stack, user, iface, key = STACKS[name]
     path = GOLDEN / "outputs" / f"{name}.json"
     if UPDATE:
-        data = build_outputs(load_spec(REPO / stack), ssh_user=user, fabric_interface=iface, ssh_private_key_file=key)
+        cluster = load_spec(REPO / stack)
+        if iface == "baremetal":
+            from stacks.targets.baremetal import fabric_interface_of
+
+            data = build_outputs(cluster, ssh_user=user, ssh_private_key_file=key,
+                                 fabric_interfaces={n.name: fabric_interface_of(cluster, n) for n in cluster.nodes})
+        else:
+            data = build_outputs(cluster, ssh_user=user, fabric_interface=iface, ssh_private_key_file=key)
         path.write_text(json.dumps(data, indent=2) + "\n")
     return path
 
@@ -83,7 +91,7 @@ def test_host_vars_carry_addresses_pool_profile_fabric() -> None:
     assert host["gpucluster_fabric_ip"] == "10.20.0.10"
     assert host["gpucluster_pool"] == "hgx"
     assert host["gpucluster_profile"] == "h100-sxm-8"
-    assert host["gpucluster_fabric_interface"] == "ib0"
+    assert host["gpucluster_fabric_interface"] == "ibp24s0"  # the platform's IPoIB netdev for mlx5_0, not ib0
     cluster_vars = inv["vars"]
     assert cluster_vars["gpucluster_fabric"]["type"] == "infiniband"
     assert cluster_vars["gpucluster_profiles"]["h100-sxm-8"]["gpu"]["count"] == 8

@@ -94,3 +94,12 @@ def test_the_compute_rails_must_be_the_fabric(stack_file: StackFile) -> None:
     problems = _problems(stack_file, IB, ("node_pools[0].platform", "dgx-h100-roce"))
     assert problems == ["gpucluster.node_pools[0].platform: platform 'dgx-h100-roce' computes over roce, but "
                         "fabric.type is infiniband"]
+
+
+def test_an_infiniband_pool_on_a_generic_server_names_its_ipoib_interface(stack_file: StackFile) -> None:
+    """A generic server's IPoIB interface follows its PCI slot (ibp<bus>s<slot>): no platform can
+    know it, and ib0 is a guess the image's naming does not make."""
+    problems = _problems(stack_file, IB, ("node_pools[1].fabric_interface", None))
+    assert problems == ["gpucluster.node_pools[1].fabric_interface: platform 'server-ib-storage' names no interface "
+                        "for its InfiniBand port (IPoIB interfaces are named by PCI path, ibp<bus>s<slot>, not "
+                        "ib0); set the pool's fabric_interface"]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpucluster.errors import InputError
 from gpucluster.spec.loader import PLATFORM_DIR, load_platforms, load_profiles
-from gpucluster.spec.models import Platform, expand_devices
+from gpucluster.spec.models import Platform, Rail, expand_devices
 
 
 def _rails(name: str) -> dict[str, tuple[str, str, int, int, list[str], str]]:
@@ -39,8 +40,8 @@ FIGURES = {
         ("infiniband", "compute", 8, 400, [f"mlx5_{i}" for i in (0, 3, 4, 5, 6, 9, 10, 11)], "shared_subnet"),
         "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html"),
     ("dgx-h100", "storage"): (
-        ("infiniband", "storage", 4, 400, [f"mlx5_{i}" for i in (1, 2, 7, 8)], "shared_subnet"),
-        "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html"),
+        ("ethernet", "storage", 4, 400, [f"mlx5_{i}" for i in (1, 2, 7, 8)], "shared_subnet"),
+        "https://docs.nvidia.com/dgx-basepod/deployment-guide-dgx-basepod/latest/network-overview.html"),
     ("lab", "fabric"): (("ethernet", "storage", 1, 10, ["eth1"], "shared_subnet"), "drivers/net/veth.c"),
     # The most a lab node may have; the spec's target.rails keeps the first N.
     ("lab", "rail"): (("ethernet", "compute", 8, 10, [f"enp{16 * (i + 1)}s0np0" for i in range(8)], "subnet_per_rail"),
@@ -144,3 +145,35 @@ def test_no_platform_asks_more_of_nodes_together_than_of_each_alone() -> None:
                 checked += 1
                 assert inter <= intra, f"{name}: inter-node floor {inter} GB/s > {profile}'s intra-node {intra} GB/s"
     assert checked >= 8
+
+
+# --- each port's network interface, as the platform's image names it ------------------------------
+
+# DGX H100/H200 User Guide, "Network Modules" table (port, ConnectX device, default RDMA device):
+# https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html
+DGX_H100_IPOIB = {"mlx5_11": "ibp220s0", "mlx5_6": "ibp154s0", "mlx5_10": "ibp206s0", "mlx5_9": "ibp192s0",
+                  "mlx5_4": "ibp79s0", "mlx5_3": "ibp64s0", "mlx5_5": "ibp94s0", "mlx5_0": "ibp24s0"}
+
+
+def _compute(name: str) -> Any:
+    platform = load_platforms()[name]
+    return next(r for r in platform.rails if r.role == "compute")
+
+
+def test_dgx_h100_names_each_compute_ports_ipoib_interface_as_nvidias_table_does() -> None:
+    rail = _compute("dgx-h100")
+    assert dict(zip(rail.device_names(), rail.netdev_names(), strict=True)) == DGX_H100_IPOIB
+
+
+def test_dgx_h100_in_ethernet_mode_names_the_same_pci_paths_with_the_port_name() -> None:
+    """systemd.net-naming-scheme(7), ID_NET_NAME_PATH: the same p<bus>s<slot> path, prefix en for
+    Ethernet (ib for IPoIB), and n<phys_port_name> (mlx5's p0) for an Ethernet port."""
+    rail = _compute("dgx-h100-roce")
+    expected = {dev: "en" + ib.removeprefix("ib") + "np0" for dev, ib in DGX_H100_IPOIB.items()}
+    assert dict(zip(rail.device_names(), rail.netdev_names(), strict=True)) == expected
+
+
+def test_netdevs_name_one_interface_per_device() -> None:
+    with pytest.raises(ValueError, match="netdevs name 1 interfaces for 2 devices"):
+        Rail(name="r", kind="infiniband", role="compute", count=2, rate_gbps=400, devices=["mlx5_{0..1}"],
+             netdevs=["ibp24s0"], addressing="shared_subnet")

@@ -86,7 +86,12 @@ def test_bare_metal_machines_carry_bmc_macs_and_rendered_user_data(ib_plan: Plan
     assert hgx["userData"].startswith("#cloud-config\n")
     network = yaml.safe_load(hgx["networkConfig"])
     assert network["ethernets"]["mgmt0"]["addresses"] == ["10.10.0.10/22"]
-    assert network["ethernets"]["ib0"]["addresses"] == ["10.20.0.10/22"]
+    # The IPoIB interface as DGX OS names it (the platform's netdev for mlx5_0), never ib0.
+    assert network["ethernets"]["ibp24s0"]["addresses"] == ["10.20.0.10/22"]
+    assert network["ethernets"]["ibp24s0"]["match"] == {"name": "ibp24s0"} and "ib0" not in network["ethernets"]
+    stor = yaml.safe_load(machines["stor-01"].inputs["networkConfig"])
+    assert list(stor["ethernets"]) == ["mgmt0", "ibp65s0"]  # the pool's fabric_interface
+    assert list(yaml.safe_load(machines["cp-01"].inputs["networkConfig"])["ethernets"]) == ["mgmt0"]
 
 
 def test_bare_metal_fabric_describes_subnet_managers_and_partitions(ib_plan: Plan, roce_plan: Plan) -> None:
@@ -95,7 +100,11 @@ def test_bare_metal_fabric_describes_subnet_managers_and_partitions(ib_plan: Pla
     assert [p["pkey"] for p in ib.inputs["partitions"]] == ["0x7fff", "0x0101"]
     (roce,) = roce_plan.by_type("gpucluster:baremetal:Fabric")
     assert roce.inputs["roceQos"] == {"dscp_trust": True, "pfc_priority": 3, "ecn": True, "traffic_class": 106}
-    assert ib_plan.outputs["nodes"][0]["fabric_interface"] == "ib0"
+    interfaces = {n["name"]: n["fabric_interface"] for n in ib_plan.outputs["nodes"]}
+    assert interfaces == {**{f"hgx-0{i}": "ibp24s0" for i in range(1, 5)},
+                          **{f"stor-0{i}": "ibp65s0" for i in range(1, 4)}, "cp-01": None}
+    roce_ifaces = {n["name"]: n["fabric_interface"] for n in roce_plan.outputs["nodes"] if n["pool"] == "hgx"}
+    assert set(roce_ifaces.values()) == {"enp24s0np0"}
 
 
 def test_bare_metal_autoinstall(tmp_path: Path) -> None:
