@@ -154,6 +154,8 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
         "gpucluster_profiles": resolved["profiles"],
         "gpucluster_platforms": resolved["platforms"],
         "gpucluster_conformance": spec["conformance"],
+        # Where the stack admits SSH from (a controller, a CI runner): the node firewall admits it too.
+        "gpucluster_admin_cidrs": list(getattr(cluster.spec.target, "admin_cidrs", [])),
         "gpucluster_capabilities": outputs.capabilities.model_dump(),
         # fabric.ofed: the RDMA stack rdma_fabric installs and nvidia_driver's peermem follows.
         "gpucluster_ofed_flavour": cluster.spec.fabric.ofed,

@@ -103,6 +103,8 @@ class InventoryVars(_Open):
     gpucluster_profiles: dict[str, dict[str, Any]]
     gpucluster_platforms: dict[str, dict[str, Any]]
     gpucluster_conformance: InventoryConformance
+    # Inventories written before it was exported admit SSH from the management network alone.
+    gpucluster_admin_cidrs: list[Cidr] = Field(default_factory=list)
     gpucluster_capabilities: InventoryCapabilities
     gpucluster_nodes: list[dict[str, Any]]
     gpucluster_ofed_flavour: Literal["inbox", "doca"]

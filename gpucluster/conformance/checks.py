@@ -46,7 +46,9 @@ _CHECKS = (
     Check("GC-SYS-001", "SYS", "Time in sync",
           "The system clock MUST be synchronised by chrony (leap status Normal, offset under 100 ms)."),
     Check("GC-SYS-002", "SYS", "Firewall active",
-          "An nftables ruleset MUST be loaded with an input chain that drops by default."),
+          "An nftables ruleset MUST be loaded with an input chain that drops by default, and where the "
+          "cluster's table is loaded it MUST admit SSH from exactly the networks the stack admits it from: "
+          "the management network and the target's admin_cidrs."),
     Check("GC-SYS-003", "SYS", "Required services",
           "Every service the node's roles require MUST be active."),
     Check("GC-SYS-004", "SYS", "node_exporter serving",

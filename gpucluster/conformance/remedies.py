@@ -57,6 +57,9 @@ _REMEDIES = (
         "Run `systemctl status nftables` and `nft list ruleset` on the node: the input chain must have "
         "`policy drop`.",
         "Check `/etc/nftables.conf` with `nft -c -f /etc/nftables.conf`; a syntax error leaves no ruleset loaded.",
+        "SSH sources differ: `nft list set inet gpucluster management_v4` must hold the management network and "
+        "the target's admin_cidrs (`gpucluster_admin_cidrs` in the inventory); regenerate the inventory after "
+        "changing admin_cidrs in the stack file.",
         f"Rerun `{_CONVERGE.format(tag='common_firewall')}` to rewrite and reload the ruleset.",
     )),
     Remedy("GC-SYS-003", (

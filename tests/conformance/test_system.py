@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 import pytest
+
+from gpucluster.parsers.nft import set_networks
+from gpucluster.render.firewall import ssh_sources
 
 # Every service any node may need; each node checks those its groups and profile require, from
 # gpucluster.render.services (the roles' filter gpucluster.cluster.required_services).
@@ -34,12 +38,23 @@ def test_time_in_sync(node):
 
 @pytest.mark.check("GC-SYS-002")
 def test_firewall_active(node):
-    """An nftables ruleset MUST be loaded with an input chain that drops by default."""
+    """An nftables ruleset MUST be loaded with an input chain that drops by default, and where the cluster's table is loaded it MUST admit SSH from exactly the networks the stack admits it from: the management network and the target's admin_cidrs."""  # noqa: E501
     node.figure("nftables_service", node.run("systemctl is-active nftables").stdout.strip())
     ruleset = node.run("nft list ruleset 2>&1").stdout
     chain = re.search(r"type filter hook input priority [^;]+; policy (\w+);", ruleset)
     assert chain, "no input filter chain in the nftables ruleset"
     assert chain.group(1) == "drop", f"input chain policy is {chain.group(1)}, not drop"
+    if "table inet gpucluster" not in ruleset:
+        return  # the site's own firewall (common_firewall_enabled false): its SSH sources are the site's
+    try:
+        admitted = set_networks(node.run("nft -j list set inet gpucluster management_v4 2>&1").stdout)
+    except ValueError as exc:
+        pytest.fail(f"the cluster's table has no readable SSH source set management_v4: {exc}")
+    sources = ssh_sources(node.inv.fabric, node.inv.all_vars.get("gpucluster_admin_cidrs"))
+    want = list(ipaddress.collapse_addresses(ipaddress.IPv4Network(c) for c in sources))
+    node.figure("ssh_sources", ", ".join(str(n) for n in admitted))
+    assert admitted == want, (f"SSH is admitted from {', '.join(map(str, admitted)) or 'nowhere'}; the stack admits it "
+                              f"from {', '.join(map(str, want))} (management network and admin_cidrs)")
 
 
 @pytest.mark.check("GC-SYS-003")

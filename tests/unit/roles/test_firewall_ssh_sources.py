@@ -1,0 +1,84 @@
+"""The node firewall admits SSH from the networks the stack admits it from (the management network
+and the target's admin_cidrs), and GC-SYS-002 holds the loaded set to the same renderer
+(gpucluster.render.firewall.ssh_sources): a controller in admin_cidrs, which the cloud's rules let
+in, is no longer dropped by the node in the middle of a run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gpucluster.inventory import build_inventory
+from gpucluster.outputs import StackOutputs, build_outputs
+from gpucluster.spec import load_spec
+from tests.unit.roles.render import REPO, host_context, render_template, role_vars
+
+SAMPLES = REPO / "tests" / "data" / "samples"
+
+
+def _inventory(stack: str) -> dict[str, Any]:
+    cluster = load_spec(REPO / stack)
+    return build_inventory(cluster, StackOutputs.model_validate(build_outputs(cluster, ssh_user="ubuntu")))
+
+
+def _set_listing(cidrs: list[str]) -> str:
+    """nft's JSON for an interval set holding ``cidrs``, in the shape of the captured sample."""
+    doc = json.loads((SAMPLES / "nft_set_01.json").read_text())
+    doc["nftables"][1]["set"]["elem"] = [{"prefix": {"addr": c.split("/")[0], "len": int(c.split("/")[1])}}
+                                         for c in cidrs]
+    return json.dumps(doc)
+
+
+def _suite() -> Any:
+    spec = importlib.util.spec_from_file_location("suite_system", REPO / "tests" / "conformance" / "test_system.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _node(inventory: dict[str, Any], loaded: list[str]) -> Any:
+    all_vars = inventory["all"]["vars"]
+    ruleset = "table inet gpucluster {\n chain input {\n type filter hook input priority filter; policy drop;\n"
+    outputs = {"nft list ruleset 2>&1": ruleset, "nft -j list set inet gpucluster management_v4 2>&1":
+               _set_listing(loaded)}
+    figures: dict[str, Any] = {}
+    return SimpleNamespace(
+        run=lambda cmd: SimpleNamespace(stdout=outputs.get(cmd, "active\n"), rc=0),
+        figure=lambda k, v: figures.__setitem__(k, v),
+        inv=SimpleNamespace(fabric=all_vars["gpucluster_fabric"], all_vars=all_vars))
+
+
+def test_the_role_admits_ssh_from_admin_cidrs_and_the_check_agrees() -> None:
+    inventory = _inventory("Pulumi.aws-h100.yaml")
+    host = next(iter(inventory["all"]["hosts"]))
+    v = role_vars("common", host_context(inventory, host))
+    assert v["common_firewall_management_cidrs"] == ["10.40.0.0/20", "203.0.113.0/24"]
+    text = render_template("common", "gpucluster.nft.j2", v)
+    assert "elements = { 10.40.0.0/20, 203.0.113.0/24 }" in text
+    # What the role wrote, loaded, passes the check; a set without admin_cidrs fails, naming both.
+    _suite().test_firewall_active(_node(inventory, v["common_firewall_management_cidrs"]))
+    with pytest.raises(AssertionError, match=r"admitted from 10\.40\.0\.0/20; the stack admits it from "
+                                             r"10\.40\.0\.0/20, 203\.0\.113\.0/24"):
+        _suite().test_firewall_active(_node(inventory, ["10.40.0.0/20"]))
+
+
+def test_a_target_without_admin_cidrs_admits_the_management_network_alone() -> None:
+    inventory = _inventory("Pulumi.lab.yaml")
+    host = next(iter(inventory["all"]["hosts"]))
+    assert role_vars("common", host_context(inventory, host))["common_firewall_management_cidrs"] == ["10.77.0.0/24"]
+    assert inventory["all"]["vars"]["gpucluster_admin_cidrs"] == []
+
+
+def test_the_captured_set_of_a_lab_node_passes(tmp_path: Path) -> None:
+    inventory = _inventory("Pulumi.lab.yaml")
+    node = _node(inventory, [])
+    real = (SAMPLES / "nft_set_01.json").read_text()
+    inner = node.run
+    node.run = lambda cmd: SimpleNamespace(stdout=real, rc=0) if "-j list set" in cmd else inner(cmd)
+    _suite().test_firewall_active(node)
