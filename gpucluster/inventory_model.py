@@ -215,8 +215,11 @@ def _rule_problems(root: dict[str, Any]) -> list[str]:
             strangers = [str(m) for m in managers if m not in hosts]
             if strangers:
                 problems.append(f"{where}.subnet_managers: {', '.join(strangers[:5])} not in all.hosts")
-        if kind == "roce" and not isinstance(fabric.get("roce_qos"), dict):
-            problems.append(f"{where}.roce_qos: a RoCE fabric needs its QoS settings (a mapping)")
+        provider = any(isinstance(p, dict) and p.get("provider_qos")
+                       for p in _mapping(all_vars.get("gpucluster_platforms")).values())
+        if kind == "roce" and not isinstance(fabric.get("roce_qos"), dict) and not provider:
+            problems.append(f"{where}.roce_qos: a RoCE fabric needs its QoS settings (a mapping), unless its "
+                            "platform's provider sets them (provider_qos)")
     owners: dict[str, str] = {}
     for name, hv in hosts.items():
         address = hv.get("gpucluster_management_ip") if isinstance(hv, dict) else None

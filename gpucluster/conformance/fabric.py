@@ -505,7 +505,7 @@ class Fabric:
                                                       TaggedRemote(self.remote(a_name), tag),
                                                       str(b.fabric_ip or b.address),
                                                       hcas[a_name][i], hcas[b_name][i], self.options.ib_seconds,
-                                                      gid_index(self.inv.fabric))
+                                                      gid_index(self.inv.fabric, a.platform))
                         kills = kill_measurement([self.remote(x) for x in (a_name, b_name)], tag)
                         parsed["killed_after"] = {k: v for k, v in kills.items() if v != 0}
                         per_hca.append(parsed)

@@ -134,11 +134,19 @@ def efa_device_rdma(platform: Mapping[str, Any]) -> bool:
     return instance_type in EFA_RDMA_READ_INSTANCE_TYPES
 
 
-def gid_index(fabric: Mapping[str, Any]) -> int | None:
-    """The RoCE/IB GID index NCCL is set to use (``NCCL_IB_GID_INDEX`` in /etc/nccl.conf): the
-    spec's ``fabric.gid_index``; None where NCCL picks its own. The perftest runs
-    (GC-RDMA-001, GC-RDMA-002) pass the same index (``-x``), so what they measure is the GID
-    NCCL's traffic takes."""
+def gid_index(fabric: Mapping[str, Any], platform: Mapping[str, Any] | None = None) -> int | None:
+    """The RoCE GID index NCCL is set to use (``NCCL_IB_GID_INDEX`` in /etc/nccl.conf): the
+    provider's where the platform's QoS is the provider's (OCI: 3), else the spec's
+    ``fabric.gid_index``; None where NCCL picks its own. The perftest runs (GC-RDMA-001,
+    GC-RDMA-002) pass the same index (``-x``), so what they measure is the GID NCCL's traffic takes."""
+    if fabric.get("type") != "roce":
+        # NCCL reads NCCL_IB_GID_INDEX in RoCE mode only (NCCL's environment variables, NCCL_IB_GID_INDEX:
+        # "used in RoCE mode"); on InfiniBand it routes by LID, and perftest's -x would send it
+        # through a GRH path NCCL never takes (an empty index fails outright).
+        return None
+    provider = (platform or {}).get("provider_qos")
+    if provider:
+        return int(provider["gid_index"])
     value = fabric.get("gid_index")
     return None if value is None else int(value)
 
@@ -166,16 +174,23 @@ def nccl_settings(fabric: Mapping[str, Any], platform: Mapping[str, Any],
         hcas = compute_hcas(platform)
         if hcas:
             settings["NCCL_IB_HCA"] = ib_hca_value(hcas)
-        settings["NCCL_IB_TIMEOUT"] = str(int(fabric.get("ib_timeout", 20)))
-        # Only when the spec names one: left unset, NCCL (2.21 and later; the BOM pins 2.27)
-        # selects the GID itself for the address family NCCL_IB_ADDR_FAMILY, default AF_INET
-        # (NCCL_IB_GID_INDEX "The default value is -1", NCCL_IB_ADDR_FAMILY,
+        # A provider that owns the network's QoS (the platform's provider_qos: OCI) publishes the
+        # timeout, GID, traffic class and service level its network expects; the spec's own
+        # values serve elsewhere.
+        provider = platform.get("provider_qos") or {}
+        settings["NCCL_IB_TIMEOUT"] = str(int(provider.get("ib_timeout", fabric.get("ib_timeout", 20))))
+        # Only when the spec (or the provider) names one: left unset, NCCL (2.21 and later; the
+        # BOM pins 2.27) selects the GID itself for the address family NCCL_IB_ADDR_FAMILY,
+        # default AF_INET (NCCL_IB_GID_INDEX "The default value is -1", NCCL_IB_ADDR_FAMILY,
         # https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-ib-gid-index).
-        gid = gid_index(fabric)
+        gid = gid_index(fabric, platform)
         if gid is not None:
             settings["NCCL_IB_GID_INDEX"] = str(gid)
         qos = fabric.get("roce_qos")
-        if kind == "roce" and qos:
+        if kind == "roce" and provider:
+            settings["NCCL_IB_TC"] = str(int(provider["traffic_class"]))
+            settings["NCCL_IB_SL"] = str(int(provider["service_level"]))
+        elif kind == "roce" and qos:
             settings["NCCL_IB_TC"] = str(int(qos.get("traffic_class", 106)))
     elif kind == "efa":
         # "FI_PROVIDER="efa" - specifies the fabric interface provider. This must be set to

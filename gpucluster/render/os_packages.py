@@ -102,8 +102,10 @@ def kernel_hold(os_id: str, kernel: str, arch: str) -> list[str]:
     """The running kernel's packages and the meta packages that would pull a newer one (held, so
     DKMS modules keep matching the kernel they were built for)."""
     if os_id.startswith("ubuntu"):
-        # 6.8.0-1015-aws -> flavour aws; 5.15.0-119-generic -> generic.
-        flavour = kernel.rsplit("-", 1)[-1] if "-" in kernel else "generic"
+        # 6.8.0-1015-aws -> flavour aws; 5.15.0-119-generic -> generic; 6.8.0-1015-nvidia-64k ->
+        # nvidia-64k (Grace: everything after the ABI number).
+        m = re.match(r"^\d+\.\d+\.\d+-\d+-(.+)$", kernel)
+        flavour = m.group(1) if m else (kernel.rsplit("-", 1)[-1] if "-" in kernel else "generic")
         release = os_id.removeprefix("ubuntu-")
         metas = [f"linux-{flavour}", f"linux-image-{flavour}", f"linux-headers-{flavour}"]
         # The hardware enablement stack's metas move an LTS to the next release's kernel

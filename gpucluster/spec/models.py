@@ -650,6 +650,9 @@ class Rail(_Model):
             dup = sorted(n for n, times in Counter(names).items() if times > 1)
             if dup:
                 raise ValueError(f"netdev {dup[0]!r} is named twice")
+            long = [n for n in names if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,14}", n)]
+            if long:
+                raise ValueError(f"netdev {long[0]!r} is no interface name (at most 15 characters, the kernel's limit)")
         return self
 
     def device_names(self) -> list[str]:
@@ -679,6 +682,17 @@ class PlatformFloors(_Model):
         return self
 
 
+class ProviderQos(_Model):
+    """A provider's RDMA network whose QoS the provider sets (its switches, their classes): the
+    settings its published NCCL configuration gives the nodes, which the nodes then use rather
+    than a QoS of the spec's own."""
+
+    traffic_class: int = Field(ge=0, le=255)
+    service_level: int = Field(ge=0, le=15)
+    ib_timeout: int = Field(ge=1, le=31)
+    gid_index: int = Field(ge=0, le=255)
+
+
 class Platform(_Model):
     """The network part of a node (a cloud shape or a server model): its rails and what they must reach."""
 
@@ -690,6 +704,8 @@ class Platform(_Model):
     instance_types: dict[Literal["aws", "azure", "oci"], InstanceType] = Field(default_factory=dict)
     # Who runs the InfiniBand subnet manager: the provider (Azure) or nodes of the cluster.
     subnet_manager: Literal["provider", "cluster"] | None = None
+    # Set where the provider owns the RoCE network's QoS (OCI's cluster network).
+    provider_qos: ProviderQos | None = None
     rails: list[Rail] = Field(default_factory=list)
     floors: PlatformFloors
 

@@ -122,12 +122,26 @@ def _platforms(spec: ClusterSpec, profiles: dict[str, HardwareProfile], platform
             elif pool.instance_type and shape and pool.instance_type != shape:
                 problems.append(f"{where}.instance_type: {pool.instance_type} but {said} is {shape}; "
                                 "name the platform of that instance type")
-        if (target == "baremetal" and spec.fabric.type == "infiniband" and {"gpu", "storage"} & set(pool.roles)
-                and not pool.fabric_interface and not fabric_netdev(platform_data(platform))
-                and not spec.fabric.socket_ifname):
-            problems.append(f"{where}.fabric_interface: {said} names no interface for its InfiniBand port "
-                            "(IPoIB interfaces are named by PCI path, ibp<bus>s<slot>, not ib0); set the "
-                            "pool's fabric_interface")
+        if target == "baremetal" and {"gpu", "storage"} & set(pool.roles) and not _fabric_interface_known(
+                spec, pool, platform):
+            # Its nodes get a fabric address (planned from fabric_cidr); something must carry it.
+            if any(r.kind == "infiniband" for r in platform.rails):
+                problems.append(f"{where}.fabric_interface: {said} names no interface for its InfiniBand port "
+                                "(IPoIB interfaces are named by PCI path, ibp<bus>s<slot>, not ib0); set the "
+                                "pool's fabric_interface")
+            else:
+                problems.append(f"{where}.fabric_interface: {said} names no interface for its nodes' fabric address "
+                                f"on the {spec.fabric.type} fabric; set the pool's fabric_interface (the name "
+                                "`ip link` shows), or the nodes' fabric_macs")
+        provider = platform.provider_qos
+        if provider is not None and spec.fabric.type == "roce":
+            if spec.fabric.roce_qos is not None:
+                problems.append(f"{NS}.fabric.roce_qos: {said}'s network QoS is the provider's (traffic class "
+                                f"{provider.traffic_class}, service level {provider.service_level}); leave roce_qos "
+                                "unset: NCCL takes the provider's settings and the nodes set no DCB of their own")
+            if spec.fabric.gid_index is not None and spec.fabric.gid_index != provider.gid_index:
+                problems.append(f"{NS}.fabric.gid_index: {spec.fabric.gid_index}, but {said}'s provider publishes "
+                                f"GID index {provider.gid_index}; leave it unset")
         kinds = sorted({r.kind for r in platform.compute_rails() if r.kind in RDMA_KINDS})
         # A fabric the target cannot have is reported once, by _fabric, not again per pool. An
         # Ethernet fabric runs NCCL over sockets on any platform; an RDMA one needs its own rails.
@@ -135,6 +149,19 @@ def _platforms(spec: ClusterSpec, profiles: dict[str, HardwareProfile], platform
         if kinds and fabric in FABRICS_BY_TARGET[target] and fabric in RDMA_KINDS and fabric not in kinds:
             problems.append(f"{where}.platform: {said} computes over {' and '.join(kinds)}, but fabric.type is "
                             f"{spec.fabric.type}")
+
+
+def _fabric_interface_known(spec: ClusterSpec, pool: NodePool, platform: Platform) -> bool:
+    """Whether the bare-metal target can name the interface of the pool's fabric address (as
+    stacks/targets/baremetal.fabric_interface_of does): the pool's own, the platform's netdev, the
+    spec's socket_ifname, or (off InfiniBand) the MACs every node of the pool declares."""
+    if pool.fabric_interface or fabric_netdev(platform_data(platform)) or spec.fabric.socket_ifname:
+        return True
+    target = spec.target
+    if spec.fabric.type == "infiniband" or target.kind != "baremetal":
+        return False
+    declared = [n for n in target.nodes if n.pool == pool.name]
+    return bool(declared) and all(n.fabric_macs for n in declared)
 
 
 def _subnet_managers(spec: ClusterSpec, placed: list[tuple[NodePool, str]], platforms: dict[str, Platform],

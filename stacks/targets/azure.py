@@ -111,5 +111,7 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
         addresses=addresses,
         instance_ids=ids,
         failure_domains=domains,
-        fabric_interface=IB_INTERFACE if infiniband else None,
+        # The IPoIB interface only where the node carries a fabric address (the GPU VMs): a
+        # storage VM has no InfiniBand port, and GC-NET-001 skips it with that reason.
+        fabric_interfaces={name: IB_INTERFACE if fab else None for name, (_, fab) in addresses.items()},
     )

@@ -14,7 +14,7 @@ from gpucluster.render.platform import platform_devices, platform_rdma_addressed
 
 def _iface(node):
     iface = node.info.fabric_interface
-    if not iface and not node.info.fabric_ip and not platform_rdma_addressed(node.info.platform):
+    if not node.info.fabric_ip and not platform_rdma_addressed(node.info.platform):
         # EFA-only interfaces carry no IP (libfabric needs none); a storage VM has no RDMA rail.
         pytest.skip(f"platform {node.info.platform_name} gives this node's fabric no interface address "
                     "(no addressed RDMA rail): nothing to check")
@@ -98,6 +98,8 @@ def test_hca_ports_active(node):
 def test_roce_qos(node):
     """On RoCE fabrics with QoS specified, every compute RoCE rail MUST trust DSCP and have PFC on exactly the specified priority."""  # noqa: E501
     fabric = node.inv.fabric
+    if node.info.platform.get("provider_qos"):
+        pytest.skip(f"platform {node.info.platform_name}'s network QoS is the provider's: the node sets none")
     if fabric.get("type") != "roce" or not fabric.get("roce_qos"):
         pytest.skip(f"fabric type {fabric.get('type')} without RoCE QoS in the spec")
     devices = platform_devices(node.info.platform, kinds=("roce",))

@@ -99,7 +99,8 @@ def test_gpudirect_rdma(node, fabric):
         for gpu, hca, peer_hca in pairs:
             tag = new_measurement_tag()
             run = run_gdr_pair(TaggedRemote(there, tag), TaggedRemote(here, tag), str(peer.fabric_ip or peer.address),
-                               gpu, hca, peer_hca, (dmabuf_peer, dmabuf), GDR_SECONDS, gid_index(node.inv.fabric))
+                               gpu, hca, peer_hca, (dmabuf_peer, dmabuf), GDR_SECONDS,
+                               gid_index(node.inv.fabric, node.info.platform))
             kill_measurement([here, there], tag)
             runs.append({**run, "peer": peer.name})
         return {"runs": runs}

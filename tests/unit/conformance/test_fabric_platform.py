@@ -40,10 +40,9 @@ DGX_ALL = [f"mlx5_{i}" for i in range(12)]
 
 def test_platform_devices_are_the_exact_compute_names() -> None:
     assert platform_devices(_platform("dgx-h100")) == DGX_COMPUTE
-    # The storage ports run Ethernet (NVIDIA's reference deployment): not among the RDMA storage devices.
-    assert platform_devices(_platform("dgx-h100"), role="storage") == []
-    assert platform_devices(_platform("dgx-h100"), kinds=("ethernet",), role="storage") == [
-        "mlx5_1", "mlx5_2", "mlx5_7", "mlx5_8"]
+    # The storage cards: port 2s Ethernet, port 1s InfiniBand (NVIDIA's reference deployment).
+    assert platform_devices(_platform("dgx-h100"), role="storage") == ["mlx5_1", "mlx5_7"]
+    assert platform_devices(_platform("dgx-h100"), kinds=("ethernet",), role="storage") == ["mlx5_2", "mlx5_8"]
     assert platform_devices(_platform("dgx-h100-roce"), kinds=("roce",)) == DGX_COMPUTE
     assert platform_devices(_platform("dgx-h100"), kinds=("roce",)) == []
     assert platform_devices(_platform("aws-p5-48xlarge")) == []

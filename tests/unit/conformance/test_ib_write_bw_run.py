@@ -59,3 +59,16 @@ def test_perftest_takes_the_gid_index_nccl_is_set_to_use() -> None:
     unset = {**roce, "gid_index": None}
     assert "NCCL_IB_GID_INDEX" not in nccl_settings(unset, platform, "enp24s0np0")
     assert "-x" not in ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(unset))
+
+
+def test_no_gid_index_on_infiniband() -> None:
+    """NCCL reads NCCL_IB_GID_INDEX in RoCE mode only; on InfiniBand perftest's -x would take a
+    GRH path NCCL never uses (an empty index fails a healthy fabric)."""
+    from gpucluster.render.nccl import gid_index, nccl_settings
+
+    ib = {"type": "infiniband", "mtu": 4092, "gid_index": 3, "ib_timeout": 20, "socket_ifname": None}
+    platform = {"rails": [{"name": "compute", "kind": "infiniband", "role": "compute", "count": 1,
+                           "rate_gbps": 400, "devices": ["mlx5_0"], "addressing": "shared_subnet"}]}
+    assert gid_index(ib, platform) is None
+    assert "-x" not in ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(ib, platform))
+    assert "NCCL_IB_GID_INDEX" not in nccl_settings(ib, platform, "ibp24s0")

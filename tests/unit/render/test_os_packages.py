@@ -396,3 +396,10 @@ def test_the_readme_table_shows_the_cited_figures() -> None:
         for figure in (image.driver, image.cuda, image.nccl, image.fabric, image.aws_ofi_nccl):
             if figure:
                 assert figure in row, f"README row for {image.name} lacks {figure}: {row}"
+
+
+def test_kernel_hold_keeps_a_multi_word_flavour() -> None:
+    """Grace's 64k kernels: the flavour is everything after the ABI number, not its last word."""
+    hold = kernel_hold("ubuntu-22.04", "6.8.0-1015-nvidia-64k", "aarch64")
+    assert {"linux-nvidia-64k", "linux-image-nvidia-64k", "linux-image-nvidia-64k-hwe-22.04"} <= set(hold)
+    assert "linux-64k" not in hold

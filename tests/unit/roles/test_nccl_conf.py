@@ -181,3 +181,16 @@ def test_the_role_writes_where_nccl_reads() -> None:
 def test_the_filter_is_the_renderer() -> None:
     plugin = load_file(FILTERS / "render.py", "gpucluster_cluster_render_filters_identity")
     assert plugin.FilterModule().filters()["nccl_settings"] is render_nccl.nccl_settings
+
+
+def test_oci_nodes_take_ocis_published_rdma_settings() -> None:
+    """OCI owns the cluster network's QoS: /etc/nccl.conf carries its published TC 41, SL 0, timeout
+    22 and GID index 3 (oracle-quickstart/oci-hpc-oke, BM.GPU.H100.8 nccl-tests manifest), where
+    the spec's own QoS (TC 106) used to contradict them."""
+    data = _inventory(REPO / "Pulumi.oci-h100.yaml", None)
+    host = next(iter(data["all"]["children"]["gpu"]["hosts"]))
+    conf = render_nccl.parse_nccl_conf(render_nccl_conf(data, host))
+    assert {k: conf[k] for k in ("NCCL_IB_TC", "NCCL_IB_SL", "NCCL_IB_TIMEOUT", "NCCL_IB_GID_INDEX")} == {
+        "NCCL_IB_TC": "41", "NCCL_IB_SL": "0", "NCCL_IB_TIMEOUT": "22", "NCCL_IB_GID_INDEX": "3"}
+    platform = data["all"]["vars"]["gpucluster_platforms"]["oci-bm-gpu-h100-8"]
+    assert render_nccl.gid_index(data["all"]["vars"]["gpucluster_fabric"], platform) == 3

@@ -235,3 +235,34 @@ def test_doca_on_an_os_nvidia_does_not_publish_it_for_fails_preflight() -> None:
     ok = role_vars("rdma_fabric", dict(ctx, gpucluster_os="ubuntu-22.04"))
     assert ok["rdma_fabric_doca_distro"] == "ubuntu22.04"
     assert _failing("rdma_fabric", ok) == []
+
+
+# --- rdma_fabric asks for an interface only where it sets the node's fabric address ----------
+
+
+def _as_exported(stack: str, addresses: dict[str, tuple[str, str | None]] | None = None,
+                 interfaces: dict[str, str | None] | None = None) -> dict[str, Any]:
+    cluster = load_spec(REPO / stack)
+    outputs = StackOutputs.model_validate(build_outputs(cluster, ssh_user="ubuntu", addresses=addresses,
+                                                        fabric_interfaces=interfaces))
+    return build_inventory(cluster, outputs)
+
+
+def test_a_node_without_a_fabric_address_needs_no_interface() -> None:
+    """Where the target exports no fabric address for a node, the role sets none and needs no
+    interface (an EFA node: the AWS target exports none, EFA-only interfaces carry no IP)."""
+    cluster = load_spec(REPO / "Pulumi.aws-h100.yaml")
+    inv = _as_exported("Pulumi.aws-h100.yaml", {n.name: (n.management_ip, None) for n in cluster.nodes})
+    v = role_vars("rdma_fabric", _ctx(inv))
+    assert v["rdma_fabric_interface"] == "" and v["rdma_fabric_address"] == ""
+    assert _failing("rdma_fabric", v) == []
+
+
+def test_a_node_with_a_fabric_address_but_no_interface_fails_preflight() -> None:
+    cluster = load_spec(REPO / "Pulumi.onprem-h100-ib.yaml")
+    inv = _as_exported("Pulumi.onprem-h100-ib.yaml", interfaces={n.name: None for n in cluster.nodes})
+    v = role_vars("rdma_fabric", _ctx(inv))
+    assert v["rdma_fabric_address"] and v["rdma_fabric_interface"] == ""
+    assert _failing("rdma_fabric", v) == [
+        "rdma_fabric_address | length == 0 or rdma_fabric_type not in ['infiniband', 'roce'] "
+        "or rdma_fabric_interface | length > 0"]

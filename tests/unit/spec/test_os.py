@@ -55,9 +55,10 @@ def _stack(tmp_path: Path, pools: list[dict[str, Any]], target: dict[str, Any] |
 
 def test_pool_os_overrides_the_targets_and_the_inventory_carries_it(tmp_path: Path) -> None:
     stack = _stack(tmp_path, [{"name": "gpu", "count": 1, "roles": ["gpu"], "profile": "cpu-server",
-                               "os": "ubuntu-24.04", "preinstalled": "adopt_or_replace", "platform": "server-ethernet"},
+                               "os": "ubuntu-24.04", "preinstalled": "adopt_or_replace", "platform": "server-ethernet",
+                               "fabric_interface": "eno2"},
                               {"name": "svc", "count": 1, "roles": ["storage"], "profile": "cpu-server",
-                               "platform": "server-ethernet"}],
+                               "platform": "server-ethernet", "fabric_interface": "eno2"}],
                    target={"kind": "baremetal", "nodes": [
                        {"name": "g1", "pool": "gpu", "bmc_address": "10.0.0.1", "management_mac": "aa:bb:cc:dd:ee:01"},
                        {"name": "s1", "pool": "svc", "bmc_address": "10.0.0.2",

@@ -103,3 +103,18 @@ def test_an_infiniband_pool_on_a_generic_server_names_its_ipoib_interface(stack_
     assert problems == ["gpucluster.node_pools[1].fabric_interface: platform 'server-ib-storage' names no interface "
                         "for its InfiniBand port (IPoIB interfaces are named by PCI path, ibp<bus>s<slot>, not "
                         "ib0); set the pool's fabric_interface"]
+
+
+def test_a_roce_qos_of_the_specs_own_on_ocis_network_is_refused(stack_file: StackFile) -> None:
+    own = {"dscp_trust": True, "pfc_priority": 3, "ecn": True, "traffic_class": 106}
+    problems = _problems(stack_file, "Pulumi.oci-h100.yaml", ("fabric.roce_qos", own), ("fabric.gid_index", 1))
+    assert any(p.startswith("gpucluster.fabric.roce_qos: platform 'oci-bm-gpu-h100-8'") and "traffic class 41" in p
+               for p in problems), problems
+    assert any(p.startswith("gpucluster.fabric.gid_index: 1, but platform 'oci-bm-gpu-h100-8'") for p in problems)
+
+
+def test_a_bare_metal_pool_whose_fabric_address_has_no_interface_is_refused(stack_file: StackFile) -> None:
+    problems = _problems(stack_file, "Pulumi.onprem-h100-roce.yaml", ("node_pools[1].fabric_interface", None))
+    assert problems == ["gpucluster.node_pools[1].fabric_interface: platform 'server-ethernet' (the baremetal "
+                        "default) names no interface for its nodes' fabric address on the roce fabric; set the "
+                        "pool's fabric_interface (the name `ip link` shows), or the nodes' fabric_macs"]

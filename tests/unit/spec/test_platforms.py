@@ -40,7 +40,10 @@ FIGURES = {
         ("infiniband", "compute", 8, 400, [f"mlx5_{i}" for i in (0, 3, 4, 5, 6, 9, 10, 11)], "shared_subnet"),
         "https://docs.nvidia.com/dgx/dgxh100-user-guide/introduction-to-dgxh100.html"),
     ("dgx-h100", "storage"): (
-        ("ethernet", "storage", 4, 400, [f"mlx5_{i}" for i in (1, 2, 7, 8)], "shared_subnet"),
+        ("ethernet", "storage", 2, 400, ["mlx5_2", "mlx5_8"], "none"),
+        "https://docs.nvidia.com/dgx-basepod/deployment-guide-dgx-basepod/latest/network-overview.html"),
+    ("dgx-h100", "storage-ib"): (
+        ("infiniband", "storage", 2, 400, ["mlx5_1", "mlx5_7"], "none"),
         "https://docs.nvidia.com/dgx-basepod/deployment-guide-dgx-basepod/latest/network-overview.html"),
     ("lab", "fabric"): (("ethernet", "storage", 1, 10, ["eth1"], "shared_subnet"), "drivers/net/veth.c"),
     # The most a lab node may have; the spec's target.rails keeps the first N.
