@@ -211,6 +211,10 @@ def nccl_settings(fabric: Mapping[str, Any], platform: Mapping[str, Any],
             # switches (rails), with a slow inter-rail connection" (NCCL_CROSS_NIC,
             # https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html#nccl-cross-nic).
             settings["NCCL_CROSS_NIC"] = "0"
+    # What the provider's image writes for the shape (Azure's topology file...): kept beside ours,
+    # so that its boot-time rewrite and this file agree (the nccl role restores this file after it).
+    for key, value in (platform.get("image_nccl") or {}).items():
+        settings.setdefault(str(key), str(value))
     return settings
 
 

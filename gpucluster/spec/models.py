@@ -706,6 +706,13 @@ class Platform(_Model):
     subnet_manager: Literal["provider", "cluster"] | None = None
     # Set where the provider owns the RoCE network's QoS (OCI's cluster network).
     provider_qos: ProviderQos | None = None
+    # NCCL settings the provider's image writes for the shape (its topology file, relaxed
+    # ordering): /etc/nccl.conf keeps them beside the spec's.
+    image_nccl: dict[Annotated[str, Field(pattern=r"^NCCL_[A-Z0-9_]{1,60}$")],
+                     Annotated[str, Field(pattern=r"^[A-Za-z0-9_./:=,+-]{1,200}$")]] = Field(default_factory=dict)
+    # A unit of the provider's image that rewrites /etc/nccl.conf at every boot (Azure's
+    # sku-customizations.service): the nccl role puts its own file back after it.
+    nccl_conf_rewritten_by: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.@-]{1,100}\.service$")] | None = None
     rails: list[Rail] = Field(default_factory=list)
     floors: PlatformFloors
 

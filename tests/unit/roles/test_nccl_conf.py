@@ -173,9 +173,11 @@ def test_efa_writes_the_provider_and_device_rdma() -> None:
 def test_the_role_writes_where_nccl_reads() -> None:
     internal = yaml.safe_load((ROLES / "nccl" / "vars" / "main.yml").read_text())
     assert internal["__nccl_conf_path"] == render_nccl.NCCL_CONF_PATH
-    [entry] = file_entries(yaml.safe_load((ROLES / "nccl" / "tasks" / "configure.yml").read_text()))
-    assert entry["src"] == "nccl.conf.j2"
-    assert entry["dest"] == "{{ __nccl_conf_path }}"
+    entry, saved, drop_in = file_entries(yaml.safe_load((ROLES / "nccl" / "tasks" / "configure.yml").read_text()))
+    assert entry["src"] == "nccl.conf.j2" and entry["dest"] == "{{ __nccl_conf_path }}" and "enabled" not in entry
+    # The copy a boot-time rewrite is undone from is the same rendering.
+    assert saved["src"] == "nccl.conf.j2" and saved["dest"] == "{{ __nccl_saved_conf }}"
+    assert drop_in["src"] == "nccl-restore.conf.j2"
 
 
 def test_the_filter_is_the_renderer() -> None:
@@ -194,3 +196,25 @@ def test_oci_nodes_take_ocis_published_rdma_settings() -> None:
         "NCCL_IB_TC": "41", "NCCL_IB_SL": "0", "NCCL_IB_TIMEOUT": "22", "NCCL_IB_GID_INDEX": "3"}
     platform = data["all"]["vars"]["gpucluster_platforms"]["oci-bm-gpu-h100-8"]
     assert render_nccl.gid_index(data["all"]["vars"]["gpucluster_fabric"], platform) == 3
+
+
+def test_azures_boot_rewrite_is_undone_and_its_keys_are_kept() -> None:
+    """Azure's HPC image rewrites /etc/nccl.conf at every boot (sku-customizations.service, ndv5.sh):
+    the file keeps the image's keys beside the spec's, and a drop-in for that unit restores it."""
+    from tests.unit.roles.render import host_context, render_template, role_vars
+
+    data = _inventory(REPO / "Pulumi.azure-h100.yaml", None)
+    host = next(iter(data["all"]["children"]["gpu"]["hosts"]))
+    conf = render_nccl.parse_nccl_conf(render_nccl_conf(data, host))
+    assert {k: conf[k] for k in ("NCCL_TOPO_FILE", "NCCL_IB_PCI_RELAXED_ORDERING", "NCCL_IGNORE_CPU_AFFINITY")} == {
+        "NCCL_TOPO_FILE": "/opt/microsoft/ndv5/topo.xml", "NCCL_IB_PCI_RELAXED_ORDERING": "1",
+        "NCCL_IGNORE_CPU_AFFINITY": "1"}
+    assert "NCCL_IB_HCA" in conf  # the spec's own settings stay too
+    v = role_vars("nccl", host_context(data, host))
+    assert v["__nccl_rewriter"] == "sku-customizations.service"
+    assert v["__nccl_rewriter_drop_in"] == "/etc/systemd/system/sku-customizations.service.d/50-gpucluster-nccl.conf"
+    drop_in = render_template("nccl", "nccl-restore.conf.j2", v)
+    assert "[Service]\nExecStartPost=/usr/bin/install -m 0644 -o root -g root /etc/gpucluster/nccl.conf " \
+           "/etc/nccl.conf" in drop_in
+    lab = _inventory(REPO / "Pulumi.lab.yaml", "fab0")
+    assert role_vars("nccl", host_context(lab, "gpu-1"))["__nccl_rewriter"] == ""
