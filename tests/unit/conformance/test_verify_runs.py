@@ -395,17 +395,27 @@ def _stop(proc: subprocess.Popen[str], seconds: str) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def test_a_crashed_worker_leaves_no_grant_and_no_process(tmp_path: Path, ssh_stub: Path) -> None:
-    """The xdist worker running the all-reduce dies (SIGKILL) while mpirun runs: the session's
-    end (whatever ended it) kills what the run started and takes its key back on every node."""
-    import psutil
-
+def _verify_until_mpirun(tmp_path: Path, ssh_stub: Path) -> tuple[str, dict[str, str], Path, subprocess.Popen[str]]:
+    """A verify (two workers) whose first mpirun stays busy, returned once that mpirun runs."""
     seconds, env = _first_mpirun(tmp_path, ssh_stub)
     inventory = _inventory(tmp_path)
     proc = _gc(tmp_path, *_verify(tmp_path, inventory, "--workers", "2"), env=env)
     try:
         _wait_for(lambda: fakessh.pids_running(f"sleep {seconds}") or proc.poll() is not None, 120, "mpirun")
         assert proc.poll() is None, proc.communicate()
+    except BaseException:
+        _stop(proc, seconds)
+        raise
+    return seconds, env, inventory, proc
+
+
+def test_a_crashed_worker_leaves_no_grant_and_no_process(tmp_path: Path, ssh_stub: Path) -> None:
+    """The xdist worker running the all-reduce dies (SIGKILL) while mpirun runs: the session's
+    end (whatever ended it) kills what the run started and takes its key back on every node."""
+    import psutil
+
+    seconds, _env, inventory, proc = _verify_until_mpirun(tmp_path, ssh_stub)
+    try:
         assert _granted(ssh_stub), "the measurement holds no grant"
         mpirun = psutil.Process(fakessh.pids_running(f"sleep {seconds}")[0])
         worker = next(p for p in mpirun.parents()
@@ -429,12 +439,8 @@ def test_after_a_sigkilled_controller_the_next_verify_cleans_up(tmp_path: Path, 
     lock, kills that run's processes and removes its grants on every node before it starts."""
     import psutil
 
-    seconds, env = _first_mpirun(tmp_path, ssh_stub)
-    inventory = _inventory(tmp_path)
-    proc = _gc(tmp_path, *_verify(tmp_path, inventory, "--workers", "2"), env=env)
+    seconds, env, inventory, proc = _verify_until_mpirun(tmp_path, ssh_stub)
     try:
-        _wait_for(lambda: fakessh.pids_running(f"sleep {seconds}") or proc.poll() is not None, 120, "mpirun")
-        assert proc.poll() is None, proc.communicate()
         session = os.getsid(proc.pid)
         controller = psutil.Process(proc.pid)
         for p in [controller, *controller.children(recursive=True)]:
