@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpucluster.render.platform import fabric_netdev
 from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool, Platform, Rail
 
 # The first addresses of each subnet are left to gateways, bridges and services
@@ -237,6 +238,26 @@ class Cluster:
             "platforms": {k: platform_data(v) for k, v in self.platforms.items()},
             "nodes": [n.as_dict() for n in self.nodes],
         }
+
+
+# The name the rendered bare-metal network config gives a fabric port it matches by MAC.
+MAC_FABRIC_INTERFACE = "fabric0"
+
+
+def fabric_interface(spec: ClusterSpec, pool: NodePool, platform: Platform, fabric_macs: bool) -> str | None:
+    """The interface that carries a bare-metal node's fabric address (the target renders it, the
+    spec's rules require it): the pool's ``fabric_interface``, else the netdev its platform names
+    (DGX H100: ibp24s0), else the port the network config matches by MAC (``fabric_macs``; off
+    InfiniBand, whose MACs are not portable), else the spec's ``socket_ifname``; None where
+    nothing names one."""
+    if pool.fabric_interface:
+        return pool.fabric_interface
+    netdev = fabric_netdev(platform_data(platform))
+    if netdev:
+        return netdev
+    if fabric_macs and spec.fabric.type != "infiniband":
+        return MAC_FABRIC_INTERFACE
+    return spec.fabric.socket_ifname
 
 
 def platform_data(platform: Platform) -> dict[str, Any]:

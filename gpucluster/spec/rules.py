@@ -11,8 +11,14 @@ import math
 from collections import Counter
 
 from gpucluster.render.devices import RDMA_KINDS
-from gpucluster.render.platform import fabric_netdev
-from gpucluster.spec.cluster import FIRST_HOST_OFFSET, MAX_NODES, node_names, platform_data, pool_platform, rail_cidrs
+from gpucluster.spec.cluster import (
+    FIRST_HOST_OFFSET,
+    MAX_NODES,
+    fabric_interface,
+    node_names,
+    pool_platform,
+    rail_cidrs,
+)
 from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool, Platform
 
 NS = "gpucluster"
@@ -152,16 +158,11 @@ def _platforms(spec: ClusterSpec, profiles: dict[str, HardwareProfile], platform
 
 
 def _fabric_interface_known(spec: ClusterSpec, pool: NodePool, platform: Platform) -> bool:
-    """Whether the bare-metal target can name the interface of the pool's fabric address (as
-    stacks/targets/baremetal.fabric_interface_of does): the pool's own, the platform's netdev, the
-    spec's socket_ifname, or (off InfiniBand) the MACs every node of the pool declares."""
-    if pool.fabric_interface or fabric_netdev(platform_data(platform)) or spec.fabric.socket_ifname:
-        return True
+    """Whether the bare-metal target can name the interface of the pool's fabric address
+    (gpucluster.spec.cluster.fabric_interface, with the MACs only when every node of the pool declares them)."""
     target = spec.target
-    if spec.fabric.type == "infiniband" or target.kind != "baremetal":
-        return False
-    declared = [n for n in target.nodes if n.pool == pool.name]
-    return bool(declared) and all(n.fabric_macs for n in declared)
+    declared = [n for n in target.nodes if n.pool == pool.name] if target.kind == "baremetal" else []
+    return fabric_interface(spec, pool, platform, bool(declared) and all(n.fabric_macs for n in declared)) is not None
 
 
 def _subnet_managers(spec: ClusterSpec, placed: list[tuple[NodePool, str]], platforms: dict[str, Platform],

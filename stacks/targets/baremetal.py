@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucluster.render.platform import fabric_netdev
 from gpucluster.spec import Cluster, Node
-from gpucluster.spec.cluster import platform_data
+from gpucluster.spec.cluster import MAC_FABRIC_INTERFACE, fabric_interface
 from gpucluster.spec.models import BareMetalNode, BaremetalTarget
 
 from ..components import baremetal as comp
@@ -22,27 +21,19 @@ from ..components.userdata import (
 )
 
 MANAGEMENT_INTERFACE = "mgmt0"
-FABRIC_INTERFACE = "fabric0"
+FABRIC_INTERFACE = MAC_FABRIC_INTERFACE
 
 
 def fabric_interface_of(cluster: Cluster, node: Node) -> str | None:
-    """The interface that carries ``node``'s fabric address: the pool's ``fabric_interface``, else
-    the netdev its platform names (DGX H100: ibp24s0), else the one the rendered network config
-    names by MAC (``fabric0``), else the spec's ``socket_ifname``; None for a node off the fabric."""
-    pool = cluster.pool(node.pool)
+    """The interface that carries ``node``'s fabric address (gpucluster.spec.cluster.fabric_interface,
+    which the spec's rules hold every gpu and storage pool to); None for a node off the fabric."""
     if not {"gpu", "storage"} & set(node.roles):
         return None
-    if pool.fabric_interface:
-        return pool.fabric_interface
-    netdev = fabric_netdev(platform_data(cluster.platform_of(node)))
-    if netdev:
-        return netdev
     target = cluster.spec.target
     assert isinstance(target, BaremetalTarget)
     declared = next(n for n in target.nodes if n.name == node.name)
-    if declared.fabric_macs and cluster.spec.fabric.type != "infiniband":
-        return FABRIC_INTERFACE
-    return cluster.spec.fabric.socket_ifname
+    return fabric_interface(cluster.spec, cluster.pool(node.pool), cluster.platform_of(node),
+                            bool(declared.fabric_macs))
 
 
 def node_data(cluster: Cluster, node: Node, declared: BareMetalNode) -> NodeData:
