@@ -24,7 +24,6 @@ import contextlib
 import importlib.resources
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,7 +36,14 @@ from pathlib import Path
 from gpucluster import hostkeys, runs, sockets
 from gpucluster.conformance import fleet, progress, publish
 from gpucluster.conformance.nodes import ClusterInventory, load_inventory
-from gpucluster.conformance.remote import RUN_ID_ENV, SshRemote, cleanup_nodes, write_ssh_config
+from gpucluster.conformance.remote import (
+    RUN_ID_ENV,
+    SshRemote,
+    cleanup_nodes,
+    delete_local_keys,
+    node_done,
+    write_ssh_config,
+)
 from gpucluster.conformance.reports import JUNIT_XML, RESULTS_JSON, Report, console_lines, write_all
 from gpucluster.conformance.verdict import CLUSTER
 from gpucluster.errors import EXIT_BAD_INPUT, InputError
@@ -251,7 +257,7 @@ def _run_locked(opts: VerifyOptions, inv: ClusterInventory, whole: ClusterInvent
     finally:
         # The run's own SSH key outlives no run (the suite removes it too, when it gets that far),
         # and neither do its SSH masters or their sockets' folder.
-        shutil.rmtree(ssh_dir / "run-key", ignore_errors=True)
+        delete_local_keys(ssh_dir / "run-key")
         for problem in sockets.release(ssh_dir):
             sys.stderr.write(f"warning: {problem}\n")
 
@@ -317,10 +323,6 @@ def _read_report(results: Path) -> Report | None:
         return None
 
 
-def _cleaned(what: str) -> bool:
-    return " failed (exit " not in what and " not run: " not in what
-
-
 def _clean_up_after_earlier_runs(inv: ClusterInventory, opts: VerifyOptions) -> None:
     """The runs of this inventory that ended without their own cleanup (the controller killed with
     SIGKILL, the machine lost): under the cluster's lock, and with no process of theirs left on
@@ -353,7 +355,7 @@ def _clean_up_after_earlier_runs(inv: ClusterInventory, opts: VerifyOptions) -> 
     done = cleanup_nodes([SshRemote(n.name, cfg, run_id="") for n in inv.nodes], list(todo))
     for node, what in sorted(done.items()):
         sys.stderr.write(f"{node}: {what}\n")
-    if all(_cleaned(what) for what in done.values()):
+    if all(node_done(what) for what in done.values()):
         runs.mark_unfinished(opts.inventory, list(todo), done=True)
 
 
@@ -381,7 +383,7 @@ def _cleanup_nodes(inv: ClusterInventory, opts: VerifyOptions, run_id: str, repo
         if report is not None:
             report.meta["session_cleanup"] = done
             _write_reports(report, opts)
-    if all(_cleaned(what) for what in done.values()):
+    if all(node_done(what) for what in done.values()):
         runs.mark_unfinished(opts.inventory, run_id, done=True)
 
 

@@ -373,6 +373,11 @@ def _every_node(remotes: Sequence[Remote], script: str, what: str, read: Callabl
         return dict(pool.map(one, remotes))
 
 
+def node_done(what: str) -> bool:
+    """Whether a node's line from :func:`_every_node` (cleanup, sweep) says the script ran there and succeeded."""
+    return " failed (exit " not in what and " not run: " not in what
+
+
 def _said(out: str, word: str) -> str:
     return next((x.split(None, 1)[1] for x in out.splitlines() if x.startswith(word + " ")), "?")
 
