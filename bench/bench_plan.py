@@ -1,7 +1,10 @@
-"""Plan an AWS stack of 10, 100 and 1,000 GPU nodes under Pulumi's mocks (target: 1,000 under 30 s).
+"""Plan an AWS stack of 10, 100, 1,000 and 5,000 GPU nodes under Pulumi's mocks (target: 1,000
+under 30 s, 5,000 planned at all).
 
 Each size runs the whole `gpucluster plan` path in-process: load and validate the spec, run
-the program under the mocks, resolve the outputs, apply the policy rules.
+the program under the mocks, resolve the outputs, apply the policy rules. Until the runner took
+the mock monitor off the event loop's thread, anything from about 100 GPU nodes up died with
+RecursionError (tests/unit/test_plan.py holds that at 200).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import yaml
 from gpucluster.plan import plan_stack
 
 TARGET_S = 30.0
-SIZES = (10, 100, 1000)
+SIZES = (10, 100, 1000, 5000)
+TIMED = 1000  # the size held against TARGET_S; the others must plan without error
 
 
 def _stack(gpu_nodes: int, directory: Path) -> Path:
@@ -45,8 +49,10 @@ def _stack(gpu_nodes: int, directory: Path) -> Path:
             "gpucluster:fabric": {
                 "type": "efa",
                 "mtu": 9001,
-                "management_cidr": "10.0.0.0/20",
-                "fabric_cidr": "10.0.16.0/20",
+                # /18s: 5,000 nodes' planned addresses from the bottom and the mocks' made-up
+                # ones from the top (AWS assigns GPU instances theirs) never meet.
+                "management_cidr": "10.0.0.0/18",
+                "fabric_cidr": "10.0.64.0/18",
             },
             "gpucluster:storage": {
                 "monitors": ["ceph-1", "ceph-2", "ceph-3"],
@@ -77,7 +83,7 @@ def run() -> dict[str, object]:
                 "cpu_seconds": round(cpu, 3),
                 "ms_per_resource": round(1000 * seconds / len(plan.resources), 3),
             }
-    big = cases[str(SIZES[-1])]["seconds"]
+    timed = cases[str(TIMED)]["seconds"]
     small = cases[str(SIZES[0])]
     growth = {
         f"{a}->{b}": round(float(cases[str(b)]["seconds"]) / max(float(cases[str(a)]["seconds"]), 1e-9), 2)  # type: ignore[arg-type]
@@ -88,7 +94,8 @@ def run() -> dict[str, object]:
         "cases": cases,
         "growth_ratio": growth,
         "smallest": small,
-        "target": f"1,000 GPU nodes < {TARGET_S} s",
+        "target": f"{TIMED:,} GPU nodes < {TARGET_S} s; {SIZES[-1]:,} planned",
         "load_average_1m": round(os.getloadavg()[0], 2),
-        "met": float(big) < TARGET_S,  # type: ignore[arg-type]
+        # Every size planned (a failure raises above); the timed one within the target.
+        "met": float(timed) < TARGET_S,  # type: ignore[arg-type]
     }

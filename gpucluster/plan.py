@@ -275,17 +275,28 @@ def _pulumi_mocks(mocks: PlanMocks) -> pulumi.runtime.Mocks:
     return _Mocks()
 
 
-class _InlineExecutor(concurrent.futures.ThreadPoolExecutor):  # asyncio accepts only this type
-    """Run the SDK's "blocking" monitor calls inline: under the mocks they are plain function
-    calls, and handing each to a thread pool costs more (thread switches, the GIL) than the call."""
+def _monitor_thread() -> concurrent.futures.ThreadPoolExecutor:
+    """The executor that runs the SDK's "blocking" monitor calls: one thread, off the event loop.
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as exc:
-            future.set_exception(exc)
-        return future
+    Pulumi's mock monitor ends each registration with ``_sync_await`` (``MockMonitor.RegisterResource``
+    serialises the mocked state), which, on a thread whose event loop is running, pumps that loop
+    from inside the call. Run inline on the loop's thread, each registration ready at that moment
+    started inside the one before: the stack grew by about ten frames per resource and a pool of
+    some 100 GPU nodes hit the recursion limit. On a thread of its own the call gets a loop of its
+    own, as under ``pulumi up`` (whose monitor calls run in the default thread pool), and the depth
+    no longer depends on the node count. One thread, not a pool: :class:`PlanMocks` is not
+    thread-safe (its address counters), and the calls run in the order they were made, so the
+    made-up addresses do not change from run to run.
+    """
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucluster-plan-monitor")
+
+
+def _close_thread_loop() -> None:
+    """Close the event loop the mock monitor made on this (the monitor's) thread, if it made one."""
+    loop = _current_event_loop()
+    if loop is not None:
+        loop.close()
+        asyncio.set_event_loop(None)
 
 
 def _quiet_after_failure(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -324,7 +335,8 @@ def run_mocked(
 
     previous = _current_event_loop()
     loop = asyncio.new_event_loop()
-    loop.set_default_executor(_InlineExecutor())
+    monitor = _monitor_thread()
+    loop.set_default_executor(monitor)
     loop.set_exception_handler(_quiet_after_failure)
     asyncio.set_event_loop(loop)
     mocks = mocks if mocks is not None else PlanMocks()
@@ -363,7 +375,8 @@ def run_mocked(
     finally:
         pulumi.runtime.reset_options()
         asyncio.set_event_loop(previous)
-        loop.close()
+        monitor.submit(_close_thread_loop).result()
+        loop.close()  # shuts the monitor's thread down
     records: list[Resource] = []
     for resource, typ, name, parent in constructed:
         key = (typ, name)
