@@ -166,3 +166,28 @@ def direct_argv(address: str, port: int, user: str | None, key_file: str | None,
     if key_file:
         argv += ["-i", key_file, "-o", "IdentitiesOnly=yes"]
     return [*argv, address, command]
+
+
+def forget(known_hosts: Path, hosts: Sequence[str]) -> list[str]:
+    """Drop the recorded keys of ``hosts`` (``addr`` or ``[addr]:port``, as ssh names them) from
+    ``known_hosts``, which stays with its other entries: the nodes were destroyed, and a node built
+    anew at the same address has a new key (``gpucluster down`` and ``up --fresh``). Returns the
+    hosts whose keys were dropped; a missing file drops nothing."""
+    try:
+        lines = known_hosts.read_text(encoding="utf-8").splitlines(keepends=True)
+    except FileNotFoundError:
+        return []
+    wanted = set(hosts)
+    kept: list[str] = []
+    dropped: set[str] = set()
+    for line in lines:
+        fields = line.split()
+        # Marker lines (@cert-authority, @revoked) and comments are trust the operator wrote: kept.
+        names = set(fields[0].split(",")) if fields and not fields[0].startswith(("#", "@")) else set()
+        if names & wanted:
+            dropped |= names & wanted
+            continue
+        kept.append(line)
+    if dropped:
+        runs.write_private(known_hosts, "".join(kept))
+    return sorted(dropped)

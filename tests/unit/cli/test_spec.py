@@ -76,7 +76,7 @@ def test_two_different_stacks_or_none_is_exit_2(capsys: pytest.CaptureFixture[st
     assert "--stack FILE" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", [["plan"], ["preflight"], ["spec", "validate"], ["spec", "show"], ["up"]])
+@pytest.mark.parametrize("command", [["plan"], ["preflight"], ["spec", "validate"], ["spec", "show"], ["up"], ["down"]])
 def test_every_stack_command_takes_stack_and_the_positional_alias(command: list[str]) -> None:
     from gpucluster.cli import build_parser
     from gpucluster.cli.spec import stack_file
