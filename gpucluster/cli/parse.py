@@ -1,9 +1,11 @@
 """`gpucluster parse TOOL FILE`: read a tool's captured output and give its verdict.
 
 Exit 0 when the run is ok, 1 when it failed or is incomplete, 2 when the file cannot be
-read or is not that tool's output. Whatever the file holds, the answer is a verdict or one
-line on stderr, never a traceback. A reader that goes away early (``| head``) does not
-change the exit code: it is still the verdict's.
+read or is not that tool's output. A run that failed before printing its results (perftest's
+client never connected, NCCL could not initialise, dcgmi found no host engine) is the tool's
+failed run, exit 1, with the tool's own error line among the notes. Whatever the file holds,
+the answer is a verdict or one line on stderr, never a traceback. A reader that goes away
+early (``| head``) does not change the exit code: it is still the verdict's.
 """
 
 from __future__ import annotations
@@ -48,13 +50,14 @@ def _summary(tool: str, path: str, result: dict[str, Any]) -> list[str]:
     lines = [f"{tool} {path}: {result['status']}"]
     if tool == "nccl-tests":
         lines.append(
-            f"  {result['collective'] or 'collective unknown'}, format {result['format']}, "
+            f"  {result['collective'] or 'collective unknown'}, format {result['format'] or 'unknown'}, "
             f"ranks {result['ranks']}, {len(result['rows'])} rows"
         )
-        avg = result["avg_busbw_gbps"]
-        avg_text = "n/a (no footer)" if avg is None else f"{avg} GB/s"
-        lines.append(f"  peak busbw {result['peak_busbw_gbps']} GB/s, avg busbw {avg_text}")
-    elif tool == "gpu-burn":
+        if result["rows"]:
+            avg = result["avg_busbw_gbps"]
+            avg_text = "n/a (no footer)" if avg is None else f"{avg} GB/s"
+            lines.append(f"  peak busbw {result['peak_busbw_gbps']} GB/s, avg busbw {avg_text}")
+    elif tool == "gpu-burn" and result["gpus"]:
         lines.append(f"  {len(result['gpus'])} GPUs, {result['precision']}, tensor cores {result['tensor_cores']}")
         for g in result["gpus"]:
             lines.append(f"  GPU {g['index']}: {g['verdict']} {g['gflops']} Gflop/s errors {g['errors']}")
@@ -68,7 +71,7 @@ def _summary(tool: str, path: str, result: dict[str, Any]) -> list[str]:
         )
     elif tool == "nvidia-smi":
         lines.append(f"  {result['kind']}: {len(result['gpus'])} GPUs, driver {result['driver_version']}")
-    elif tool == "dcgmi":
+    elif tool == "dcgmi" and result["tests"]:
         counts: dict[str, int] = {}
         for t in result["tests"]:
             counts[str(t["result"])] = counts.get(str(t["result"]), 0) + 1

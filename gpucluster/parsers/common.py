@@ -42,6 +42,41 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _LAUNCHER = re.compile(r"[ \t]*(?:\[\d{1,9},\d{1,9}\]<std(?:out|err)>:|\d{1,9}:(?: |$))")
 
 
+# What a process that died mid-run leaves in its captured output, whichever tool it was: the
+# shell's report of a signal death (bash: "Segmentation fault (core dumped)", "12345 Aborted"),
+# glibc's assert(3) line ("prog: file.c:12: f: Assertion `x' failed."), libstdc++'s terminate
+# handler, and the crash handlers of Open MPI ("*** Process received signal ***") and UCX
+# ("Caught signal 11 (Segmentation fault: ...)", "==== backtrace (tid: 600) ====").
+_CRASH_WORDS = (
+    "(core dumped)",
+    "Segmentation fault",
+    "Bus error",
+    "Illegal instruction",
+    "Floating point exception",
+    "terminate called after throwing",
+    "terminate called without an active exception",
+    "*** Process received signal ***",
+    "==== backtrace",
+)
+_CAUGHT_SIGNAL = re.compile(r"Caught signal \d{1,3} \(")
+# "Aborted" alone, or after the pid of bash's job report; never "Aborting" or a word inside a message.
+_ABORTED = re.compile(r"(?:^|\d[ \t]+)Aborted\b")
+
+
+def crash(line: str) -> bool:
+    """Whether ``line`` says the process crashed (see ``_CRASH_WORDS``): a failed run, whatever the
+    tool printed before it. Substring tests only, so a long line costs its length."""
+    for word in _CRASH_WORDS:
+        if word in line:
+            return True
+    at = line.find("Assertion ")
+    if at >= 0 and line.find(" failed", at) > at:
+        return True
+    if "Caught signal" in line and _CAUGHT_SIGNAL.search(line):
+        return True
+    return "Aborted" in line and _ABORTED.search(line) is not None
+
+
 def worst(*statuses: Status) -> Status:
     """The worse of several verdicts (failed > incomplete > ok); ``ok`` for none."""
     return max(statuses, key=_SEVERITY.__getitem__, default="ok")

@@ -18,6 +18,12 @@ already failed. A log holding several runs is judged as one: the worst result st
 Rows are split at their ``|`` characters, never with a lazy regex: a lazy group followed by a
 run of blanks backtracks quadratically over a long line of spaces.
 
+dcgmi that failed before its table prints ``Error: <message>`` (``Error: Unable to connect to
+host engine. Host engine connection invalid/disconnected.``, ``Error: Unable to complete
+diagnostic for group 2. Return: (-3) ...``): such a line makes the output dcgmi's failed run,
+``failed`` with the message in ``errors``, as does a crash. Output with neither a table nor one
+of dcgmi's own lines is not dcgmi output.
+
 ``dcgmi diag -r N -j`` prints JSON instead (:func:`parse_json`, chosen when the output holds a
 JSON object and no table): ``{"DCGM GPU Diagnostic": {"test_categories": [{"category":
 "Deployment", "tests": [{"name": "Denylist", "results": [{"gpu_ids": "0,1", "status": "PASS"}]},
@@ -39,7 +45,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucluster.parsers.common import NotToolOutput, ParseResult, clean_lines
+from gpucluster.parsers.common import NotToolOutput, ParseResult, clean_lines, crash
 
 _RESULT = re.compile(r"(pass|fail|warn(?:ing)?|skip|not run)\b[ \t]*(?:-[ \t]*(.*))?", re.IGNORECASE)
 _GPU_RESULT = re.compile(r"GPU[ \t]?(\d{1,9})[ \t]*:[ \t]*(pass|fail|warn(?:ing)?|skip|not run)", re.IGNORECASE)
@@ -49,6 +55,14 @@ _WRAP = 44  # the result column holds 46 characters; a full piece is 45 before i
 _MAX_TEXT = 4000  # a wrapped message or merged result longer than this is hostile: stop growing it
 _MAX_GPUS = 4096
 _VERSION = re.compile(r"(?<![\d.])(\d{1,6}\.\d{1,6}(?:\.\d{1,6})?)")
+# dcgmi reports a failure as "Error: <message>" (dcgmi/Diag.cpp, dcgmi/CommandLineParser.cpp):
+# "Error: Unable to connect to host engine. Host engine connection invalid/disconnected.",
+# "Error: unable to establish a connection to the specified host: localhost", "Error: Unable to
+# complete diagnostic for group 2. Return: (-3) ...". The message names what failed.
+_ERROR_PREFIX = "Error: "
+_ERROR_WORDS = ("host engine", "hostengine", "specified host", "diagnostic", "Diagnostic", "DCGM", "dcgm", "NVVS",
+                "nvvs", "group", "plugin", "GPU")
+_RAN = "Successfully ran diagnostic for group"
 
 
 @dataclass
@@ -146,8 +160,18 @@ def _has_table(text: str) -> bool:
     return any(_is_header(line) for line in clean_lines(text) if "Diagnostic" in line)
 
 
+def _dcgmi_error(line: str) -> str | None:
+    """The message of one of dcgmi's own error lines; None for any other line."""
+    if not line.startswith(_ERROR_PREFIX):
+        return None
+    message = line[len(_ERROR_PREFIX) :].strip()
+    return message[:_MAX_TEXT] if any(word in message for word in _ERROR_WORDS) else None
+
+
 def parse_table(text: str) -> DcgmiResult:
     result = DcgmiResult()
+    ran = False  # dcgmi said it ran, or reported an error of its own: its output, table or none
+    crashed: list[str] = []
     in_body = False
     header_seen = False
     open_tables = 0  # tables whose body started and that have not closed
@@ -158,7 +182,17 @@ def parse_table(text: str) -> DcgmiResult:
     last_piece = 0
     metadata: dict[str, str] = {}
     for line in clean_lines(text):
-        if not line or line[0] not in "|+":
+        if not line:
+            continue
+        if line[0] not in "|+":
+            if (message := _dcgmi_error(line)) is not None:
+                ran = True
+                if len(result.errors) < _MAX_GPUS:
+                    result.errors.append(message)
+            elif line.startswith(_RAN):
+                ran = True
+            elif crash(line):
+                crashed.append(line[:200])
             continue
         if _is_header(line):
             if in_body:
@@ -223,8 +257,12 @@ def parse_table(text: str) -> DcgmiResult:
         current = DcgmTest(name=name, section=section, result=outcome, raw=value, failed_gpus=gpus)
         detail = None
         result.tests.append(current)
-    if not header_seen:
+    if not header_seen and not ran:
         raise NotToolOutput("not dcgmi diag output (no '| Diagnostic | Result |' table header)")
+    for line in crashed[:5]:
+        result.note(f"dcgmi crashed: {line}")
+    if crashed:
+        result.errors.append(f"crashed: {crashed[0]}")
     if in_body:
         open_tables += 1
     if v := metadata.get("DCGM Version"):
@@ -257,7 +295,7 @@ def _verdict(result: DcgmiResult, open_tables: int) -> DcgmiResult:
     if failed:
         result.note(f"failed: {_names(failed)}")
     if result.errors:
-        result.note(f"diagnostic errors: {len(result.errors)}")
+        result.note(f"diagnostic errors: {len(result.errors)}, first: {result.errors[0][:200]}")
     if unknown:
         result.note(f"unrecognised result text for: {_names(unknown)}")
     if failed or result.errors:

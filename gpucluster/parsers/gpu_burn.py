@@ -16,7 +16,9 @@ Verdict. ``failed`` when a GPU is FAULTY, any progress line shows errors or a de
 (``-1`` processed, ``(DIED!)``), an error count is a number but not a plain count (``-3`` is an
 ``int`` that overflowed, ``1e3`` is no ``%d`` output), or gpu-burn prints one of its error
 lines (``Couldn't init a GPU test``, ``Failure during compute``, ``No clients are alive``,
-``cuInit returned`` non-zero...). ``incomplete`` when an error count cannot be read at all
+``cuInit returned`` non-zero...) or crashes. A run that failed before any work (``Couldn't init a
+GPU test: Error in "couldn't find file "compare.ptx" ..."``) is gpu-burn's failed run by that line
+alone. ``incomplete`` when an error count cannot be read at all
 (``nan``), no summary was printed, the summary lists fewer GPUs than it announced, a run
 follows the last summary without its own, or no work was done. A log holding several runs
 keeps the worst: a later ``OK`` never clears an earlier ``FAULTY``. Progress lines are cut at
@@ -34,6 +36,7 @@ from gpucluster.parsers.common import (
     ParseResult,
     Status,
     clean_lines,
+    crash,
     parse_count,
     parse_int,
     parse_number,
@@ -59,6 +62,8 @@ _ERROR_PREFIXES = (
     "terminate called after throwing",
 )
 _READ_ERROR = re.compile(r"read\[\d{1,9}\] error -?\d")
+# Lines gpu-burn prints before any work (gpu_burn-drv.cpp): a run that failed at start-up is still gpu-burn's.
+_START = ("Run length not specified in the command line", "Using compare file:", "Burning for ")
 _CUINIT = re.compile(r"cuInit returned (-?\d{1,9})")
 
 
@@ -143,6 +148,7 @@ def parse(text: str) -> GpuBurnResult:
     expected = 0  # GPUs the latest "Tested N GPUs:" announced
     verdicts_after = 0  # verdict lines read since then
     progress_after_summary = False
+    own_error = False  # one of gpu-burn's own error lines (not a crash, which any program prints)
 
     def gpu(i: int) -> BurnGpu:
         return gpus.setdefault(i, BurnGpu(index=i))
@@ -178,11 +184,19 @@ def parse(text: str) -> GpuBurnResult:
         if line.startswith(_ERROR_PREFIXES) or ("error" in line and _READ_ERROR.search(line)):
             result.note(f"gpu-burn reported an error: {line[:200]}")
             verdict = "failed"
+            own_error = own_error or not line.startswith("terminate called")
             continue
         if (m := _CUINIT.match(line)) and m.group(1) != "0":
             result.note(f"CUDA did not initialise: {line[:200]}")
             verdict = "failed"
+            own_error = True
             continue
+        if crash(line):
+            result.note(f"gpu-burn crashed: {line[:200]}")
+            verdict = "failed"
+            continue
+        if line.startswith(_START):
+            seen_marker = True
         if "Killing processes with SIGTERM" in line:
             result.format = "sigterm"
         elif "Killing processes.." in line:
@@ -222,7 +236,7 @@ def parse(text: str) -> GpuBurnResult:
                 g.verdict = m.group(2).lower()
     summary_done()
 
-    if not seen_marker:
+    if not seen_marker and not own_error:
         raise NotToolOutput("not gpu-burn output (no progress, 'Initialized device' or 'Tested N GPUs' line)")
     if progress_after_summary:
         result.note("progress after the last 'Tested N GPUs:' summary: a later run has no summary")

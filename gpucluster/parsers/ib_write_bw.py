@@ -16,6 +16,12 @@ error``, ``Failed to complete run_iter_bw function successfully``, ``Couldn't ..
 perftest prints a row per message size as it goes, so good rows may precede the failure.
 ``incomplete`` when there are no rows, a row-shaped line cannot be read, or the last row is
 not followed by the dashed line perftest prints to close the table (the log was cut short).
+A crash (:func:`~gpucluster.parsers.common.crash`) is ``failed``.
+
+A run that failed before its banner (the client could not connect: ``Couldn't connect to
+host:18515`` then ``Unable to init the socket connection``; the option parser refused the
+command) is still perftest's when it holds a line only perftest prints (``_PERFTEST``):
+``failed`` with perftest's error lines as the reasons, ``incomplete`` without one.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from gpucluster.parsers.common import (
     ParseResult,
     Status,
     clean_lines,
+    crash,
     parse_count,
     parse_number,
     worst,
@@ -55,6 +62,17 @@ _ERROR = re.compile(
     r"|poll CQ failed|Function \w{1,40} failed|rdma_\w{1,40} failed|IB device \S+ not found"
     r"|No IB devices found|Did not detect devices|Did not get Message|Internal error|Invalid\b"
     r"|Test exited|Parser function exited|No such device|\w{1,40}(?:\(\))? error=-?\d"
+)
+# Lines only perftest prints, from its socket and completion code (src/perftest_communication.c,
+# src/perftest_resources.c, src/perftest_parameters.c): a run that failed before its banner (the
+# client never connected, the parser refused an option) is still perftest's.
+_PERFTEST = re.compile(
+    r"Couldn't connect to \S{1,300}:\d|Unable to init the socket connection|Unable to open file descriptor for socket"
+    r"|Completion with error at (?:client|server)|Failed status \d|Failed to complete run_iter_\w"
+    r"|scnt=\d{1,20}, ccnt=\d|Parser function exited with Error|ethernet_\w{1,40}: Couldn't"
+    r"|Couldn't (?:read|write) remote address|Unable to (?:read|write) to socket"
+    r"|Failed to (?:exchange data|close connection) between server and client"
+    r"|(?<!\w)ib_(?:write|read|send|atomic)_(?:bw|lat)\b"
 )
 _CLOSE_MIN_DASHES = 20  # RESULT_LINE is 87 dashes, RESULT_LINE_PER_PORT longer
 
@@ -112,9 +130,12 @@ def parse(text: str) -> IbWriteBwResult:
     verdict: Status = "ok"
     closed = True  # the last row is followed by perftest's closing dashed line
     raw_rows: list[tuple[int, int, float, float, float]] = []
+    seen = False  # a line only perftest prints (see _PERFTEST)
     for line in clean_lines(text):
         if not line:
             continue
+        if not seen and banners == 0 and unit is None and _PERFTEST.search(line[:2000]):
+            seen = True
         if line.endswith(_BANNER_END) and len(line) > len(_BANNER_END):
             banners += 1
             result.test = result.test or line[: -len(_BANNER_END)].strip()
@@ -134,6 +155,9 @@ def parse(text: str) -> IbWriteBwResult:
         elif _ERROR.match(line):
             result.note(f"perftest reported an error: {line[:200]}")
             verdict = "failed"
+        elif crash(line):
+            result.note(f"perftest crashed: {line[:200]}")
+            verdict = "failed"
         elif _WAITING in line:
             waiting = True
         elif _NO_PEAK in line or ("_bw" in line and "ib_" in line and _DURATION_FLAG.search(line)):
@@ -146,7 +170,7 @@ def parse(text: str) -> IbWriteBwResult:
             result.mtu_bytes = result.mtu_bytes or int(m.group(1))
         if result.device is None and "Device" in line and (m := _DEVICE.search(line)):
             result.device = m.group(1)
-    if banners == 0 and unit is None:
+    if banners == 0 and unit is None and not seen:
         raise NotToolOutput("not ib_write_bw output (no 'BW Test' banner or '#bytes #iterations' header)")
     result.units_in_log = unit
     result.role = "both" if banners > 1 else ("server" if waiting else "client")

@@ -37,7 +37,21 @@ healthy runs print them too (``Missing "iommu=pt"``, a plugin not found). A warn
 a transport or device fault (``Got completion from peer ... with error``, ``Cuda failure``,
 ``unhandled system error``, ``remote process exited``, ``Call to ibv_... failed``, an abort,
 a timeout) is ``failed``, as is an ``NCCL ABORT``/``NCCL ERROR`` line: NCCL may still print
-good-looking rows for sizes that ran before the fault.
+good-looking rows for sizes that ran before the fault. A crash (a signal death, a failed
+assertion, Open MPI's or UCX's crash handler: :func:`~gpucluster.parsers.common.crash`) is
+``failed`` too.
+
+A run that failed before printing its table (NCCL could not initialise, a rank died at start-up)
+is still nccl-tests output when it holds a line only nccl-tests or NCCL prints (its header,
+``#  Rank`` lines, ``NCCL INFO``/``NCCL WARN`` lines, ``Test NCCL failure``, the ``*_perf``
+binary's name): ``failed`` with its error lines as the reasons, else ``incomplete``; only text
+with none of them is not nccl-tests output. NCCL reports its network plugin at INFO level and
+falls back to its own transports, so healthy runs print "Failed to find ncclNetPlugin_v8
+symbol" and "No plugin found" (NVIDIA/nccl#1292: "not indicative of a failure"): plugin lines
+never fail a run that printed its table. In a run that stopped before it, a plugin NCCL found
+and could not use (``NET/Plugin: Failed to find ncclNetPlugin symbol``, ``Failed to open
+libnccl-net...``, a load that failed for another reason than a missing file) is noted beside the
+failure, or is the failure when the run reported nothing else.
 """
 
 from __future__ import annotations
@@ -53,6 +67,7 @@ from gpucluster.parsers.common import (
     ParseResult,
     Status,
     clean_lines,
+    crash,
     parse_count,
     parse_int,
     parse_number,
@@ -71,12 +86,12 @@ _OOB = re.compile(r"#\s*Out of bounds values\s*:\s*(\S*)\s*(\S*)")
 _AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(\S*)\s*(\S*)")
 _NCCL_ERROR = re.compile(r"#\s*error:\s*(.*)")
 # nccl-tests' CUDACHECK/NCCLCHECK/TESTCHECK macros and its timeout, then launcher aborts.
+_TEST_FAILURE = r"Test (?:NCCL |CUDA )?failure\b|\bTest timeout\b"
 _FAILURE = re.compile(
-    r"Test (?:NCCL |CUDA )?failure\b|\bTest timeout\b|MPI_ABORT was invoked|exited on signal \d"
+    _TEST_FAILURE + r"|MPI_ABORT was invoked|exited on signal \d"
     # Open MPI splits "1 process returned / a non-zero exit code" over two lines; its other wordings.
     r"|returned a non-zero exit code|\b\d{1,9} process(?:es)? returned\b|exited with non-zero status"
     r"|task \d{1,9}: (?:Exited with exit code [1-9]|Killed|Aborted|Segmentation)"
-    r"|\bterminate called after throwing|Segmentation fault"
 )
 
 
@@ -86,17 +101,27 @@ _NCCL_WARN_FAULT = re.compile(
     r"Got completion (?:from peer|with error)|Cuda failure|CUDA failure|unhandled (?:cuda|system|internal) error"
     r"|remote process exited|network error|Call to \w{1,60} failed|[Aa]bort|[Tt]imed? ?out"
     r"|Connection (?:closed|reset|refused)"
-    r"|[Ff]ailed with error|IB (?:async )?event|Error(?: :|:)"
+    r"|[Ff]ailed with error|IB (?:async )?event|Error(?: :|:| while)"
 )
 _NCCL_FATAL = re.compile(r"\bNCCL (?:ABORT|ERROR)\b")
+# A network plugin NCCL found and could not use, or could not open (nccl src/plugin/net.cc and
+# plugin_open.cc, INFO level). "Failed to find ncclNetPlugin_v8 symbol." is a probe that the next
+# version answers, and "No plugin found"/"Could not find: libnccl-net.so" the ordinary case of no
+# plugin installed: neither matches.
+_PLUGIN_FAILED = re.compile(
+    r"NET/Plugin ?: ?(?:Failed to find ncclNetPlugin symbol|Failed to open|Failed to load)|Failed to open libnccl-net"
+    # aws-ofi-nccl's own warnings when it cannot start (aws/aws-ofi-nccl#1020: "NET/OFI OFI fi_getinfo() call
+    # failed: No data available"): NCCL then falls back to its sockets.
+    r"|NET/OFI\b.{0,300}?(?:\bfailed\b|Couldn't|\bERROR\b)"
+)
+_PLUGIN_LOAD = re.compile(r"NET/Plugin ?: ?Plugin load (?:\(\S{1,200}\) )?returned \d{1,9} ?: ?(.*)")
 
 
 def _maybe_failure(line: str) -> bool:
     # Substring tests first: _FAILURE.search costs ten times more and runs on every row otherwise.
     return (
         "failure" in line or "timeout" in line or "MPI_ABORT" in line or "signal" in line
-        or "non-zero" in line or "task " in line or "terminate" in line or "Segmentation" in line
-        or "returned" in line
+        or "non-zero" in line or "task " in line or "returned" in line
     )  # fmt: skip
 
 # (n-1)/n for collectives where each rank's share crosses the bus once, 2(n-1)/n for
@@ -327,6 +352,34 @@ def _finish(result: NcclResult, verdict: Status) -> NcclResult:
     return result
 
 
+def _before_table(result: NcclResult, verdict: Status, ranks: int, binary: str | None,
+                  plugin: list[str]) -> NcclResult:
+    """The verdict on a run that stopped before its result table: ``failed`` with the tool's own error
+    lines as the reasons (already noted, in the log's order), else ``incomplete``."""
+    result.ranks = ranks or None
+    result.collective = result.collective or binary
+    if plugin and verdict == "failed":
+        result.note(f"NCCL could not use its network plugin (noted beside the failure): {plugin[0]}")
+    elif plugin:
+        # Nothing else went wrong, and the run went no further: the plugin is the reason it gives.
+        result.note(f"NCCL could not use its network plugin: {plugin[0]}")
+        verdict = "failed"
+    result.note("no result table: the run stopped before its first size")
+    result.status = "failed" if verdict == "failed" else "incomplete"
+    return result
+
+
+def _plugin_failure(line: str) -> str | None:
+    """The message of a line saying NCCL could not use a network plugin it found; None otherwise."""
+    if "Plugin" not in line and "NET/OFI" not in line:
+        return None
+    if m := _PLUGIN_FAILED.search(line[:1000]):
+        return line[m.start() :][:200]
+    if (m := _PLUGIN_LOAD.search(line[:1000])) and "No such file or directory" not in m.group(1):
+        return line[m.start() :][:200]  # the library is there but does not load (a missing symbol, the wrong ABI)
+    return None
+
+
 def parse(text: str) -> NcclResult:
     """Parse nccl-tests text output (or its ``-J`` JSON file)."""
     if text.lstrip()[:1] == "{":
@@ -338,6 +391,8 @@ def parse(text: str) -> NcclResult:
     ranks = 0
     binary: str | None = None
     avgs: list[float] = []
+    seen = False  # a line only nccl-tests or NCCL prints: a run that stopped before its table is still one
+    plugin: list[str] = []
 
     def close_run() -> None:
         nonlocal run, verdict, ranks
@@ -357,10 +412,12 @@ def parse(text: str) -> NcclResult:
             continue
         if _maybe_failure(line) and (fm := _FAILURE.search(line)):
             failed(f"the test reported a failure: {line[max(0, fm.start() - 60) : fm.end() + 120].strip()}")
+            seen = seen or fm.group(0).startswith("Test")
             continue
         if line[0] == "#":
             if _RANK.match(line):
                 run.ranks += 1
+                seen = True
             elif m := _VERSION.match(line):
                 if run.rows:
                     close_run()
@@ -372,10 +429,12 @@ def parse(text: str) -> NcclResult:
                     close_run()
                 run.starting = True
                 result.collective = m.group(1)
+                seen = True
             elif _NTHREAD.match(line):
                 if run.rows:
                     close_run()
                 run.started = True
+                seen = True
             elif m := _OOB.match(line):
                 run.oob_seen = True
                 count = parse_count(m.group(1))
@@ -409,18 +468,27 @@ def parse(text: str) -> NcclResult:
             result.note("elided lines ('...'): rows are missing from this log")
             continue
         if "WARN" in line and (at := line.find("NCCL WARN")) >= 0:
+            seen = True
             message = line[at + 9 :]
             if _NCCL_WARN_FAULT.search(message[:500]):
                 failed(f"NCCL reported a fault: {message.strip()[:200]}")
             else:
+                if (problem := _plugin_failure(line)) is not None:
+                    plugin.append(problem)
                 result.note("NCCL WARN lines in the log (noted, not judged)")
             continue
         if ("ABORT" in line or "ERROR" in line) and _NCCL_FATAL.search(line[:2000]):
             failed(f"NCCL reported a fatal error: {line.strip()[:200]}")
+            seen = True
             continue
+        if "NCCL INFO" in line:
+            seen = True
+            if (found := _plugin_failure(line)) is not None:
+                plugin.append(found)
         if "NCCL version" in line and (m := _NCCL_VERSION.search(line)):
             # "NCCL version 2.27.3+cuda12.9" (rank 0's banner) is more exact than the header code.
             result.nccl_version = m.group(1)
+            seen = True
             continue
         if lay is not None:
             tokens = line.split()
@@ -437,11 +505,15 @@ def parse(text: str) -> NcclResult:
                 run.rows += 1
                 verdict = worst("incomplete", verdict)
                 continue
+        if crash(line):
+            failed(f"the test crashed: {line[:200]}")
         if binary is None and "_perf" in line and (m := _BINARY.search(line)):
             binary = m.group(1)
-    close_run()
     if lay is None:
-        raise NotToolOutput("not nccl-tests output (no '#  Rank'/size table found)")
+        if not seen and binary is None:
+            raise NotToolOutput("not nccl-tests output (no '#  Rank'/size table found)")
+        return _before_table(result, verdict, max(ranks, run.ranks), binary, plugin)
+    close_run()
     result.ranks = ranks or None
     if not ranks:
         result.note("no '#  Rank' device lines: rank count unknown")

@@ -10,8 +10,13 @@ and still prints one row), so the figure per GPU is the cell in that GPU's colum
 one column is read by rows. Rows may be indented (`` 0     55.20``).
 
 Verdict. ``failed`` when nvbandwidth or CUDA reports an error (``ERROR``, ``CUDA_ERROR_``,
-``failed``, ``terminate called``). ``incomplete`` when a test that started has no ``SUM`` line,
-a matrix cell is not a number (nor ``N/A``), or no test ran at all.
+``failed``, ``terminate called``, or one of nvbandwidth's own assertion lines, ``[<CUDA error
+name>] <description> in expression <call> in <function>() : <file>:<line>`` and ``ASSERT in
+expression ...``) or the process crashed. ``incomplete`` when a test that started has no ``SUM``
+line, a matrix cell is not a number (nor ``N/A``), or no test ran at all. A run that failed
+before its first matrix (CUDA could not start, the first test asserted) is nvbandwidth's when it
+holds its banner (``nvbandwidth Version:``) or one of its own error lines: ``failed`` with that
+line as the reason.
 """
 
 from __future__ import annotations
@@ -19,12 +24,29 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpucluster.parsers.common import NotToolOutput, ParseResult, Status, clean_lines, parse_count, parse_number, worst
+from gpucluster.parsers.common import (
+    NotToolOutput,
+    ParseResult,
+    Status,
+    clean_lines,
+    crash,
+    parse_count,
+    parse_number,
+    worst,
+)
 
 _RUNNING = re.compile(r"Running (\w{1,80})\.?$")
 _TITLE = re.compile(r"memcpy (?:CE|SM) .{1,80}bandwidth \(GB/s\)")
 _SUM = re.compile(r"SUM (\w{1,80}) (\S{1,40})$")
 _ERROR = re.compile(r"\bERROR\b|CUDA_ERROR_\w|\bfailed\b|terminate called|Segmentation fault")
+# nvbandwidth's own error lines (error_handling.h: CUDA_ASSERT, CU_ASSERT, NVML_ASSERT, ASSERT):
+# "[CUDA_ERROR_INVALID_VALUE] invalid argument in expression cuMemSetAccess(...) in f() : file:line",
+# "[cudaErrorUnsupportedPtxVersion] ... in expression ...", "NVML_ERROR: [...] in expression ...",
+# "ASSERT in expression h_errorFlag == 0 in ...".
+_OWN_ERROR = re.compile(r"(?:\[\w{1,80}\] |NVML_ERROR: \[|ASSERT in expression )")
+_IN_EXPRESSION = " in expression "
+# Its banner: a run that failed before its first matrix is still nvbandwidth's.
+_BANNER = ("nvbandwidth Version:", "Built from Git version:")
 
 
 @dataclass
@@ -56,12 +78,19 @@ def parse(text: str) -> NvbandwidthResult:
     current: NvbandwidthTest | None = None
     header: int | None = None  # columns of the current matrix, once its index line was read
     titles = 0
+    seen = False  # its banner or an error line of its own ("Running <test>." is no proof alone)
     for line in clean_lines(text):
         if not line:
             header = None if current is None or current.matrix else header
             continue
-        if line.startswith("nvbandwidth Version:"):
-            result.version = line.split(":", 1)[1].strip()[:40] or None
+        if _IN_EXPRESSION in line and _OWN_ERROR.match(line):
+            result.note(f"nvbandwidth reported an error: {line[:300]}")
+            verdict = "failed"
+            seen = True
+        elif line.startswith(_BANNER):
+            seen = True
+            if line.startswith(_BANNER[0]):
+                result.version = line.split(":", 1)[1].strip()[:40] or None
         elif m := _RUNNING.match(line):
             current, header = NvbandwidthTest(name=m.group(1)), None
             result.tests.append(current)
@@ -73,7 +102,7 @@ def parse(text: str) -> NvbandwidthResult:
             if current is not None and m.group(1) == current.name:
                 current.sum_gbps = parse_number(m.group(2))
             header = None
-        elif _ERROR.search(line[:500]):
+        elif _ERROR.search(line[:500]) or crash(line):
             result.note(f"nvbandwidth reported an error: {line[:200]}")
             verdict = "failed"
         elif current is not None and current.title is not None and current.sum_gbps is None:
@@ -86,7 +115,7 @@ def parse(text: str) -> NvbandwidthResult:
                     result.note(f"{current.name}: unreadable matrix row: {line[:120]}")
                     verdict = worst("incomplete", verdict)
                 current.matrix.append(cells)
-    if titles == 0:
+    if titles == 0 and not seen:
         raise NotToolOutput("not nvbandwidth output (no 'memcpy ... bandwidth (GB/s)' matrix title)")
     for test in result.tests:
         test.per_gpu_gbps = _per_gpu(test.matrix)

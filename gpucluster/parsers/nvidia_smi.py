@@ -25,15 +25,18 @@
 ``table``
     The default table: name, persistence, bus id, ECC, temperature, power, memory, MIG mode.
 ``error``
-    Nothing but nvidia-smi's own error lines (``Unable to determine the device handle for
-    GPU ...``, ``NVIDIA-SMI has failed ...``, ``No devices were found``): always ``failed``.
+    nvidia-smi's own error lines and no output of the other kinds (``Unable to determine the
+    device handle for GPU0000:0B:00.0: Unknown Error``, ``...: GPU is lost``, ``NVIDIA-SMI has
+    failed ...``, ``Failed to initialize NVML: ...``, ``No devices were found``), whatever else the
+    capture holds beside them (a shell prompt): always ``failed``, with those lines as the reasons.
 
 ``status`` is ``failed`` when a GPU reports uncorrectable ECC errors (volatile or
 aggregate), a pending page retirement or row remap, a row-remapping failure, a pending
 channel/TPC repair, unrepairable memory, an exceeded SRAM error threshold, a required reset
 or a recovery action; when a reading is ``ERR!`` (the table's mark for a value the driver
-could not read) or a GPU is lost; or when nvidia-smi says it could not reach a GPU (``Unable
-to determine the device handle``). A counter that is not a plain non-negative integer
+could not read) or a GPU is lost; when nvidia-smi says it could not reach a GPU (``Unable
+to determine the device handle``); or when nvidia-smi crashed (a signal death:
+:func:`~gpucluster.parsers.common.crash`). A counter that is not a plain non-negative integer
 (``nan``, ``-3``, ``1e3``, ``Unknown Error`` in a health field) makes the GPU's health
 unknown: ``incomplete``, never ``ok``. Output cut short is ``incomplete``: fewer ``GPU``
 blocks than ``Attached GPUs``, a full ``-q`` block without its closing ``Processes`` entry, a
@@ -56,6 +59,7 @@ from gpucluster.parsers.common import (
     ParseResult,
     Status,
     clean_lines,
+    crash,
     parse_count,
     parse_number,
     worst,
@@ -83,10 +87,13 @@ _NULLS = {
 }
 _UNKNOWN = {"[Unknown Error]", "Unknown Error"}
 _CSV_FIELD = re.compile(r"[a-z][A-Za-z0-9_.]*(?: \[[^\]]{1,40}\])?")
-# What nvidia-smi prints instead of a GPU it cannot reach, or instead of any output at all.
+# What nvidia-smi prints instead of a GPU it cannot reach ("Unable to determine the device handle
+# for GPU0000:0B:00.0: Unknown Error", "...: GPU is lost.  Reboot the system to recover this GPU"),
+# or instead of any output at all.
 _FATAL_PREFIXES = (
     "Unable to determine the device handle",
     "NVIDIA-SMI has failed",
+    "NVIDIA-SMI couldn't find libnvidia-ml.so",
     "Failed to initialize NVML",
     "No devices were found",
 )
@@ -779,6 +786,13 @@ def _kind(lines: list[str]) -> str | None:
     useful = [line for line in nonblank if not _is_fatal(line)]
     if not useful:
         return "error" if nonblank else None
+    kind = _output_kind(useful)
+    # nvidia-smi's error lines beside no output it could make (a shell prompt, the "NVML library
+    # version" line a driver/library mismatch adds): the failed run of nvidia-smi.
+    return "error" if kind is None and len(useful) < len(nonblank) else kind
+
+
+def _output_kind(useful: list[str]) -> str | None:
     if _NVSMI_LOG in useful:
         return "query"
     if any("NVIDIA-SMI " in line and _TABLE_BANNER.search(line) for line in useful):
@@ -872,7 +886,7 @@ def _verdict(result: NvidiaSmiResult, healths: list[_Health], fatal: list[str], 
         result.note(f"nvidia-smi could not reach a GPU: {line[:200]}")
         status = "failed"
     if errs[0]:
-        result.note(f"ERR!, or a GPU lost or needing a reset, on {errs[0]} line(s), first: {errs[1][:120]}")
+        result.note(f"ERR!, a GPU lost or needing a reset, or a crash, on {errs[0]} line(s), first: {errs[1][:120]}")
         status = "failed"
     for health in healths:
         for what in dict.fromkeys(health.failed):
@@ -897,7 +911,8 @@ def parse(text: str) -> NvidiaSmiResult:
     result = NvidiaSmiResult(kind=kind, status="ok")
     fatal = [line.strip() for line in lines if _is_fatal(line.lstrip())]
     # ERR! (a reading the driver could not take) and a lost GPU are failures wherever they appear.
-    err_lines = [line for line in lines if "ERR!" in line or "GPU is lost" in line or "requires reset" in line]
+    err_lines = [line for line in lines
+                 if "ERR!" in line or "GPU is lost" in line or "requires reset" in line or crash(line)]
     errs = (len(err_lines), err_lines[0].strip() if err_lines else "")
     merger = _Merger(kind)
     healths: list[_Health] = []

@@ -225,3 +225,10 @@ def test_dcgm4_gpu_row_after_a_warning_is_a_result_not_text() -> None:
 def test_a_passing_run_does_not_hide_a_failed_one(failing_first: bool) -> None:
     r = parse(DCGM3_FAIL + DCGM2_PASS if failing_first else DCGM2_PASS + DCGM3_FAIL)
     assert r.status == "failed"
+
+
+def test_dcgmi_without_its_host_engine_is_its_failed_run(sample: Sample) -> None:
+    r = parse(sample("dcgmi_diag_02.txt"))
+    assert r.status == "failed" and r.tests == []
+    assert r.errors == ["unable to establish a connection to the specified host: localhost",
+                        "Unable to connect to host engine. Host engine connection invalid/disconnected."]

@@ -1,7 +1,10 @@
 """Property: a log that reports a failure is never ``ok``, however it was mangled on the way.
 
 Failing logs are built from the real samples (tests/data/samples): the corrupt nccl-tests run
-as published, and passing runs given the failure their tool prints (a perftest completion
+as published, runs that failed before their table as published (a NCCL failure at start-up, a
+perftest client that never connected, nvidia-smi that could not reach a GPU, dcgmi without its
+host engine, an nvbandwidth assertion, gpu-burn that could not start), and passing runs given the
+failure their tool prints (a perftest completion
 error, a FAULTY gpu-burn verdict, ERR! readings in the nvidia-smi table, a NCCL failure line, a
 failing DCGM test). Hypothesis then applies what happens to logs in practice: CRLF line
 endings, lines printed twice, concatenation with a passing run of the same tool (before or
@@ -67,6 +70,15 @@ CASES = [
         "| GPU Memory                | Pass - All                                     |",
         "| GPU Memory                | Fail - GPU: 3                                  |"), "Fail - GPU: 3",
          ("dcgmi_diag_01.txt",)),
+    # Runs that failed before their table (real output, "Failed runs" in SOURCES.md).
+    Case("nccl-tests", lambda: _read("nccl_allreduce_15.txt"), "Test NCCL failure",
+         ("nccl_allreduce_08.txt", "nccl_allreduce_01.txt")),
+    Case("ib_write_bw", lambda: _read("ib_write_bw_05.txt"), "Couldn't connect to", ("ib_write_bw_03.txt",)),
+    Case("nvidia-smi", lambda: _read("nvidia_smi_13.txt"), "Unable to determine the device handle",
+         ("nvidia_smi_10.txt", "nvidia_smi_01.txt")),
+    Case("dcgmi", lambda: _read("dcgmi_diag_02.txt"), "Unable to connect to host engine", ("dcgmi_diag_01.txt",)),
+    Case("nvbandwidth", lambda: _read("nvbandwidth_03.txt"), "ASSERT in expression", ("nvbandwidth_01.txt",)),
+    Case("gpu-burn", lambda: _read("gpu_burn_02.txt"), "Couldn't init a GPU test", ("gpu_burn_01.txt",)),
 ]  # fmt: skip
 
 
