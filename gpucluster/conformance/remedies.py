@@ -267,6 +267,11 @@ _REMEDIES = (
         "Run `dcgmi diag -r LEVEL -j` on the node (LEVEL from `gpucluster_conformance.dcgm_diag_level`, 2 unless "
         "set) and read the warnings of the failing test's GPU entries; output that is not complete JSON means "
         "the diagnostic was cut short (timeout, host engine restart).",
+        "\"Unable to connect to host engine\": nv-hostengine is not running; `systemctl restart nvidia-dcgm` and "
+        "check `journalctl -u nvidia-dcgm`.",
+        "\"every test past the deployment checks was skipped\": nothing was diagnosed; the DCGM package must match "
+        "the driver's CUDA major (`datacenter-gpu-manager-4-cuda12` on a CUDA 12 driver) and the diagnostic must "
+        "see the GPUs idle; rerun with `dcgmi diag -r LEVEL -v` to read why each test skipped.",
         "Memory or PCIe failures on one GPU: drain the node, reset the GPU and rerun; failing again, RMA the GPU "
         "with the `dcgmi diag` output and `nvidia-bug-report.sh` attached.",
     )),

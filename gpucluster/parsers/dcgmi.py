@@ -18,6 +18,11 @@ already failed. A log holding several runs is judged as one: the worst result st
 Rows are split at their ``|`` characters, never with a lazy regex: a lazy group followed by a
 run of blanks backtracks quadratically over a long line of spaces.
 
+A run in which every test was skipped, or every test past the deployment checks (the
+Deployment section, DCGM 4.x's ``software``) was skipped or not run, diagnosed nothing at the
+level asked for: ``incomplete``, never ``ok`` (NVIDIA/DCGM#55: ``dcgmi diag -r 3`` whose tests
+"beyond the level 1 tests" all read ``Skip``).
+
 dcgmi that failed before its table prints ``Error: <message>`` (``Error: Unable to connect to
 host engine. Host engine connection invalid/disconnected.``, ``Error: Unable to complete
 diagnostic for group 2. Return: (-3) ...``): such a line makes the output dcgmi's failed run,
@@ -63,6 +68,8 @@ _ERROR_PREFIX = "Error: "
 _ERROR_WORDS = ("host engine", "hostengine", "specified host", "diagnostic", "Diagnostic", "DCGM", "dcgm", "NVVS",
                 "nvvs", "group", "plugin", "GPU")
 _RAN = "Successfully ran diagnostic for group"
+# DCGM's level-1 checks: the Deployment section (DCGM 2.x/3.x), or the "software" test DCGM 4.x runs them as.
+_DEPLOYMENT_TESTS = ("software",)
 
 
 @dataclass
@@ -289,8 +296,13 @@ def _names(names: list[str]) -> str:
     return shown + (f" and {len(names) - 20} more" if len(names) > 20 else "")
 
 
+def _is_deployment(test: DcgmTest) -> bool:
+    return (test.section or "").lower() == "deployment" or test.name.lower() in _DEPLOYMENT_TESTS
+
+
 def _verdict(result: DcgmiResult, open_tables: int) -> DcgmiResult:
     failed = [t.name for t in result.tests if t.result == "fail"]
+    hardware = [t for t in result.tests if not _is_deployment(t)]
     unknown = [t.name for t in result.tests if t.result is None]
     if failed:
         result.note(f"failed: {_names(failed)}")
@@ -306,6 +318,11 @@ def _verdict(result: DcgmiResult, open_tables: int) -> DcgmiResult:
     elif all(t.result == "skip" for t in result.tests):
         # Nothing was diagnosed (e.g. the DCGM package of another CUDA major skips every plugin).
         result.note(f"every test was skipped: {_names([t.name for t in result.tests])}")
+        result.status = "incomplete"
+    elif hardware and all(t.result == "skip" for t in hardware):
+        # The level-1 checks passed and nothing past them ran: `dcgmi diag -r 3` that diagnosed
+        # no GPU (NVIDIA/DCGM#55: every test "beyond the level 1 tests" skipped) is no pass.
+        result.note(f"every test past the deployment checks was skipped: {_names([t.name for t in hardware])}")
         result.status = "incomplete"
     elif unknown:
         result.status = "incomplete"

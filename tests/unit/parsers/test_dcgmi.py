@@ -7,6 +7,7 @@ guide and in published runs (stas00/ml-engineering quotes a real ``-r 2`` failur
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
@@ -225,6 +226,53 @@ def test_dcgm4_gpu_row_after_a_warning_is_a_result_not_text() -> None:
 def test_a_passing_run_does_not_hide_a_failed_one(failing_first: bool) -> None:
     r = parse(DCGM3_FAIL + DCGM2_PASS if failing_first else DCGM2_PASS + DCGM3_FAIL)
     assert r.status == "failed"
+
+
+# A diagnostic that diagnosed nothing past its deployment checks is never a pass: NVIDIA/DCGM#55
+# (`dcgmi diag -r 3` on DCGM 3.0.4: every Deployment check Pass, every test "beyond the level 1
+# tests" Skip), built from the real 3.3.3 run (dcgmi_diag_01.txt), whose Deployment rows are the same.
+@pytest.mark.parametrize("word", ["Skip - All", "Not Run                    "])
+def test_every_hardware_test_skipped_is_incomplete_never_ok(sample: Sample, word: str) -> None:
+    text = sample("dcgmi_diag_01.txt").replace("Pass - All                 ", word[:27].ljust(27))
+    assert text.count(word.strip()) == 2  # PCIe (Integration) and GPU Memory (Hardware)
+    r = parse(text)
+    assert r.status == "incomplete"
+    assert [t.result for t in r.tests if t.section == "Deployment"] == ["pass"] * 9
+    assert r.notes == ["every test past the deployment checks was skipped: PCIe, GPU Memory"]
+
+
+def test_a_hardware_test_that_ran_is_a_diagnosis(sample: Sample) -> None:
+    text = sample("dcgmi_diag_01.txt").replace(
+        "| GPU Memory                | Pass - All      ", "| GPU Memory                | Skip - All      ")
+    assert parse(text).status == "ok"  # PCIe ran and passed
+
+
+def test_dcgm4_every_hardware_test_skipped_is_incomplete() -> None:
+    r = parse(DCGM4_PASS.replace("| memory                    | Pass ", "| memory                    | Skip ")
+              .replace("GPU0: Pass                                     |\n|                           | GPU1: Pass"
+                       "                                     |\n+------",
+                       "GPU0: Skip                                     |\n|                           | GPU1: Skip"
+                       "                                     |\n+------"))
+    assert [(t.name, t.result) for t in r.tests] == [("software", "pass"), ("memory", "skip")]
+    assert r.status == "incomplete"
+
+
+def test_json_level_3_whose_hardware_tests_all_skipped_is_incomplete(sample: Sample) -> None:
+    """The categories NVIDIA/DCGM#139 posts for `dcgmi diag -r 3 -j` on a T400 (one GPU, every test
+    past Deployment "Skip", ``gpu_id`` a string) added to the real DCGM 3.1.0 JSON's Deployment."""
+    text = sample("dcgmi_diag_json_01.txt")
+    doc = json.loads(text[text.index("{"):])
+    skipped = [{"name": name, "results": [{"gpu_id": "0", "status": "Skip"}]}
+               for name in ("GPU Memory", "Diagnostic", "EUD Test")]
+    doc["DCGM GPU Diagnostic"]["test_categories"] += [
+        {"category": "Integration", "tests": [{"name": "PCIe", "results": [{"gpu_id": "0", "status": "Skip"}]}]},
+        {"category": "Hardware", "tests": skipped},
+        {"category": "Stress", "tests": [{"name": "Targeted Stress", "results": [{"gpu_id": "0", "status": "Skip"}]}]},
+    ]
+    r = parse(json.dumps(doc, indent="\t"))
+    assert r.status == "incomplete"
+    assert r.notes == ["every test past the deployment checks was skipped: PCIe, GPU Memory, Diagnostic, EUD Test, "
+                       "Targeted Stress"]
 
 
 def test_dcgmi_without_its_host_engine_is_its_failed_run(sample: Sample) -> None:
