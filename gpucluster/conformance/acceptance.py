@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 from gpucluster.conformance.expect import Rail
+from gpucluster.conformance.gpu_checks import verdict_problems
 from gpucluster.parsers.kernel_log import SxidEvent, XidEvent
 from gpucluster.parsers.libfabric import NcclNet
 from gpucluster.parsers.sysfs import IbPort, is_mlx5_vf, pcie_gen
@@ -20,13 +21,6 @@ from gpucluster.parsers.sysfs import IbPort, is_mlx5_vf, pcie_gen
 SLOWDOWN_REASONS = ("SW Power Cap", "HW Slowdown", "HW Thermal Slowdown", "HW Power Brake Slowdown",
                     "SW Thermal Slowdown")
 NVLINK_COUNTERS = ("Replay Errors", "Recovery Errors", "CRC Errors")
-
-
-def _status(parsed: dict[str, Any], tool: str) -> list[str]:
-    if parsed.get("status") == "ok":
-        return []
-    notes = "; ".join(str(n) for n in parsed.get("notes", [])[:5])
-    return [f"{tool} {parsed.get('status')}: {notes}"]
 
 
 def dcgm_problems(parsed: dict[str, Any]) -> list[str]:
@@ -39,7 +33,7 @@ def dcgm_problems(parsed: dict[str, Any]) -> list[str]:
             why = next((d.get("text") for d in t.get("details", []) if d.get("kind") in ("warning", "error")), None)
             out.append(f"DCGM {t.get('name')}: {t.get('result')}{where}" + (f": {str(why)[:200]}" if why else ""))
     out += [f"DCGM error: {e}" for e in parsed.get("errors", [])[:5]]
-    return out or _status(parsed, "dcgmi diag")
+    return out or verdict_problems(parsed, "dcgmi diag")
 
 
 def fabric_problems(gpus: list[dict[str, Any]]) -> list[str]:
@@ -309,7 +303,7 @@ def ofi_problems(net: NcclNet) -> list[str]:
 
 
 def nvbandwidth_problems(parsed: dict[str, Any], gpus: int, floor_gbps: float) -> list[str]:
-    out = _status(parsed, "nvbandwidth")
+    out = verdict_problems(parsed, "nvbandwidth")
     tests = {t["name"]: t for t in parsed.get("tests", [])}
     for name in ("host_to_device_memcpy_ce", "device_to_host_memcpy_ce"):
         per_gpu = tests.get(name, {}).get("per_gpu_gbps", {})

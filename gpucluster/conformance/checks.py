@@ -63,9 +63,11 @@ _CHECKS = (
           "Every GPU MUST have the total memory the hardware profile lists (MiB).", ("gpu",)),
     Check("GC-GPU-005", "GPU", "Persistence mode",
           "Persistence mode MUST be enabled on every GPU.", ("gpu",)),
-    Check("GC-GPU-006", "GPU", "ECC health",
-          "ECC MUST be enabled on every GPU, with no uncorrectable errors, no pending row remaps "
-          "and no pending retired pages.", ("gpu",)),
+    Check("GC-GPU-006", "GPU", "GPU health",
+          "ECC MUST be enabled on every GPU, and nvidia-smi -q MUST report every GPU healthy: no uncorrectable "
+          "ECC errors, no pending or failed row remapping or page retirement, no SRAM error threshold exceeded, "
+          "no pending memory repair or unrepairable memory, no reset or recovery action required, and every "
+          "health reading readable.", ("gpu",)),
     Check("GC-GPU-007", "GPU", "No Xid errors",
           "The kernel log since boot MUST be readable and MUST hold no NVIDIA Xid error except those NVIDIA's "
           "Xid catalog attributes to user applications, and on NVSwitch profiles no fatal SXid error.", ("gpu",)),

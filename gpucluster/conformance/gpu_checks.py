@@ -5,22 +5,27 @@ from __future__ import annotations
 from typing import Any
 
 
-def ecc_problems(gpus: list[dict[str, Any]]) -> list[str]:
-    out: list[str] = []
-    for g in gpus:
-        i = g.get("index")
-        if g.get("ecc_mode_current") != "Enabled":
-            out.append(f"GPU {i}: ECC mode {g.get('ecc_mode_current')}")
-        for key in ("ecc_volatile_uncorrectable", "ecc_aggregate_uncorrectable"):
-            if g.get(key):
-                out.append(f"GPU {i}: {g[key]} {key.removeprefix('ecc_').replace('_', ' ')} ECC errors")
-        if g.get("remapped_rows_pending"):
-            out.append(f"GPU {i}: row remap pending")
-        if g.get("remapped_rows_failure"):
-            out.append(f"GPU {i}: row remapping failure")
-        if g.get("retired_pages_pending") in (True, "Yes"):
-            out.append(f"GPU {i}: page retirement pending")
-    return out
+def verdict_problems(parsed: dict[str, Any], tool: str, limit: int = 5) -> list[str]:
+    """The parser's verdict as a problem line: nothing when it is ``ok``, else its status and its
+    notes, which begin with the tool's own error lines. A check that reads a parser's output judges
+    what the parser judged through this, never by a rule of its own."""
+    if parsed.get("status") == "ok":
+        return []
+    notes = [str(n) for n in parsed.get("notes", [])]
+    more = f" (and {len(notes) - limit} more)" if len(notes) > limit else ""
+    return [f"{tool} {parsed.get('status')}: {'; '.join(notes[:limit])}{more}"]
+
+
+def gpu_health_problems(parsed: dict[str, Any]) -> list[str]:
+    """GC-GPU-006 over ``nvidia-smi -q`` as :func:`gpucluster.parsers.parse_run` read it: ECC enabled
+    on every GPU (the check's own expectation: a setting, not a health reading), then the parser's
+    verdict, the one judge of GPU health (gpucluster.parsers.nvidia_smi): uncorrectable ECC errors,
+    pending or failed row remaps and page retirements, an exceeded SRAM error threshold, pending
+    channel/TPC repairs, unrepairable memory, a required reset or drain, a recovery action, ERR!
+    readings, a lost or unreachable GPU, a health counter that cannot be read."""
+    out = [f"GPU {g.get('index')}: ECC mode {g.get('ecc_mode_current')}" for g in parsed.get("gpus", [])
+           if g.get("ecc_mode_current") != "Enabled"]
+    return out + verdict_problems(parsed, "nvidia-smi -q", limit=16)
 
 
 def nvlink_problems(gpus: list[dict[str, Any]], links_per_gpu: int) -> list[str]:

@@ -108,13 +108,16 @@ _REMEDIES = (
         f"Rerun `{_CONVERGE.format(tag='nvidia_driver')}` (with `nvidia_driver_persistenced_enabled: true`).",
     )),
     Remedy("GC-GPU-006", (
-        "Run `nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT` on the node and note the GPU's serial "
-        "(`nvidia-smi -q | grep Serial`).",
-        "Pending row remaps or retired pages clear with a GPU reset: drain the node, `nvidia-smi -r -i N` or "
-        "reboot, and run verify again.",
-        "ECC disabled: `nvidia-smi -e 1` then reboot. Uncorrectable errors that come back after a reset, or a "
-        "row-remapping failure, mean RMA: open a case with the vendor, attaching `nvidia-bug-report.sh` output "
-        "and the serial.",
+        "Run `nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT` and `nvidia-smi -q | grep -iE 'reset|recovery'` "
+        "on the node and note the GPU's serial (`nvidia-smi -q | grep Serial`).",
+        "Pending row remaps or retired pages, \"reset required\" and a recovery action of Reset clear with a GPU "
+        "reset: drain the node, `nvidia-smi -r -i N` or reboot, and run verify again; a recovery action of "
+        "Reboot needs the reboot.",
+        "\"nvidia-smi could not reach a GPU\" (Unable to determine the device handle, GPU is lost): the GPU fell "
+        "off the bus; reboot, and if it stays lost reseat it or RMA it.",
+        "ECC disabled: `nvidia-smi -e 1` then reboot. Uncorrectable errors that come back after a reset, a "
+        "row-remapping failure, unrepairable memory or an exceeded SRAM error threshold mean RMA: open a case "
+        "with the vendor, attaching `nvidia-bug-report.sh` output and the serial.",
     )),
     Remedy("GC-GPU-007", (
         "\"The kernel log could not be read\": the check runs `journalctl -k -b` and then `dmesg`; give the "

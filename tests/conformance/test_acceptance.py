@@ -13,6 +13,7 @@ import pytest
 
 from gpucluster.conformance import acceptance as acc
 from gpucluster.conformance import expect, gpu_burn
+from gpucluster.conformance.gpu_checks import verdict_problems
 from gpucluster.conformance.remote import SshRemote
 from gpucluster.parsers import libfabric, parse_run, sysfs
 from gpucluster.render.services import required_services
@@ -119,7 +120,9 @@ def test_nvlinks_at_speed(node):
     speed = _stated(lambda: expect.profile_number(node.profile, "gpu", "nvlink_gbps_per_link"))
     _need(node, "nvidia-smi")
     res = node.run("nvidia-smi nvlink -s 2>&1")
-    problems = acc.nvlink_speed_problems(parse_run("nvidia-smi", res.stdout, res.rc).get("gpus", []), speed)
+    parsed = parse_run("nvidia-smi", res.stdout, res.rc)
+    problems = acc.nvlink_speed_problems(parsed.get("gpus", []), speed)
+    problems += verdict_problems(parsed, "nvidia-smi nvlink -s")
     assert not problems, "; ".join(problems)
 
 

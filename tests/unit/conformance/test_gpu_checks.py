@@ -1,20 +1,19 @@
 from __future__ import annotations
 
 from gpucluster.conformance.gpu_burn import parse_samples
-from gpucluster.conformance.gpu_checks import ecc_problems, gpu_burn_rows, nvlink_problems
-from gpucluster.parsers import parse
+from gpucluster.conformance.gpu_checks import gpu_burn_rows, gpu_health_problems, nvlink_problems
+from gpucluster.parsers import parse, parse_run
 
 
-def test_healthy_h100_has_no_ecc_problems(sample_text):
-    gpus = parse("nvidia-smi", sample_text("nvidia_smi_01.txt"))["gpus"]
-    assert gpus and ecc_problems(gpus) == []
+def test_healthy_h100_has_no_health_problems(sample_text):
+    parsed = parse_run("nvidia-smi", sample_text("nvidia_smi_01.txt"), 0)
+    assert parsed["gpus"] and gpu_health_problems(parsed) == []
 
 
-def test_ecc_problems_named():
-    g = {"index": 2, "ecc_mode_current": "Enabled", "ecc_volatile_uncorrectable": 3, "remapped_rows_pending": True}
-    probs = ecc_problems([g, {"index": 0, "ecc_mode_current": "Disabled"}])
-    assert any("GPU 2: 3 volatile uncorrectable" in p for p in probs)
-    assert any("row remap pending" in p for p in probs) and any("GPU 0: ECC mode Disabled" in p for p in probs)
+def test_ecc_mode_is_the_checks_own_and_health_is_the_parsers(sample_text):
+    parsed = parse_run("nvidia-smi", sample_text("nvidia_smi_01.txt"), 0)
+    parsed["gpus"][0]["ecc_mode_current"] = "Disabled"
+    assert gpu_health_problems(parsed) == ["GPU 0: ECC mode Disabled"]
 
 
 def test_nvlinks_from_real_output(sample_text):
