@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpucluster.errors import InputError
 from gpucluster.inventory import SCHEMA_VERSION, parse_inventory_text
 from gpucluster.spec.loader import validation_problems
-from gpucluster.spec.models import Cidr, IfName, IPv4
+from gpucluster.spec.models import Cidr, IfName, IPv4, OsId
 
 SCHEMA_VAR = "gpucluster_inventory_schema"
 _REGENERATE = "write the inventory again with `gpucluster inventory` (or `gpucluster lab up`)"
@@ -68,6 +68,14 @@ class InventoryHost(_Open):
     gpucluster_preinstalled: Literal["adopt_or_replace", "adopt_or_fail"]
 
 
+class InventoryLinkFloors(BaseModel):
+    """gpucluster.outputs.LinkFloors as the inventory carries it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    allreduce_inter_busbw_gbps: float = Field(gt=0)
+    allreduce_inter_verdict_bytes: int = Field(ge=1)
+
+
 class InventoryCapabilities(BaseModel):
     """What the target's nodes can do (gpucluster.outputs.Capabilities, which the target exported).
 
@@ -81,6 +89,10 @@ class InventoryCapabilities(BaseModel):
     debian_nonfree_sources: bool
     fuse_device: bool
     small_disks: bool
+    gpu_devices: bool
+    rdma_devices: bool
+    runs_os: OsId | None
+    link_floors: InventoryLinkFloors | None
 
 
 class InventoryConformance(BaseModel):

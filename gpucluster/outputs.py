@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpucluster.errors import InputError
 from gpucluster.spec.cluster import MAX_NODES, Cluster
 from gpucluster.spec.loader import MAX_DEPTH, MAX_INT_DIGITS, capped, read_bounded, validation_problems
-from gpucluster.spec.models import AbsPath, Cidr, CrushBucketName, FabricType, IfName, IPv4, Name, Role
+from gpucluster.spec.models import AbsPath, Cidr, CrushBucketName, FabricType, IfName, IPv4, Name, OsId, Role
 
 SCHEMA_VERSION = 1
 # 50,000 nodes (MAX_NODES) as `pulumi stack output --json` prints them come to about 20 MB.
@@ -72,6 +72,13 @@ class OutputStorage(_Out):
     cephfs_mount_path: AbsPath | None = None
 
 
+class LinkFloors(_Out):
+    """What a lab's links carry (an MPI all-reduce over TCP between namespaces of one host)."""
+
+    allreduce_inter_busbw_gbps: float = Field(gt=0)
+    allreduce_inter_verdict_bytes: int = Field(ge=1)
+
+
 class Capabilities(_Out):
     """What the target's nodes can do, stated by the target so that no role asks which target it runs on.
 
@@ -90,12 +97,26 @@ class Capabilities(_Out):
     fuse_device: bool = True
     # The nodes' disks are small and shared with other machines (Ceph monitors warn later about free space).
     small_disks: bool = False
+    # The nodes have the GPUs their hardware profile lists. False where the machines cannot (lab
+    # nodes, a platform twin of a GPU server): what only a GPU needs (the container toolkit the
+    # profile's GPUs require) is then not required, and the GPU checks skip, saying why.
+    gpu_devices: bool = True
+    # The nodes have the RDMA devices (HCAs, EFA) their platform lists on its rails. False where they
+    # cannot (a twin's ports are veth pairs): the checks that need an RDMA device skip, saying why.
+    rdma_devices: bool = True
+    # The OS the nodes run where the target cannot give them the spec's (a platform twin boots
+    # Debian 12, the only archive the lab reaches): GC-OS-001 checks the node against it and says
+    # so; the roles still resolve every OS-specific choice for the spec's OS. None: the spec's.
+    runs_os: OsId | None = None
+    # The fabric floors in place of the platform's, where the nodes' links are not the platform's
+    # (a twin's veths on one host: the platform's floors are for GPUs over RDMA, which it has not).
+    link_floors: LinkFloors | None = None
 
 
 # The lab's nodes: systemd-nspawn containers on one host, sharing its disk, with no route to NVIDIA,
 # Debian's non-free components in their sources from the start and no /dev/fuse of their own.
 LAB_CAPABILITIES = Capabilities(heavy_packages=False, nvidia_repo=False, debian_nonfree_sources=True,
-                                fuse_device=False, small_disks=True)
+                                fuse_device=False, small_disks=True, gpu_devices=False, rdma_devices=False)
 
 
 def target_capabilities(cluster: Cluster) -> Capabilities:

@@ -6,8 +6,8 @@ Every target hands off the same two files, in one folder per cluster:
   exports);
 - ``inventory.yml``: what ``gpucluster inventory`` makes of them.
 
-The folder is the lab's own folder for a lab (``<target.state_dir>/<name>/``, beside the lab's
-state, SSH key and nodes), and ``$GPUCLUSTER_STATE_DIR/clusters/<name>/`` for every other target
+The folder is the lab's own folder for a lab or a platform twin (``<state_dir>/<name>/``, beside
+the lab's state, SSH key and nodes), and ``$GPUCLUSTER_STATE_DIR/clusters/<name>/`` for every other target
 (the folder that already holds the cluster's known_hosts, :mod:`gpucluster.runs`). Run folders of
 converge and verify go under one ``runs/`` folder.
 
@@ -75,7 +75,9 @@ class StackPaths:
 def stack_paths(cluster: Cluster) -> StackPaths:
     """The files of the stack a loaded spec describes."""
     target = cluster.spec.target
-    state_root = Path(target.state_dir) if isinstance(target, LabTarget) else None
+    twin = cluster.spec.twin
+    state_root = (Path(target.state_dir) if isinstance(target, LabTarget)
+                  else Path(twin.state_dir) if twin is not None else None)
     folder = lab_dir(state_root, cluster.name) if state_root is not None else cluster_dir(cluster.name)
     return StackPaths(
         stack=Path(str(cluster.source)),

@@ -389,7 +389,7 @@ def run_mocked(
     return records, plain_inputs(resolved)
 
 
-def _import_program(module: str) -> Any:
+def import_program(module: str) -> Any:
     """A module of the Pulumi program, :mod:`gpucluster.stacks` (installed with the package)."""
     try:
         return importlib.import_module(f"{PROGRAM}.{module}")
@@ -403,7 +403,7 @@ def target_module(kind: str) -> Any:
     """``gpucluster.stacks.targets.<kind>``; InputError when that target is not written yet."""
     name = f"targets.{kind}"
     try:
-        return _import_program(name)
+        return import_program(name)
     except ModuleNotFoundError as exc:
         if exc.name == f"{PROGRAM}.{name}":
             raise InputError(f"target {kind!r} has no Pulumi program yet (stacks/targets/{kind}.py)") from None
@@ -413,7 +413,7 @@ def target_module(kind: str) -> Any:
 def plan_cluster(cluster: Cluster) -> Plan:
     """Run the target's program for ``cluster`` under the mocks and apply the policy rules."""
     module = target_module(cluster.spec.target.kind)
-    policy = _import_program("policy")
+    policy = import_program("policy")
     started = time.perf_counter()
     records, outputs = run_mocked(lambda: module.deploy(cluster), stack=cluster.stack)
     results: list[PolicyResult] = policy.evaluate(records, cluster.spec.target.kind)

@@ -44,7 +44,7 @@ from typing import Any, Protocol, TextIO
 
 from gpucluster import hostkeys, runs
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
-from gpucluster.paths import RUNS_DIR, StackPaths, stack_paths
+from gpucluster.paths import RUNS_DIR, StackPaths, cluster_dir, stack_paths
 from gpucluster.plan import PROGRAM, PolicyResult, Resource, plain_inputs
 from gpucluster.spec import Cluster, load_spec
 
@@ -519,7 +519,7 @@ def _up(summary: UpSummary, stack_file: Path, *, start: str | None, out: TextIO,
     summary.state_file = str(state_file)
     stages_state: dict[str, Any] = {} if fresh else read_state(state_file).get("stages", {})
     first = 0 if fresh else _first_to_run(plan, stages_state, start)
-    cloud = kind != "lab"
+    cloud = not on_lab(cluster)
     # Before anything is created or destroyed: the tools and the consent a cloud run needs. The
     # lab needs no --yes (nothing is paid for).
     if cloud and (fresh or first <= STAGES.index("provision")):
@@ -622,7 +622,7 @@ def _run_stage(plan: Plan, name: str, out: TextIO,
     if name == "spec":
         return cli(["spec", "validate", "--stack", stack], out)
     if name == "provision":
-        if plan.cluster.spec.target.kind == "lab":
+        if on_lab(plan.cluster):
             return cli(["lab", "up", "--stack", stack], out)
         (provision or PulumiProvision())(plan.stack_file, paths, out)
         return EXIT_OK
@@ -654,6 +654,12 @@ class DownResult:
         return {**asdict(self), "ok": self.exit_code == EXIT_OK}
 
 
+def on_lab(cluster: Cluster) -> bool:
+    """Whether the stack boots on this host: the lab target, or a platform twin of a real target
+    (its provision is `gpucluster lab up`, its teardown `gpucluster lab down`; no Pulumi, nothing paid)."""
+    return cluster.spec.target.kind == "lab" or cluster.spec.twin is not None
+
+
 def _node_hosts(outputs_file: Path) -> list[str]:
     """The nodes' addresses as known_hosts names them (``addr``, or ``[addr]:port``), from the
     stack outputs; none when there are no readable outputs."""
@@ -679,12 +685,16 @@ def tear_down(cluster: Cluster, stack_file: Path, out: TextIO, *,
     """
     result = result or DownResult(stack=str(stack_file), target=cluster.spec.target.kind)
     paths = stack_paths(cluster)
-    stack_name = pulumi_stack_name(stack_file) if cluster.spec.target.kind != "lab" else cluster.name
-    if cluster.spec.target.kind == "lab":
+    stack_name = pulumi_stack_name(stack_file) if not on_lab(cluster) else cluster.name
+    if on_lab(cluster):
+        hosts = _node_hosts(paths.outputs_file)
         rc = cli(["lab", "down", "--stack", str(stack_file)], out)
         if rc != EXIT_OK:
             return rc
         result.destroyed = True
+        if cluster.spec.twin is not None:
+            # A twin's converge records host keys where its real target's would (the cluster's folder).
+            result.forgotten_host_keys = hostkeys.forget(cluster_dir(cluster.name) / hostkeys.KNOWN_HOSTS, hosts)
     else:
         opener = open_stack or open_pulumi_stack
         stack = opener(stack_file, False)
@@ -721,7 +731,7 @@ def run_down(stack_file: Path, *, out: TextIO = sys.stderr, yes: bool = False, c
     try:
         cluster = load_spec(stack_file)
         result.target = cluster.spec.target.kind
-        if result.target != "lab":
+        if not on_lab(cluster):
             pulumi_stack_name(stack_file)
             if open_stack is None:
                 need_pulumi_cli()

@@ -80,7 +80,8 @@ def _where(stack: str) -> tuple[Path, str, StackPaths]:
     """The lab's state root and name (gpucluster/paths.py); InputError for a stack that is no lab."""
     found = stack_paths(load_spec(stack))
     if found.lab_state_root is None:
-        raise InputError(f"gpucluster.target.kind: {found.target!r}; `gpucluster lab` needs kind: lab", source=stack)
+        raise InputError(f"gpucluster.target.kind: {found.target!r}; `gpucluster lab` needs kind: lab, or a "
+                         "gpucluster:twin block (a platform twin)", source=stack)
     return found.lab_state_root, found.cluster, found
 
 

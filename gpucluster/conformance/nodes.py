@@ -40,21 +40,48 @@ class NodeInfo:
     # Where the other nodes reach it (mpirun's ssh), and the address its own logins to them come
     # from; ``address`` is how the controller reaches it (maybe through a bastion).
     management_ip: str = ""
+    # What the target's nodes can do (gpucluster.outputs.Capabilities, the inventory's
+    # gpucluster_capabilities): a node that cannot have its profile's GPUs or its platform's RDMA
+    # devices (a lab, a platform twin) is expected without them, and the checks say why they skip.
+    capabilities: dict[str, Any] = field(default_factory=dict)
 
     @property
     def gpu_count(self) -> int:
-        return int(self.profile["gpu"]["count"])
+        """The GPUs the node has: its profile's, or none where the target states its nodes have none."""
+        return int(self.profile["gpu"]["count"]) if self.capabilities.get("gpu_devices", True) else 0
 
     @property
     def hca_count(self) -> int:
-        """RDMA devices on the platform's compute rails (EFA included); storage and frontend ports never."""
+        """RDMA devices on the platform's compute rails (EFA included); storage and frontend ports never;
+        none where the target states its nodes have no RDMA device."""
+        if not self.capabilities.get("rdma_devices", True):
+            return 0
         return platform_rail_count(self.platform, RDMA_KINDS)
 
+    def no_gpu_reason(self) -> str:
+        """Why the node has no GPU to check."""
+        listed = int(self.profile["gpu"]["count"])
+        if listed and not self.capabilities.get("gpu_devices", True):
+            return (f"the target states its nodes have no GPU devices (capabilities.gpu_devices: false), "
+                    f"where profile {self.profile_name} lists {listed}")
+        return f"profile {self.profile_name} has no GPU"
+
+    def no_hca_reason(self) -> str:
+        """Why the node has no RDMA device to check."""
+        if platform_rail_count(self.platform, RDMA_KINDS) and not self.capabilities.get("rdma_devices", True):
+            return (f"the target states its nodes have no RDMA devices (capabilities.rdma_devices: false), "
+                    f"where platform {self.platform_name} lists them on its compute rails")
+        return f"platform {self.platform_name} has no HCA on a compute rail"
+
     def floor(self, key: str) -> Any:
-        """A floor from the profile's floors (the GPUs'), else the platform's (the network's); None if neither."""
+        """A floor from the profile's floors (the GPUs'), else the target's stated link floors (a twin's
+        links are not the platform's), else the platform's (the network's); None if none."""
         floors = self.profile.get("floors") or {}
         if floors.get(key) is not None:
             return floors[key]
+        links = self.capabilities.get("link_floors") or {}
+        if key in links:
+            return links[key]
         return (self.platform.get("floors") or {}).get(key)
 
 
@@ -126,6 +153,7 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
             host_vars=dict(raw_hosts[name]),
             rails=tuple(r.model_dump() for r in hv.gpucluster_rails),
             management_ip=hv.gpucluster_management_ip,
+            capabilities=inv.vars.gpucluster_capabilities.model_dump(),
         )
         for name, hv in inv.hosts.items()
     ]

@@ -317,11 +317,11 @@ class Node:
 
     def require_gpus(self) -> None:
         if self.info.gpu_count == 0:
-            pytest.skip(f"profile {self.info.profile_name} has no GPU")
+            pytest.skip(self.info.no_gpu_reason())
 
     def require_hcas(self) -> None:
         if self.info.hca_count == 0:
-            pytest.skip(f"platform {self.info.platform_name} has no HCA on a compute rail")
+            pytest.skip(self.info.no_hca_reason())
 
     def in_container(self) -> str | None:
         res = self.run("systemd-detect-virt --container 2>/dev/null || true")

@@ -18,7 +18,7 @@ from gpucluster import paths
 from gpucluster.errors import InputError
 from gpucluster.lab.rootfs import DEFAULT_PACKAGES, rootfs_key
 from gpucluster.spec.cluster import Cluster
-from gpucluster.spec.models import LabTarget
+from gpucluster.spec.models import LabTarget, TwinRef
 
 FABRIC_INTERFACE = "eth1"
 MANAGEMENT_INTERFACE = "eth0"
@@ -41,16 +41,32 @@ class RailLink:
 
 
 @dataclass(frozen=True)
+class NodeFile:
+    """A file the lab writes into a node before it boots (a twin's image carries it)."""
+
+    path: str  # absolute, under /etc
+    content: str
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
 class NodeLayout:
     name: str
     management_ip: str
     fabric_ip: str
     netns: str
-    veth_management: str  # host end; the node end is eth0
-    veth_fabric: str  # host end; the node end is eth1
+    veth_management: str  # host end; the node end is management_interface
+    veth_fabric: str  # host end; the node end is fabric_interface
     data_disks: int
     data_disk_gb: int
     rails: tuple[RailLink, ...] = ()
+    # The node ends' names. A twin names management as its platform's image does, and has no
+    # lab-addressed fabric link (None): its fabric address is the roles' to put on a rail's port.
+    management_interface: str = MANAGEMENT_INTERFACE
+    fabric_interface: str | None = FABRIC_INTERFACE
+    # The management port's MAC where the target's network-config matches it by MAC (a twin).
+    management_mac: str | None = None
+    files: tuple[NodeFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,8 @@ class LabLayout:
     # One bridge per compute rail (no host address: the rails join nodes only), and its subnet.
     rail_bridges: tuple[str, ...] = ()
     rail_cidrs: tuple[str, ...] = ()
+    # The twin file this lab is shaped by (gpucluster/data/twins/), or None for the lab target.
+    twin: str | None = None
 
     # --- derived paths ------------------------------------------------------------
     @property
@@ -131,7 +149,8 @@ class LabLayout:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["packages"] = list(self.packages)
-        data["nodes"] = [{**asdict(n), "rails": [asdict(r) for r in n.rails]} for n in self.nodes]
+        data["nodes"] = [{**asdict(n), "rails": [asdict(r) for r in n.rails], "files": [asdict(f) for f in n.files]}
+                         for n in self.nodes]
         data["rail_bridges"] = list(self.rail_bridges)
         data["rail_cidrs"] = list(self.rail_cidrs)
         return data
@@ -151,6 +170,8 @@ class LabLayout:
             n = dict(raw)
             n["data_disks"], n["data_disk_gb"] = int(n["data_disks"]), int(n["data_disk_gb"])
             n["rails"] = tuple(RailLink(**dict(r)) for r in n.get("rails") or ())
+            n["files"] = tuple(NodeFile(str(f["path"]), str(f["content"]), int(f["mode"]))
+                               for f in n.get("files") or ())
             nodes.append(NodeLayout(**n))
         fields["nodes"] = tuple(nodes)
         return cls(**fields)
@@ -163,11 +184,20 @@ class LabLayout:
         return data
 
 
-def layout_lab(cluster: Cluster, *, packages: tuple[str, ...] = DEFAULT_PACKAGES) -> LabLayout:
+def lab_settings(cluster: Cluster) -> LabTarget | TwinRef:
+    """Where and how the stack's lab boots: the lab target's settings, or a twin's."""
     target = cluster.spec.target
+    if isinstance(target, LabTarget):
+        return target
+    if cluster.spec.twin is not None:
+        return cluster.spec.twin
+    raise InputError(f"gpucluster.target.kind: {target.kind!r}; `gpucluster lab` needs kind: lab, or a "
+                     "gpucluster:twin block (a platform twin of the stack)", source=str(cluster.source))
+
+
+def layout_lab(cluster: Cluster, *, packages: tuple[str, ...] = DEFAULT_PACKAGES) -> LabLayout:
+    target = lab_settings(cluster)
     source = str(cluster.source)
-    if not isinstance(target, LabTarget):
-        raise InputError(f"gpucluster.target.kind: {target.kind!r}; `gpucluster lab` needs kind: lab", source=source)
     fabric = cluster.spec.fabric
     problems = []
     mgmt = ipaddress.IPv4Network(fabric.management_cidr)

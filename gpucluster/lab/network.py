@@ -1,8 +1,9 @@
 """Bridges on the host, one network namespace per node, veth pairs between them.
 
-Management: ``eth0`` in the node, its host end on the management bridge (the host and the
-apt proxy hold the subnet's first address). Fabric: ``eth1``, on the fabric bridge, with
-the spec's MTU end to end. Compute rails (GPU nodes): one veth per rail onto the rail's own
+Management: ``eth0`` in the node (a twin's: its platform's name), its host end on the management
+bridge (the host and the apt proxy hold the subnet's first address). Fabric: ``eth1``, on the
+fabric bridge, with the spec's MTU end to end (a twin has none: its fabric address is the roles'
+to put on a rail's port). Compute rails (GPU nodes): one veth per rail onto the rail's own
 bridge, which has the spec's MTU and no host address; the node end is left down, without an
 address and at the kernel's default MTU, for the fabric_rails role to configure as on a real node.
 Nothing is routed or NATed: nodes reach only each other and the proxy, which is the only thing
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.lab.host import run
-from gpucluster.lab.layout import FABRIC_INTERFACE, MANAGEMENT_INTERFACE, LabLayout, NodeLayout
+from gpucluster.lab.layout import LabLayout, NodeLayout
 
 NETNS_DIR = Path("/run/netns")
 
@@ -104,10 +105,10 @@ def delete_netns(name: str) -> bool:
 def node_links_ok(plan: LabLayout, node: NodeLayout) -> bool:
     if not netns_exists(node.netns):
         return False
-    want = {
-        MANAGEMENT_INTERFACE: (_with_prefix(node.management_ip, plan.management_cidr), 1500, node.veth_management),
-        FABRIC_INTERFACE: (_with_prefix(node.fabric_ip, plan.fabric_cidr), plan.mtu, node.veth_fabric),
-    }
+    want = {node.management_interface: (_with_prefix(node.management_ip, plan.management_cidr), 1500,
+                                        node.veth_management)}
+    if node.fabric_interface is not None:
+        want[node.fabric_interface] = (_with_prefix(node.fabric_ip, plan.fabric_cidr), plan.mtu, node.veth_fabric)
     for ifname, (address, mtu, host_end) in want.items():
         inner = _link(ifname, node.netns)
         outer = _link(host_end)
@@ -117,6 +118,8 @@ def node_links_ok(plan: LabLayout, node: NodeLayout) -> bool:
             return False
         if outer.get("master") not in (plan.management_bridge, plan.fabric_bridge):
             return False
+    if node.management_mac and _link(node.management_interface, node.netns).get("address") != node.management_mac:
+        return False
     for rail in node.rails:
         # The node end's address, MTU and state are the fabric_rails role's: only the link is the lab's.
         outer = _link(rail.veth)
@@ -126,25 +129,26 @@ def node_links_ok(plan: LabLayout, node: NodeLayout) -> bool:
 
 
 def ensure_node_links(plan: LabLayout, node: NodeLayout) -> bool:
-    """The node's namespace with eth0 and eth1 addressed and bridged; return whether it changed."""
+    """The node's namespace with its management (and the lab's fabric) link addressed and bridged,
+    and its rails' links made; return whether it changed."""
     if node_links_ok(plan, node):
         return False
     if not netns_exists(node.netns):
         run(["ip", "netns", "add", node.netns], f"{node.name}: network namespace")
     ns = ["ip", "-n", node.netns]
     run([*ns, "link", "set", "lo", "up"], f"{node.name}: loopback")
-    pairs = (
-        (node.veth_management, MANAGEMENT_INTERFACE, plan.management_bridge, 1500,
-         _with_prefix(node.management_ip, plan.management_cidr)),
-        (node.veth_fabric, FABRIC_INTERFACE, plan.fabric_bridge, plan.mtu,
-         _with_prefix(node.fabric_ip, plan.fabric_cidr)),
-    )
-    for host_end, inner, bridge, mtu, address in pairs:
+    pairs = [(node.veth_management, node.management_interface, plan.management_bridge, 1500,
+              _with_prefix(node.management_ip, plan.management_cidr), node.management_mac)]
+    if node.fabric_interface is not None:
+        pairs.append((node.veth_fabric, node.fabric_interface, plan.fabric_bridge, plan.mtu,
+                      _with_prefix(node.fabric_ip, plan.fabric_cidr), None))
+    for host_end, inner, bridge, mtu, address, mac in pairs:
         # Start each pair afresh: a half-made one (after Ctrl-C) is simpler to replace than to mend.
         delete_link(host_end)
         run([*ns, "link", "delete", inner], f"{node.name}: {inner}", check=False)
+        peer_mac = ["address", mac] if mac else []
         run(["ip", "link", "add", host_end, "mtu", str(mtu), "type", "veth", "peer", "name", inner,
-             "mtu", str(mtu), "netns", node.netns], f"{node.name}: veth {inner}")
+             "mtu", str(mtu), *peer_mac, "netns", node.netns], f"{node.name}: veth {inner}")
         run(["ip", "link", "set", host_end, "master", bridge, "up"], f"{node.name}: veth {inner}")
         run([*ns, "addr", "add", address, "dev", inner], f"{node.name}: address on {inner}")
         run([*ns, "link", "set", inner, "up"], f"{node.name}: {inner} up")

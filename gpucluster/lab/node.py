@@ -127,6 +127,8 @@ def ensure_files(plan: LabLayout, node: NodeLayout, authorized_key: str, disks: 
     # No DNS server is reachable from a node: names come from /etc/hosts, apt goes through the proxy.
     changed |= _write(root / "etc/resolv.conf", "# gpucluster lab: no DNS; names are in /etc/hosts.\n")
     changed |= _write(root / "etc/gpucluster/data-disks.json", json.dumps(disks) + "\n")
+    for f in node.files:
+        changed |= _write(root / f.path.lstrip("/"), f.content, f.mode)
     return changed, host_key.with_suffix(".pub").read_text().strip()
 
 

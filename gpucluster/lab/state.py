@@ -83,7 +83,7 @@ def _plan_problem(plan: LabLayout, lab_dir: Path) -> str | None:
     if Path(plan.state_root) / plan.name != lab_dir or not re.fullmatch(_NAME, plan.name):
         return f"its plan is for lab {plan.name!r} under {plan.state_root!r}, not {lab_dir}"
     for bridge in (plan.management_bridge, plan.fabric_bridge, *plan.rail_bridges):
-        if not re.fullmatch(r"gc[0-9a-f]{8}([mf]|r[0-7])", bridge):
+        if not re.fullmatch(r"gc[0-9a-f]{8}([mf]|r[0-9]{1,2})", bridge):
             return f"bridge {bridge!r} is not a lab bridge name"
     for n in plan.nodes:
         if not re.fullmatch(_NAME, n.name):
@@ -93,8 +93,12 @@ def _plan_problem(plan: LabLayout, lab_dir: Path) -> str | None:
         if not all(re.fullmatch(r"gv[0-9a-f]{8}[mf]", v) for v in (n.veth_management, n.veth_fabric)):
             return f"node {n.name!r} names links {n.veth_management!r}, {n.veth_fabric!r}"
         for rail in n.rails:
-            if not re.fullmatch(r"gv[0-9a-f]{8}r[0-7]", rail.veth) or rail.bridge not in plan.rail_bridges:
+            if not re.fullmatch(r"gv[0-9a-f]{8}r[0-9]{1,2}", rail.veth) or rail.bridge not in plan.rail_bridges:
                 return f"node {n.name!r} names the rail link {rail.veth!r} on {rail.bridge!r}"
+        for f in n.files:
+            # Written into the node's overlay: only a plain path under the node's /etc.
+            if not re.fullmatch(r"/etc(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)+", f.path) or "/../" in f.path:
+                return f"node {n.name!r} names the file {f.path!r}"
     return None
 
 

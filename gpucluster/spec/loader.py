@@ -34,13 +34,23 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 
 from gpucluster.errors import InputError
 from gpucluster.spec.cluster import Cluster, expand_nodes, pool_platform, rail_platform
-from gpucluster.spec.models import TARGET_KINDS, Bom, ClusterSpec, HardwareProfile, LabTarget, Platform, Secret
+from gpucluster.spec.models import (
+    TARGET_KINDS,
+    Bom,
+    ClusterSpec,
+    HardwareProfile,
+    LabTarget,
+    Platform,
+    Secret,
+    TwinFile,
+)
 
 NAMESPACE = "gpucluster"
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_BOM = DATA_DIR / "bom.yaml"
 PROFILE_DIR = DATA_DIR / "profiles"
 PLATFORM_DIR = DATA_DIR / "platforms"
+TWIN_DIR = DATA_DIR / "twins"
 
 # A bare-metal stack file that declares every node of the largest cluster we accept
 # (MAX_NODES, with MACs, disks and racks) is about 12 MB; a cloud one is a few KB.
@@ -451,7 +461,7 @@ def _spec_problems(exc: ValidationError, refused: set[tuple[str | int, ...]]) ->
     return lines
 
 
-_Named = TypeVar("_Named", HardwareProfile, Platform)
+_Named = TypeVar("_Named", HardwareProfile, Platform, TwinFile)
 
 
 def _load_named(directory: Path, model: type[_Named], what: str) -> dict[str, _Named]:
@@ -483,6 +493,11 @@ def load_profiles(directory: Path = PROFILE_DIR) -> dict[str, HardwareProfile]:
 @functools.cache
 def load_platforms(directory: Path = PLATFORM_DIR) -> dict[str, Platform]:
     return _load_named(directory, Platform, "platform")
+
+
+@functools.cache
+def load_twins(directory: Path = TWIN_DIR) -> dict[str, TwinFile]:
+    return _load_named(directory, TwinFile, "twin")
 
 
 def load_bom(path: Path = DEFAULT_BOM) -> Bom:

@@ -525,6 +525,18 @@ class Conformance(_Model):
     fleet_margin: float = Field(0.10, ge=0.0, le=0.5)
 
 
+class TwinRef(_Model):
+    """``gpucluster:twin``: boot this stack as a platform twin, a lab on this host shaped like the
+    target's platform (gpucluster/data/twins/<file>.yaml); the rest of the stack is the real one."""
+
+    file: Name
+    # Where the twin's lab lives and how it boots: the lab target's own settings.
+    state_dir: Annotated[str, AfterValidator(_state_dir)] = "/var/lib/gpucluster/lab"
+    debian_mirror: HttpUrl = "http://deb.debian.org/debian"
+    boot_timeout_s: int = Field(180, ge=10, le=3600)
+    apt_proxy_port: int = Field(3142, ge=1024, le=65535)
+
+
 class ClusterSpec(_Model):
     """Everything under the ``gpucluster:`` namespace of a Pulumi stack file."""
 
@@ -537,6 +549,7 @@ class ClusterSpec(_Model):
     conformance: Conformance = Field(default_factory=Conformance)
     bom: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}$",
                             description="bill-of-materials file, relative to the stack file")
+    twin: TwinRef | None = None
 
 
 # --- data files -------------------------------------------------------------------------
@@ -691,6 +704,92 @@ class ProviderQos(_Model):
     service_level: int = Field(ge=0, le=15)
     ib_timeout: int = Field(ge=1, le=31)
     gid_index: int = Field(ge=0, le=255)
+
+
+# A citation: a URL, or a document and section ("DGX H100 User Guide, Network Modules").
+Source = Annotated[str, Field(pattern=r"^[^\n\r{}%$`\\]{12,400}$")]
+DebName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9+.-]{1,99}$")]
+DebVersion = Annotated[str, Field(pattern=r"^([0-9]+:)?[0-9A-Za-z][0-9A-Za-z.+~-]{0,99}$")]
+CheckId = Annotated[str, Field(pattern=r"^GC-[A-Z]{2,6}-[0-9]{3}$")]
+
+
+class TwinPackage(_Model):
+    """A package the platform's image ships, registered with dpkg at the image's version."""
+
+    name: DebName
+    version: DebVersion
+    source: Source
+
+
+class TwinImage(_Model):
+    name: str = Field(pattern=r"^[^\n\r{}%$`\\]{1,120}$")
+    # The image's OS: every OS-specific choice (package names, repositories) resolves for it.
+    os: OsId
+    source: Source
+    packages: list[TwinPackage] = Field(default_factory=list)
+    # How the image applies the target's network-config at boot. ``netplan``: cloud-init writes it
+    # to /etc/netplan/50-cloud-init.yaml and netplan's generator renders it for systemd-networkd at
+    # every boot (Ubuntu). The twin installs Debian's netplan.io and writes the target's own
+    # rendering (stacks/targets/baremetal.py) there.
+    network: Literal["netplan"] | None = None
+    network_source: Source | None = None
+
+
+class TwinInterface(_Model):
+    name: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$")]
+    source: Source
+
+
+class TwinBootService(_Model):
+    """A unit of the image that acts at every boot. ``rewrite_nccl_conf``: it writes /etc/nccl.conf
+    with the platform's ``image_nccl`` keys and nothing else (Azure's SKU customisation)."""
+
+    unit: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.@-]{1,100}\.service$")]
+    action: Literal["rewrite_nccl_conf"]
+    source: Source
+
+
+class TwinLimit(_Model):
+    """What the twin cannot model, and what follows for the checks."""
+
+    what: str = Field(pattern=r"^[^\n\r{}%$`\\]{1,80}$")
+    reason: str = Field(pattern=r"^[^\n\r{}%$`\\]{1,400}$")
+
+
+class TwinFault(_Model):
+    """The fault ``gpucluster twin fault`` injects on the twin's first GPU node, and the checks
+    that must name it (and only them): the address removed from the node's fabric interface, or
+    the image's boot services run again (as at a reboot) over what the roles converged."""
+
+    kind: Literal["remove_fabric_address", "boot_service"]
+    description: str = Field(pattern=r"^[^\n\r{}%$`\\]{1,200}$")
+    expect: list[CheckId] = Field(min_length=1)
+
+
+class TwinLinkFloors(_Model):
+    """The fabric floors of the twin's own links (veth pairs between namespaces of one host), in
+    place of the platform's, which are for GPUs over RDMA."""
+
+    allreduce_inter_busbw_gbps: float = Field(gt=0)
+    allreduce_inter_verdict_bytes: int = Field(ge=1)
+    source: Source
+
+
+class TwinFile(_Model):
+    """One platform twin (gpucluster/data/twins/<name>.yaml): what a real machine of the platform
+    looks like from inside a node, each fact with its source, and what the lab cannot be."""
+
+    name: Name
+    description: str = Field(pattern=r"^[^\n\r{}%$`\\]{1,200}$")
+    target: Literal["aws", "azure", "oci", "baremetal"]
+    # The GPU nodes' platform (gpucluster/data/platforms/): its rails' netdevs become the twin's links.
+    platform: Name
+    image: TwinImage
+    management_interface: TwinInterface
+    boot_services: list[TwinBootService] = Field(default_factory=list)
+    cannot_model: list[TwinLimit] = Field(min_length=1)
+    link_floors: TwinLinkFloors
+    fault: TwinFault
 
 
 class Platform(_Model):

@@ -20,6 +20,7 @@ from gpucluster.spec.cluster import (
     rail_cidrs,
 )
 from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool, Platform
+from gpucluster.spec.os import pool_os
 
 NS = "gpucluster"
 
@@ -53,6 +54,7 @@ def semantic_problems(spec: ClusterSpec, bom: Bom, profiles: dict[str, HardwareP
     _subnet_managers(spec, placed, platforms, problems)
     _storage(spec, placed, problems)
     _kubernetes(spec, bom, placed, problems)
+    _twin(spec, problems)
     return problems
 
 
@@ -475,3 +477,29 @@ def reachability_warnings(spec: ClusterSpec) -> list[str]:
             out.append(f"{NS}.target.admin_cidrs[{i}]: {cidr} is a documentation range (RFC 5737/3849), "
                        "not a real network: replace it with the range the controller connects from")
     return out
+
+
+def _twin(spec: ClusterSpec, problems: list[str]) -> None:
+    """A twin's data file: known, of the stack's target, of its GPU pools' platform and their OS."""
+    if spec.twin is None:
+        return
+    from gpucluster.spec.loader import load_twins
+
+    twins = load_twins()
+    where = f"{NS}.twin.file"
+    twin = twins.get(spec.twin.file)
+    if twin is None:
+        problems.append(f"{where}: unknown twin {spec.twin.file!r} (known: {', '.join(sorted(twins))})")
+        return
+    if twin.target != spec.target.kind:
+        problems.append(f"{where}: twin {twin.name!r} is of target {twin.target!r}, "
+                        f"the stack's is {spec.target.kind!r}")
+    for i, pool in enumerate(spec.node_pools):
+        if "gpu" not in pool.roles:
+            continue
+        if pool_platform(spec, pool) != twin.platform:
+            problems.append(f"{NS}.node_pools[{i}].platform: {pool_platform(spec, pool)!r}; twin {twin.name!r} "
+                            f"models platform {twin.platform!r}")
+        if pool_os(spec, pool) != twin.image.os:
+            problems.append(f"{NS}.node_pools[{i}]: runs {pool_os(spec, pool)}; twin {twin.name!r} models the "
+                            f"image's {twin.image.os}")

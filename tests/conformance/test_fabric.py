@@ -61,7 +61,7 @@ def test_fabric_mtu(node):
 def test_hcas_present(node):
     """The node MUST show every RDMA device its platform lists on its compute rails, and none that no rail of the platform names."""  # noqa: E501
     if node.info.hca_count == 0:
-        pytest.skip(f"platform {node.info.platform_name} has no RDMA compute rail")
+        pytest.skip(node.info.no_hca_reason())
     found = node.run("ls /sys/class/infiniband 2>/dev/null").stdout.split()
     node.figure("hcas", len(found))
     problems = hca_problems(found, node.info.platform_name, node.info.platform)
@@ -73,7 +73,7 @@ def test_hcas_present(node):
 def test_hca_ports_active(node):
     """Every port of the platform's compute RDMA devices MUST be ACTIVE at its compute rail's rate."""
     if node.info.hca_count == 0:
-        pytest.skip(f"platform {node.info.platform_name} has no RDMA compute rail")
+        pytest.skip(node.info.no_hca_reason())
     rails = [r for r in node.info.platform["rails"] if r["role"] == "compute"]
     want = max(int(r["rate_gbps"]) for r in rails)
     # Storage and frontend ports run at their own rates: only the compute devices are judged
@@ -98,6 +98,8 @@ def test_hca_ports_active(node):
 def test_roce_qos(node):
     """On RoCE fabrics with QoS specified, every compute RoCE rail MUST trust DSCP and have PFC on exactly the specified priority."""  # noqa: E501
     fabric = node.inv.fabric
+    if node.info.hca_count == 0:
+        pytest.skip(node.info.no_hca_reason())
     if node.info.platform.get("provider_qos"):
         pytest.skip(f"platform {node.info.platform_name}'s network QoS is the provider's: the node sets none")
     if fabric.get("type") != "roce" or not fabric.get("roce_qos"):

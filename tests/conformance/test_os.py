@@ -18,6 +18,10 @@ def test_os_release(node):
     declared = node.info.host_vars.get("gpucluster_os")
     if not declared:
         pytest.fail("the inventory gives this node no gpucluster_os: regenerate it with `gpucluster inventory`")
+    runs = node.info.capabilities.get("runs_os")
+    if runs and runs != declared:
+        pytest.skip(f"the target states its nodes run {runs} where the spec declares {declared} "
+                    "(capabilities.runs_os: a platform twin on the lab's Debian): the spec's OS is not modelled")
     want = node.bom["os"][declared]
     text = node.host.file("/etc/os-release").content_string
     fields = {k: v.strip().strip('"') for k, v in (line.split("=", 1) for line in text.splitlines() if "=" in line)}

@@ -42,7 +42,7 @@ def test_every_node_ready(kube, inventory):
 def test_allocatable_gpus_equal_profile(node, kube):
     """A GPU node's allocatable nvidia.com/gpu MUST equal its hardware profile's GPU count."""
     if node.info.gpu_count == 0:
-        pytest.skip(f"profile {node.info.profile_name} has no GPU")
+        pytest.skip(node.info.no_gpu_reason())
     alloc = kube.json("get", "node", node.name)["status"].get("allocatable", {})
     problem = sentences.k8s_allocatable(node.name, alloc, GPU_RESOURCE, node.info.gpu_count, node.info.profile_name)
     assert not problem, problem

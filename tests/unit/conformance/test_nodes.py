@@ -39,3 +39,32 @@ def test_bad_inventories_list_every_problem(tmp_path):
         parse_inventory([], "x")
     with pytest.raises(InputError, match="cannot read"):
         load_inventory(tmp_path / "missing.yml")
+
+
+ONPREM = Path(__file__).resolve().parents[2] / "golden" / "inventory" / "onprem-h100-ib.yml"
+
+
+def _with_capabilities(**changes: object):
+    data = parse_inventory_text(ONPREM.read_text())
+    data["all"]["vars"]["gpucluster_capabilities"].update(changes)
+    return parse_inventory(data, "inv.yml").node("hgx-01")
+
+
+def test_a_real_node_is_expected_with_its_profiles_gpus_and_its_platforms_hcas():
+    node = _with_capabilities()
+    assert node.gpu_count == 8 and node.hca_count == 8
+    assert node.floor("allreduce_inter_busbw_gbps") == 340.0
+
+
+def test_a_node_the_target_states_without_gpus_or_hcas_is_expected_without_them_and_says_why():
+    """A platform twin's node: the checks that need a GPU or an HCA skip with the target's statement,
+    not with a claim about the profile or platform, and its links are judged by the stated floors."""
+    floors = {"allreduce_inter_busbw_gbps": 0.05, "allreduce_inter_verdict_bytes": 16777216}
+    node = _with_capabilities(gpu_devices=False, rdma_devices=False, link_floors=floors)
+    assert node.gpu_count == 0 and node.hca_count == 0
+    assert "capabilities.gpu_devices: false" in node.no_gpu_reason() and "lists 8" in node.no_gpu_reason()
+    assert "capabilities.rdma_devices: false" in node.no_hca_reason()
+    assert node.floor("allreduce_inter_busbw_gbps") == 0.05
+    assert node.floor("allreduce_inter_verdict_bytes") == 16777216
+    # A floor the stated link floors do not name is still the platform's.
+    assert node.floor("rdma_write_bw_gbps") == 380.0

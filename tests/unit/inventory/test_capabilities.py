@@ -101,6 +101,7 @@ def _decisions(inventory: dict[str, Any], host: str, extra: dict[str, Any] | Non
         "gpu_validation": ("gpu_validation_gpu_burn_enabled",),
         "ceph_client": ("ceph_client_fuse_device_enabled",),
         "ceph_mon": ("ceph_mon_central_config",),
+        "container_runtime": ("container_runtime_gpu_count",),
     }
     out: dict[str, Any] = {}
     for role, names in keys.items():
@@ -120,6 +121,7 @@ LAB_DECISIONS = {
     "gpu_validation_gpu_burn_enabled": False,
     "ceph_client_fuse_device_enabled": True,
     "ceph_mon_central_config": {"mon_data_avail_warn": "5"},
+    "container_runtime_gpu_count": 0,
 }
 FULL_DECISIONS = {
     "nvidia_driver_install_method": "cuda_repo",
@@ -132,6 +134,7 @@ FULL_DECISIONS = {
     "gpu_validation_gpu_burn_enabled": True,
     "ceph_client_fuse_device_enabled": False,
     "ceph_mon_central_config": {},
+    "container_runtime_gpu_count": 8,
 }
 
 
@@ -148,7 +151,8 @@ def test_roles_follow_the_capabilities_not_the_target() -> None:
     assert _decisions(bare, "hgx-01") == LAB_DECISIONS
     lab = _inventory("Pulumi.lab.yaml", capabilities=Capabilities())
     assert lab["all"]["vars"]["gpucluster_target"] == "lab"
-    assert _decisions(lab, "gpu-1") == FULL_DECISIONS
+    # The lab's profile (cpu-lab) lists no GPU: the toolkit's GPU count follows the profile there.
+    assert _decisions(lab, "gpu-1") == {**FULL_DECISIONS, "container_runtime_gpu_count": 0}
 
 
 def test_each_capability_moves_only_its_own_decisions() -> None:
@@ -159,8 +163,17 @@ def test_each_capability_moves_only_its_own_decisions() -> None:
         "debian_nonfree_sources": {"nvidia_driver_debian_nonfree_enabled", "cuda_toolkit_debian_nonfree_enabled"},
         "fuse_device": {"ceph_client_fuse_device_enabled"},
         "small_disks": {"ceph_mon_central_config"},
+        "gpu_devices": {"container_runtime_gpu_count"},
+        # Read by the conformance suite alone (tests/unit/conformance/test_node_capabilities.py).
+        "rdma_devices": set(),
     }
-    assert set(moved_by) == set(Capabilities.model_fields)
+    suite_only = {"runs_os": "debian-12", "link_floors": {"allreduce_inter_busbw_gbps": 0.05,
+                                                          "allreduce_inter_verdict_bytes": 16777216}}
+    assert set(moved_by) | set(suite_only) == set(Capabilities.model_fields)
+    for capability, value in suite_only.items():
+        got = _decisions(_inventory("Pulumi.onprem-h100-ib.yaml", capabilities=Capabilities(**{capability: value})),
+                         "hgx-01")
+        assert got == FULL_DECISIONS, capability
     for capability, decisions in moved_by.items():
         caps = Capabilities(**{capability: not getattr(Capabilities(), capability)})
         got = _decisions(_inventory("Pulumi.onprem-h100-ib.yaml", capabilities=caps), "hgx-01")

@@ -115,12 +115,16 @@ def test_ipoib_check_passes_only_when_the_roles_file_won() -> None:
     assert not ok and "networkctl failed: Interface \"ib0\" not found." in msg
 
 
-def test_ipoib_check_runs_after_networkd_reloaded() -> None:
+def test_ipoib_check_runs_after_networkd_applied_the_files() -> None:
+    """The IPoIB files are handed to the networkd role (running, told to apply them when they
+    changed) before the role reads which file networkd applied."""
     tasks = _tasks("infiniband.yml")
     read, _ = _check("infiniband.yml")
-    flush = [i for i, t in enumerate(tasks) if t.get("ansible.builtin.meta") == "flush_handlers"]
-    writes = [i for i, t in enumerate(tasks) if t.get("notify") == "Reload systemd-networkd"]
-    assert flush and writes and max(writes) < flush[0] < tasks.index(read)
+    hand = [i for i, t in enumerate(tasks) if (t.get("ansible.builtin.include_role") or {}).get("name") == "networkd"]
+    writes = [i for i, t in enumerate(tasks) if str(t.get("register", "")).startswith("__rdma_fabric_ipoib_net")]
+    assert hand and len(writes) == 2 and max(writes) < hand[0] < tasks.index(read)
+    changed = tasks[hand[0]]["vars"]["networkd_files_changed"]
+    assert all(tasks[i]["register"] in changed for i in writes)
 
 
 def _udev(link_file: str | None) -> str:

@@ -108,12 +108,13 @@ def test_the_rail_file_list_is_rendered_by_ansible_as_the_template_renders_each_
                          cwd=tmp_path, check=False)
     assert res.returncode == 0, res.stdout[-2000:]
     got = json.loads((tmp_path / "out.json").read_text())
+    # networkd's drop-in is the networkd role's (roles/networkd), which the rails are handed to.
     assert [e["dest"] for e in got] == [
-        "/etc/systemd/networkd.conf.d/60-gpucluster-rails.conf", "/etc/sysctl.d/60-gpucluster-rails.conf",
+        "/etc/sysctl.d/60-gpucluster-rails.conf",
         "/etc/systemd/network/05-gpucluster-rail-enp16s0np0.network",
         "/etc/systemd/network/05-gpucluster-rail-enp32s0np0.5.network"]
     ctx = {"ansible_managed": "Ansible managed", "fabric_rails_rails": rails, "fabric_rails_mtu": 9000}
-    for entry, item in zip(got[2:], rail_settings(rails, 9000), strict=True):
+    for entry, item in zip(got[1:], rail_settings(rails, 9000), strict=True):
         assert entry["content"] == render_template("fabric_rails", "rail.network.j2", {**ctx, "item": item})
         assert entry["mode"] == "0644"
 

@@ -1,0 +1,329 @@
+"""Platform twins: a lab on this host shaped like a real platform, run through the real path.
+
+A twin stack is a real target's stack file (``kind: baremetal``, ``aws``...) plus a
+``gpucluster:twin`` block naming a twin file (``gpucluster/data/twins/<name>.yaml``). The twin
+file states what a machine of the platform looks like from inside a node, each fact with its
+source, and what this host cannot be (``cannot_model``). From them:
+
+- the lab boots one node per node of the stack, its links named as the platform's image names
+  them: the management port, and one link per netdev of every rail of the node's platform
+  (``gpucluster/data/platforms/``), each rail index on a bridge of its own. No link is addressed
+  by the lab but management: the fabric address is the roles' to put where the real node has it;
+- the stack's outputs are those of the target's own program (:func:`gpucluster.plan.plan_cluster`,
+  under Pulumi's mocks), with what only the lab knows filled in: the nodes' addresses, the SSH
+  user and key, and what the nodes can do (:data:`gpucluster.outputs.LAB_CAPABILITIES`).
+
+Everything after that (inventory, converge, verify) is the target's path, unchanged: no role
+or check asks whether it runs on a twin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from gpucluster.errors import InputError
+from gpucluster.lab.layout import SSH_USER, LabLayout, NodeFile, NodeLayout, RailLink, _short_hash
+from gpucluster.lab.rootfs import rootfs_key
+from gpucluster.outputs import LAB_CAPABILITIES, Capabilities, LinkFloors
+from gpucluster.spec.cluster import Cluster
+from gpucluster.spec.loader import load_twins
+from gpucluster.spec.models import BaremetalTarget, LabTarget, TwinFile
+
+# The OS a lab node runs (LabTarget.os): the only archive the lab reaches is Debian's.
+LAB_OS = LabTarget.model_fields["os"].default
+
+
+def twin_of(cluster: Cluster) -> TwinFile | None:
+    """The stack's twin file, or None when the stack is not booted as a twin."""
+    ref = cluster.spec.twin
+    if ref is None:
+        return None
+    twins = load_twins()
+    if ref.file not in twins:  # the spec's rules refuse this first; kept for callers with a bare Cluster
+        raise InputError(f"gpucluster.twin.file: unknown twin {ref.file!r}", source=str(cluster.source))
+    return twins[ref.file]
+
+
+def rail_links(cluster: Cluster, node_name: str) -> list[tuple[str, str]]:
+    """(rail key, netdev) of every link the node's platform names, in the platform's order; the key
+    (rail name and index) names the bridge that joins that port across nodes."""
+    node = cluster.node(node_name)
+    platform = cluster.platform_of(node)
+    return [(f"{rail.name}{i}", netdev) for rail in platform.rails for i, netdev in enumerate(rail.netdevs or ())]
+
+
+# cloud-init hands the network-config to netplan here (cloud-init docs, "Network configuration
+# outputs": netplan, /etc/netplan/50-cloud-init.yaml), under netplan's top-level `network:` key.
+NETPLAN_FILE = "/etc/netplan/50-cloud-init.yaml"
+NETPLAN_PACKAGES = ("netplan.io",)
+
+
+def netplan_files(cluster: Cluster, node_name: str) -> tuple[NodeFile, ...]:
+    """The target's own network-config for the node as cloud-init writes it for netplan (bare metal:
+    stacks/targets/baremetal.py renders it; no second copy of it here)."""
+    from gpucluster.plan import import_program, target_module
+
+    baremetal = target_module("baremetal")
+    render_network_config = import_program("components.userdata").render_network_config
+    target = cluster.spec.target
+    if not isinstance(target, BaremetalTarget):
+        raise InputError(f"gpucluster.twin: a twin of image network 'netplan' models the bare-metal target's "
+                         f"network-config; target {target.kind!r} renders none", source=str(cluster.source))
+    declared = {n.name: n for n in target.nodes}
+    node = cluster.node(node_name)
+    config = yaml.safe_load(render_network_config(baremetal.node_data(cluster, node, declared[node_name])))
+    # netplan refuses a world-readable file (netplan 0.106: "Permissions ... are too open").
+    return (NodeFile(NETPLAN_FILE, yaml.safe_dump({"network": config}, sort_keys=False), 0o600),)
+
+
+def shape(plan: LabLayout, cluster: Cluster, twin: TwinFile) -> LabLayout:
+    """The lab's plan with the platform's links: management named as the image names it, no lab
+    fabric link, and one link per rail netdev, each rail index on its own bridge; where the image
+    applies the target's network-config with netplan, that file, netplan, and the MACs it matches."""
+    keys = list(dict.fromkeys(key for n in cluster.nodes for key, _ in rail_links(cluster, n.name)))
+    lab_hash = _short_hash(cluster.name)
+    bridges = {key: f"gc{lab_hash}r{i}" for i, key in enumerate(keys)}
+    nodes = []
+    for n in plan.nodes:
+        node_hash = _short_hash(f"{cluster.name}/{n.name}")
+        links = tuple(RailLink(netdev, f"gv{node_hash}r{i}", bridges[key])
+                      for i, (key, netdev) in enumerate(rail_links(cluster, n.name)))
+        netplan = twin.image.network == "netplan"
+        nodes.append(dataclasses.replace(
+            n, rails=links, management_interface=twin.management_interface.name, fabric_interface=None,
+            management_mac=management_mac(cluster, n.name) if netplan else None,
+            files=netplan_files(cluster, n.name) if netplan else ()))
+    packages = plan.packages + (NETPLAN_PACKAGES if twin.image.network == "netplan" else ())
+    return dataclasses.replace(plan, nodes=tuple(nodes), rail_bridges=tuple(bridges.values()), rail_cidrs=(),
+                               twin=twin.name, packages=packages,
+                               rootfs_key=rootfs_key(plan.suite, plan.mirror, packages))
+
+
+def management_mac(cluster: Cluster, node_name: str) -> str | None:
+    """The management MAC the bare-metal target declares for the node (its network-config matches it)."""
+    target = cluster.spec.target
+    if not isinstance(target, BaremetalTarget):
+        return None
+    return next(n.management_mac for n in target.nodes if n.name == node_name)
+
+
+def capabilities(twin: TwinFile) -> Capabilities:
+    """What the twin's nodes can do: a lab node's, on Debian, with the twin's own link floors."""
+    floors = LinkFloors(allreduce_inter_busbw_gbps=twin.link_floors.allreduce_inter_busbw_gbps,
+                        allreduce_inter_verdict_bytes=twin.link_floors.allreduce_inter_verdict_bytes)
+    return LAB_CAPABILITIES.model_copy(update={"runs_os": LAB_OS, "link_floors": floors})
+
+
+def fill_outputs(outputs: dict[str, Any], plan: LabLayout, twin: TwinFile) -> dict[str, Any]:
+    """The target's outputs with what only the lab knows: each node's addresses as the lab gave
+    them, the lab's SSH user and key, and what the twin's nodes can do. Nothing else changes."""
+    by_name: dict[str, NodeLayout] = {n.name: n for n in plan.nodes}
+    nodes = []
+    for node in outputs["nodes"]:
+        lab = by_name.get(node["name"])
+        if lab is None:
+            raise InputError(f"the target's outputs name node {node['name']!r}, which the twin's lab has not")
+        # The fabric address stays the target's: the roles put it on the platform's port.
+        nodes.append({**node, "management_ip": lab.management_ip, "ssh_user": SSH_USER})
+    return {**outputs, "nodes": nodes, "ssh_private_key_file": str(plan.key_file),
+            "capabilities": capabilities(twin).model_dump()}
+
+
+def target_outputs(cluster: Cluster) -> dict[str, Any]:
+    """What the stack's target program exports, run under Pulumi's mocks (no cloud is reached)."""
+    from gpucluster.plan import plan_cluster
+
+    plan = plan_cluster(cluster)
+    if plan.failed:
+        rules = "; ".join(f"{r.rule}: {r.message}" for r in plan.failed)
+        raise InputError(f"the stack's policy refuses it, as `pulumi up` would: {rules}", source=str(cluster.source))
+    return plan.outputs
+
+
+# --- what a twin must show, run by `gpucluster twin check` (make twins) ---------------------------
+
+
+@dataclass
+class Step:
+    name: str
+    ok: bool
+    seconds: float
+    detail: str = ""
+    run_dir: str | None = None
+
+
+@dataclass
+class TwinReport:
+    stack: str
+    twin: str
+    platform: str
+    cannot_model: list[str]
+    steps: list[Step] = field(default_factory=list)
+    up: dict[str, Any] | None = None  # `gpucluster up --json`'s summary
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.steps) and all(s.ok for s in self.steps)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"stack": self.stack, "twin": self.twin, "platform": self.platform, "ok": self.ok,
+                "cannot_model": self.cannot_model, "steps": [asdict(s) for s in self.steps], "up": self.up}
+
+
+def first_gpu_node(cluster: Cluster) -> str:
+    nodes = cluster.nodes_with_role("gpu")
+    if not nodes:
+        raise InputError("a twin needs GPU nodes: the stack has none", source=str(cluster.source))
+    return nodes[0].name
+
+
+def fault_command(cluster: Cluster, twin: TwinFile, outputs: dict[str, Any]) -> list[str]:
+    """The command, run on the twin's first GPU node, that injects the twin's fault."""
+    name = first_gpu_node(cluster)
+    node = next(n for n in outputs["nodes"] if n["name"] == name)
+    if twin.fault.kind == "remove_fabric_address":
+        if not node.get("fabric_ip") or not node.get("fabric_interface"):
+            raise InputError(f"twin {twin.name!r}: fault remove_fabric_address, but {name} has no fabric address "
+                             "on an interface in the target's outputs")
+        prefix = ipaddress.IPv4Network(outputs["fabric"]["fabric_cidr"]).prefixlen
+        return ["ip", "addr", "del", f"{node['fabric_ip']}/{prefix}", "dev", node["fabric_interface"]]
+    units = [s.unit for s in twin.boot_services]
+    if not units:
+        raise InputError(f"twin {twin.name!r}: fault boot_service, but the twin lists no boot service")
+    return ["systemctl", "restart", *units]
+
+
+def verify_failures(run_dir: Path) -> set[tuple[str, str]]:
+    """(node, check) of every failed check in a verify run folder's results.json."""
+    data = json.loads((run_dir / "results.json").read_text())
+    return {(str(r["node"]), str(r["check_id"])) for r in data["results"] if r.get("outcome") == "failed"}
+
+
+def _cli(argv: list[str], out: TextIO) -> tuple[int, str | None]:
+    """One gpucluster command as a child, its output to ``out``; (exit code, its run folder)."""
+    print(f"twin: $ gpucluster {' '.join(argv)}", file=out, flush=True)
+    proc = subprocess.Popen([sys.executable, "-m", "gpucluster", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, process_group=0)
+    run_dir = None
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            out.write(line)
+            if line.startswith("run folder: "):
+                run_dir = line.removeprefix("run folder: ").split()[0]
+        return proc.wait(), run_dir
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+        raise
+
+
+def _cli_json(argv: list[str], out: TextIO) -> tuple[int, dict[str, Any] | None]:
+    """A gpucluster command whose stdout is one JSON document (its progress on stderr, to ``out``)."""
+    print(f"twin: $ gpucluster {' '.join(argv)}", file=out, flush=True)
+    proc = subprocess.Popen([sys.executable, "-m", "gpucluster", *argv], stdout=subprocess.PIPE, stderr=out,
+                            text=True, process_group=0)
+    try:
+        stdout, _ = proc.communicate()
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+        raise
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        doc = None
+    return proc.returncode, doc if isinstance(doc, dict) else None
+
+
+def _step(report: TwinReport, name: str, started: float, ok: bool, detail: str = "",
+          run_dir: str | None = None) -> bool:
+    report.steps.append(Step(name, ok, round(time.monotonic() - started, 1), detail, run_dir))
+    return ok
+
+
+def _changed_hosts(run_dir: str) -> dict[str, int]:
+    summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    return {host: int(stats["changed"]) for host, stats in summary["hosts"].items() if stats["changed"]}
+
+
+def run_check(stack_file: Path, out: TextIO, *, keep: bool = False) -> TwinReport:
+    """A twin from nothing to its verdicts: up, converge twice (the second changes nothing), every
+    node rebooted, verify with no FAIL, the twin's fault injected and named (and nothing else), then
+    the lab removed (unless ``keep``). Each step is the user's own command."""
+    from gpucluster.lab import lab as lab_mod
+    from gpucluster.lab import node as node_mod
+    from gpucluster.lab.ssh import ssh_run
+    from gpucluster.paths import cluster_dir, stack_paths
+    from gpucluster.spec import load_spec
+
+    cluster = load_spec(stack_file)
+    twin = twin_of(cluster)
+    if twin is None:
+        raise InputError("not a twin stack: it has no gpucluster:twin block", source=str(stack_file))
+    report = TwinReport(str(stack_file), twin.name, twin.platform, [f"{c.what}: {c.reason}" for c in twin.cannot_model])
+    stack = str(stack_file)
+    paths = stack_paths(cluster)
+    known_hosts = cluster_dir(cluster.name) / "known_hosts"
+    try:
+        if not (paths.folder / "state.json").exists() and known_hosts.exists():
+            # A twin made afresh has new host keys: the ones recorded for the last one are of machines gone.
+            known_hosts.unlink()
+        t = time.monotonic()
+        rc, summary = _cli_json(["up", "--stack", stack, "--fresh", "--no-burn", "--json"], out)
+        report.up = summary
+        stages = ", ".join(f"{st.get('name')} {st.get('status')}" for st in (summary or {}).get("stages", []))
+        if not _step(report, "up", t, rc == 0, f"exit {rc}: {stages}"):
+            return report
+        t = time.monotonic()
+        rc, run_dir = _cli(["converge", "--stack", stack], out)
+        changed = _changed_hosts(run_dir) if rc == 0 and run_dir else {}
+        if not _step(report, "converge again", t, rc == 0 and not changed,
+                     f"exit {rc}" + (f", changed: {changed}" if changed else ", nothing changed"), run_dir):
+            return report
+        t = time.monotonic()
+        plan = lab_mod.lab_inputs(cluster).plan
+        for n in plan.nodes:
+            node_mod.stop(plan, n)
+        rc, _ = _cli(["lab", "up", "--stack", stack], out)
+        if not _step(report, "reboot every node", t, rc == 0, f"exit {rc}"):
+            return report
+        t = time.monotonic()
+        rc, run_dir = _cli(["verify", "--stack", stack, "--no-burn"], out)
+        failed = verify_failures(Path(run_dir)) if run_dir else set()
+        detail = f"exit {rc}" + (f", failed: {sorted(failed)}" if failed else "")
+        if not _step(report, "verify after the reboot", t, rc == 0 and not failed, detail, run_dir):
+            return report
+        t = time.monotonic()
+        outputs = json.loads(paths.outputs_file.read_text())
+        victim = first_gpu_node(cluster)
+        command = fault_command(cluster, twin, outputs)
+        res = ssh_run(plan, plan.node(victim), command)
+        if not _step(report, f"inject: {twin.fault.description}", t, res.returncode == 0,
+                     f"{' '.join(command)} on {victim}: exit {res.returncode} {res.stderr.strip()}"):
+            return report
+        t = time.monotonic()
+        rc, run_dir = _cli(["verify", "--stack", stack, "--no-burn"], out)
+        failed = verify_failures(Path(run_dir)) if run_dir else set()
+        expected = {(victim, check) for check in twin.fault.expect}
+        ok = rc == 1 and failed == expected
+        _step(report, "verify names the fault and nothing else", t, ok,
+              f"exit {rc}; failed {sorted(failed)}; expected {sorted(expected)}", run_dir)
+        return report
+    finally:
+        if not keep:
+            t = time.monotonic()
+            rc, _ = _cli(["down", "--stack", stack], out)
+            _step(report, "down", t, rc == 0, f"exit {rc}")

@@ -1,0 +1,152 @@
+"""Platform twins (gpucluster/twin.py): the lab shaped by the platform's data, the outputs of the
+target's own program, and the twin's fault. The twins themselves run in tests/integration/twins."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpucluster import twin
+from gpucluster.errors import InputError
+from gpucluster.lab.lab import lab_inputs
+from gpucluster.lab.layout import NodeFile
+from gpucluster.lab.state import _plan_problem
+from gpucluster.plan import import_program, plan_cluster
+from gpucluster.spec import load_spec
+from gpucluster.spec.loader import load_platforms, load_twins
+
+REPO = Path(__file__).resolve().parents[2]
+TWIN_STACKS = sorted(REPO.glob("Pulumi.twin-*.yaml"))
+
+
+def test_every_twin_file_names_a_platform_of_its_target_and_says_what_it_cannot_model() -> None:
+    twins, platforms = load_twins(), load_platforms()
+    assert twins
+    for t in twins.values():
+        assert t.target in platforms[t.platform].targets, t.name
+        assert {c.what for c in t.cannot_model} >= {"GPUs", "RDMA devices", "the image's OS"}, t.name
+
+
+@pytest.mark.parametrize("stack", TWIN_STACKS, ids=lambda p: p.name)
+def test_each_twin_stack_is_the_real_target_with_a_twin_block(stack: Path) -> None:
+    cluster = load_spec(stack)
+    t = twin.twin_of(cluster)
+    assert t is not None and cluster.spec.target.kind == t.target
+    assert len(cluster.nodes_with_role("gpu")) >= 3
+    assert {cluster.platform_of(n).name for n in cluster.nodes_with_role("gpu")} == {t.platform}
+
+
+def test_a_bare_metal_twin_names_management_as_the_targets_network_config_does() -> None:
+    baremetal = import_program("targets.baremetal")
+    for t in load_twins().values():
+        if t.target == "baremetal" and t.image.network == "netplan":
+            assert t.management_interface.name == baremetal.MANAGEMENT_INTERFACE, t.name
+
+
+@pytest.mark.parametrize("stack", TWIN_STACKS, ids=lambda p: p.name)
+def test_the_lab_takes_the_platforms_links(stack: Path) -> None:
+    cluster = load_spec(stack)
+    t = twin.twin_of(cluster)
+    assert t is not None
+    plan = lab_inputs(cluster).plan
+    assert plan.twin == t.name
+    for node in plan.nodes:
+        platform = cluster.platform_of(cluster.node(node.name))
+        assert [r.interface for r in node.rails] == [d for rail in platform.rails for d in rail.netdevs or ()]
+        assert node.management_interface == t.management_interface.name
+        assert node.fabric_interface is None  # the fabric address is the roles' and the image's to put
+    # Each port position is one bridge that joins that port across the nodes.
+    by_bridge: dict[str, set[str]] = {}
+    for node in plan.nodes:
+        for rail in node.rails:
+            by_bridge.setdefault(rail.bridge, set()).add(rail.interface)
+    assert all(len(names) == 1 for names in by_bridge.values())
+    assert set(by_bridge) == set(plan.rail_bridges)
+    assert _plan_problem(plan, plan.lab_dir) is None
+
+
+def test_a_netplan_image_gets_the_targets_own_network_config_and_its_macs() -> None:
+    cluster = load_spec(REPO / "Pulumi.twin-dgx-h100-roce.yaml")
+    plan = lab_inputs(cluster).plan
+    baremetal = import_program("targets.baremetal")
+    render = import_program("components.userdata").render_network_config
+    declared = {n.name: n for n in cluster.spec.target.nodes}
+    assert "netplan.io" in plan.packages
+    for node in plan.nodes:
+        (netplan,) = node.files
+        assert netplan.path == "/etc/netplan/50-cloud-init.yaml" and netplan.mode == 0o600
+        want = yaml.safe_load(render(baremetal.node_data(cluster, cluster.node(node.name), declared[node.name])))
+        assert yaml.safe_load(netplan.content) == {"network": want}
+        assert node.management_mac == declared[node.name].management_mac
+        assert want["ethernets"]["mgmt0"]["match"]["macaddress"] == node.management_mac
+
+
+@pytest.mark.parametrize("stack", TWIN_STACKS, ids=lambda p: p.name)
+def test_the_outputs_are_the_targets_with_only_what_the_lab_knows_filled_in(stack: Path) -> None:
+    cluster = load_spec(stack)
+    t = twin.twin_of(cluster)
+    assert t is not None
+    inputs = lab_inputs(cluster)
+    real = plan_cluster(cluster).outputs
+    got = inputs.outputs
+    assert set(got) == set(real)
+    assert {k for k in got if got[k] != real[k]} <= {"nodes", "ssh_private_key_file", "capabilities"}
+    lab = {n.name: n for n in inputs.plan.nodes}
+    for mine, theirs in zip(got["nodes"], real["nodes"], strict=True):
+        assert {k for k in mine if mine[k] != theirs[k]} <= {"management_ip", "ssh_user"}
+        assert mine["management_ip"] == lab[mine["name"]].management_ip
+        assert mine["fabric_interface"] == theirs["fabric_interface"]
+    caps = got["capabilities"]
+    assert caps["gpu_devices"] is False and caps["rdma_devices"] is False and caps["nvidia_repo"] is False
+    assert caps["runs_os"] == "debian-12"
+    assert caps["link_floors"]["allreduce_inter_busbw_gbps"] == t.link_floors.allreduce_inter_busbw_gbps
+
+
+def _stack(tmp_path: Path, **changes: str) -> Path:
+    text = (REPO / "Pulumi.twin-dgx-h100-ib.yaml").read_text()
+    for old, new in changes.items():
+        assert old in text
+        text = text.replace(old, new)
+    path = tmp_path / "Pulumi.twin-x.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_twin_file_that_does_not_exist_or_fit_the_stack_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"gpucluster.twin.file: unknown twin 'nope' \(known: dgx-h100-ib"):
+        load_spec(_stack(tmp_path, **{"file: dgx-h100-ib": "file: nope"}))
+    with pytest.raises(InputError, match=r"twin 'dgx-h100-roce' models platform 'dgx-h100-roce'"):
+        load_spec(_stack(tmp_path, **{"file: dgx-h100-ib": "file: dgx-h100-roce"}))
+    with pytest.raises(InputError, match=r"runs ubuntu-24.04; twin 'dgx-h100-ib' models the image's ubuntu-22.04"):
+        load_spec(_stack(tmp_path, **{"    ssh_user: ubuntu": "    ssh_user: ubuntu\n    os: ubuntu-24.04"}))
+
+
+def test_the_fault_is_the_first_gpu_nodes_fabric_address() -> None:
+    cluster = load_spec(REPO / "Pulumi.twin-dgx-h100-ib.yaml")
+    t = twin.twin_of(cluster)
+    assert t is not None
+    outputs = lab_inputs(cluster).outputs
+    assert twin.fault_command(cluster, t, outputs) == ["ip", "addr", "del", "10.81.1.10/24", "dev", "ibp24s0"]
+    boot = t.model_copy(update={"fault": t.fault.model_copy(update={"kind": "boot_service"})})
+    with pytest.raises(InputError, match="the twin lists no boot service"):
+        twin.fault_command(cluster, boot, outputs)
+
+
+def test_verify_failures_are_read_from_the_run_folder(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text(json.dumps({"results": [
+        {"node": "dgx-01", "check_id": "GC-NET-001", "outcome": "failed"},
+        {"node": "dgx-02", "check_id": "GC-NET-001", "outcome": "passed"},
+        {"node": "dgx-01", "check_id": "GC-GPU-001", "outcome": "skipped"}]}))
+    assert twin.verify_failures(tmp_path) == {("dgx-01", "GC-NET-001")}
+
+
+def test_a_stored_plan_may_write_node_files_only_under_etc() -> None:
+    cluster = load_spec(REPO / "Pulumi.twin-dgx-h100-roce.yaml")
+    plan = lab_inputs(cluster).plan
+    for bad in ("/root/.ssh/authorized_keys", "/etc/../root/x", "etc/netplan/x.yaml"):
+        node = plan.nodes[0].__class__(**{**plan.nodes[0].__dict__, "files": (NodeFile(bad, "x"),)})
+        tampered = plan.__class__(**{**plan.__dict__, "nodes": (node, *plan.nodes[1:])})
+        assert "names the file" in str(_plan_problem(tampered, plan.lab_dir)), bad
