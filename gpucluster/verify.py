@@ -44,7 +44,8 @@ from gpucluster.conformance.remote import (
     node_done,
     write_ssh_config,
 )
-from gpucluster.conformance.reports import JUNIT_XML, RESULTS_JSON, Report, console_lines, write_all
+from gpucluster.conformance.report_data import Report
+from gpucluster.conformance.reports import JUNIT_XML, RESULTS_JSON, console_lines, write_all
 from gpucluster.conformance.verdict import CLUSTER
 from gpucluster.errors import EXIT_BAD_INPUT, InputError
 

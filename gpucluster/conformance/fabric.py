@@ -26,7 +26,7 @@ from pathlib import Path
 from shlex import quote
 from typing import Any
 
-from gpucluster.conformance import allreduce_mpi, ib_write_bw, nccl_tests, progress
+from gpucluster.conformance import allreduce_mpi, progress, run_ib_write_bw, run_nccl_tests
 from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, budget_s, judge
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo
 from gpucluster.conformance.pairs import PairResult, PairSearch, find_slow, rail_search, ring_pairs, rounds
@@ -340,7 +340,7 @@ class Fabric:
             problems = self._grant(nodes, run_key, budget)
             key = self._place_key(nodes[0], run_key)
             if nccl:
-                run, log = nccl_tests.run_inter(launcher, names, ips, nodes[0].gpu_count, cidr,
+                run, log = run_nccl_tests.run_inter(launcher, names, ips, nodes[0].gpu_count, cidr,
                                                 self.inv.fabric.get("socket_ifname") or nodes[0].fabric_interface,
                                                 2 * verdict, label, min_bytes=sizes[0], ssh_key=key, timeout_s=budget)
             else:
@@ -486,7 +486,7 @@ class Fabric:
                 return {"skip": f"{len(nodes)} node(s) with HCAs and an ib_write_bw floor: a pair needs two"}
             by_name = {n.name: n for n in nodes}
             # The compute rails' devices only: a DGX's storage ports are on another network.
-            hcas = {n.name: compute_hcas(n.platform, ib_write_bw.list_hcas(self.remote(n.name))) for n in nodes}
+            hcas = {n.name: compute_hcas(n.platform, run_ib_write_bw.list_hcas(self.remote(n.name))) for n in nodes}
             results: list[PairResult] = []
             detail: list[dict[str, Any]] = []
             for this_round in rounds(ring_pairs([n.name for n in nodes])):
@@ -501,7 +501,7 @@ class Fabric:
                         tag = new_measurement_tag()
                         # perftest exchanges its connection data over TCP: the fabric address, else
                         # (no address on the fabric) the management one.
-                        parsed = ib_write_bw.run_pair(TaggedRemote(self.remote(b_name), tag),
+                        parsed = run_ib_write_bw.run_pair(TaggedRemote(self.remote(b_name), tag),
                                                       TaggedRemote(self.remote(a_name), tag),
                                                       str(b.fabric_ip or b.address),
                                                       hcas[a_name][i], hcas[b_name][i], self.options.ib_seconds,

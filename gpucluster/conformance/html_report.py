@@ -11,17 +11,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from gpucluster.conformance import checks, fleet, metrics
-from gpucluster.conformance import reports as _reports
+from gpucluster.conformance.report_data import Report, Series, findings, publish_outcome, verdict_table
 from gpucluster.conformance.verdict import CheckResult
-
-if TYPE_CHECKING:
-    from gpucluster.conformance.reports import Report, Series
 
 REPORT_TEMPLATE = "report.html.j2"
 PLOT_TEMPLATE = "plot.svg.j2"
@@ -219,7 +215,7 @@ def _group_plot(title: str, results: list[CheckResult]) -> Plot | None:
         if not runs_:
             continue
         for s in runs_:
-            seen.setdefault(s["label"], _reports.Series(s["label"], [(int(a), float(b)) for a, b in s["points"]]))
+            seen.setdefault(s["label"], Series(s["label"], [(int(a), float(b)) for a, b in s["points"]]))
         floor = r.figures.get(FLOOR_KEY)
         if isinstance(floor, int | float) and not isinstance(floor, bool):
             floors.append(float(floor))
@@ -311,7 +307,7 @@ def node_sections(report: Report) -> list[NodeSection]:
     return [
         NodeSection(v.node, report.verdict_label(v).upper(),
                     tuple((r.outcome.upper(), r.label, r.message) for r in v.failed),
-                    tuple(r.label for r in v.passed), len(v.skipped), _reports.publish_outcome(report, v.node))
+                    tuple(r.label for r in v.passed), len(v.skipped), publish_outcome(report, v.node))
         for v in report.verdicts
     ]
 
@@ -329,13 +325,13 @@ def render(report: Report) -> str:
         nodes_passing=sum(1 for v in verdicts if v.verdict == "pass" and v.node not in report.unreachable),
         nodes_total=len(verdicts),
         suite_errors=report.suite_errors,
-        verdict_rows=_reports.verdict_table(report),
+        verdict_rows=verdict_table(report),
         figures=figure_rows(report),
         fleet=fleet_rows(report),
         fleet_min_nodes=fleet.MIN_NODES,
         skipped=skipped_groups(report),
         plots=plots(report),
         sections=node_sections(report),
-        findings=_reports.findings(report),
+        findings=findings(report),
         check_titles={c.id: c.title for c in checks.CHECKS.values()},
     )

@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 from gpucluster import runs
 
 if TYPE_CHECKING:
-    from gpucluster.conformance.reports import Report
+    from gpucluster.conformance.report_data import Report
 
 PREFIX = "gpucluster_conformance"
 # On every family: which file a sample came from, whatever Prometheus relabels.

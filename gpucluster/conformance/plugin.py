@@ -53,10 +53,10 @@ from gpucluster.conformance.remote import (
     sweep_nodes,
     write_ssh_config,
 )
+from gpucluster.conformance.report_data import Report
 from gpucluster.conformance.reports import (
     JUNIT_XML,
     LOG_TAIL_LINES,
-    Report,
     console_lines,
     finish_junit,
     log_tail,

@@ -17,9 +17,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gpucluster.conformance.ib_write_bw import gid_args
 from gpucluster.conformance.pairs import ring_pairs
 from gpucluster.conformance.remote import Remote, quote
+from gpucluster.conformance.run_ib_write_bw import gid_args
 from gpucluster.parsers import parse_run
 from gpucluster.render.platform import RDMA_KINDS, platform_devices
 

@@ -44,6 +44,7 @@ from gpucluster.spec.models import (
     Secret,
     TwinFile,
 )
+from gpucluster.spec.rules import semantic_problems
 
 NAMESPACE = "gpucluster"
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -565,10 +566,7 @@ def load_spec(path: str | Path) -> Cluster:
         raise InputError(f"{NAMESPACE}.bom: {bom_path}: {exc.problems[0]}", source=source) from None
     profiles = load_profiles()
     platforms = load_platforms()
-
-    from gpucluster.spec.rules import semantic_problems
-
-    problems = semantic_problems(spec, bom, profiles, platforms)
+    problems = semantic_problems(spec, bom, profiles, platforms, load_twins() if spec.twin is not None else {})
     if problems:
         raise InputError(capped(problems), source=source)
     used = {pool.profile for pool in spec.node_pools}

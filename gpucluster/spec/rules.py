@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import math
 from collections import Counter
+from collections.abc import Mapping
 
 from gpucluster.render.devices import RDMA_KINDS
 from gpucluster.spec.cluster import (
@@ -19,7 +20,7 @@ from gpucluster.spec.cluster import (
     pool_platform,
     rail_cidrs,
 )
-from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool, Platform
+from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool, Platform, TwinFile
 from gpucluster.spec.os import pool_os
 
 NS = "gpucluster"
@@ -37,7 +38,9 @@ FABRICS_BY_TARGET: dict[str, tuple[str, ...]] = {
 
 
 def semantic_problems(spec: ClusterSpec, bom: Bom, profiles: dict[str, HardwareProfile],
-                      platforms: dict[str, Platform]) -> list[str]:
+                      platforms: dict[str, Platform], twins: Mapping[str, TwinFile] | None = None) -> list[str]:
+    """Every rule that spans fields; ``twins`` (the shipped twin files, by name) is needed only for a
+    spec with a ``twin:`` block, and the loader passes it in (this module reads no files)."""
     problems = _size(spec)
     if problems:
         # Every other check walks the nodes: a spec past the limit is not expanded at all.
@@ -54,7 +57,7 @@ def semantic_problems(spec: ClusterSpec, bom: Bom, profiles: dict[str, HardwareP
     _subnet_managers(spec, placed, platforms, problems)
     _storage(spec, placed, problems)
     _kubernetes(spec, bom, placed, problems)
-    _twin(spec, problems)
+    _twin(spec, twins or {}, problems)
     return problems
 
 
@@ -479,13 +482,10 @@ def reachability_warnings(spec: ClusterSpec) -> list[str]:
     return out
 
 
-def _twin(spec: ClusterSpec, problems: list[str]) -> None:
+def _twin(spec: ClusterSpec, twins: Mapping[str, TwinFile], problems: list[str]) -> None:
     """A twin's data file: known, of the stack's target, of its GPU pools' platform and their OS."""
     if spec.twin is None:
         return
-    from gpucluster.spec.loader import load_twins
-
-    twins = load_twins()
     where = f"{NS}.twin.file"
     twin = twins.get(spec.twin.file)
     if twin is None:

@@ -12,7 +12,7 @@ import shlex
 import pytest
 
 from gpucluster.conformance import acceptance as acc
-from gpucluster.conformance import expect, gpu_burn
+from gpucluster.conformance import expect, run_gpu_burn
 from gpucluster.conformance.gpu_checks import verdict_problems
 from gpucluster.conformance.remote import SshRemote
 from gpucluster.parsers import libfabric, parse_run, sysfs
@@ -72,7 +72,7 @@ COPY_RUN = _links_sampled_during(
     "timeout 600 nvbandwidth -t host_to_device_memcpy_ce -t device_to_host_memcpy_ce 2>&1", 660, 250)
 # Without nvbandwidth, gpu-burn (the gpu_validation role builds it) is the load: a GPU in its
 # highest performance state runs its link at the generation it trained to. About 10 s, bounded.
-BURN_LOAD_RUN = f"cd {gpu_burn.DEFAULT_DIR} && " + _links_sampled_during(
+BURN_LOAD_RUN = f"cd {run_gpu_burn.DEFAULT_DIR} && " + _links_sampled_during(
     "sleep 2; timeout -k 5 20 ./gpu_burn 8 >/dev/null 2>&1", 30, 500)
 
 
@@ -184,7 +184,7 @@ def test_gpu_pcie_link(node, fabric):
         # An idle link runs below its generation: read it while nvbandwidth copies to and from each GPU.
         _out, samples, rc = _copy_run(node, fabric)
         rows, loaded = _pcie_rows(samples), rc == 0
-    if not loaded and node.run(f"test -x {gpu_burn.DEFAULT_DIR}/gpu_burn").rc == 0:
+    if not loaded and node.run(f"test -x {run_gpu_burn.DEFAULT_DIR}/gpu_burn").rc == 0:
         with fabric.gpus_held([node.name]):
             res = node.run(BURN_LOAD_RUN, timeout=60)
         rows, loaded = _pcie_rows(res.stdout.partition(_SAMPLES_MARK)[2]), res.rc == 0
@@ -197,7 +197,7 @@ def test_gpu_pcie_link(node, fabric):
         # pcie.link.gen.max is what the GPU and its slot allow, not what the link trained to: a link
         # that trained lower (a riser, a bad seat) shows only under load.
         pytest.skip(f"widths x{width} and the slots' Gen{gen} are right, but the trained generation is read only "
-                    f"under load: neither nvbandwidth nor {gpu_burn.DEFAULT_DIR}/gpu_burn ran on the node")
+                    f"under load: neither nvbandwidth nor {run_gpu_burn.DEFAULT_DIR}/gpu_burn ran on the node")
 
 
 @pytest.mark.check("GC-PCIE-002")

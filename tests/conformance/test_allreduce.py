@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpucluster.conformance import nccl_tests
+from gpucluster.conformance import run_nccl_tests
 from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, judge
 from gpucluster.conformance.fabric import PAIR_STATUS_REASON, fault_key, verdict_sentence, verdict_size
 from gpucluster.conformance.pairs import PairSearch, node_on_rails, rail_status_text
@@ -26,11 +26,11 @@ def test_allreduce_intra(node, fabric):
     floor = node.info.floor("allreduce_intra_busbw_gbps")
     if floor is None:
         pytest.skip(f"profile {node.info.profile_name} sets no intra-node all-reduce floor")
-    if node.run(f"test -x {nccl_tests.binary()}").rc != 0:
-        pytest.fail(f"nccl-tests is not installed ({nccl_tests.binary()} missing)")
+    if node.run(f"test -x {run_nccl_tests.binary()}").rc != 0:
+        pytest.fail(f"nccl-tests is not installed ({run_nccl_tests.binary()} missing)")
     large = verdict_size(node.info, "intra")
     with fabric.gpus_held([node.name]):  # no burn, DCGM or peer's GPUDirect run on these GPUs meanwhile
-        run, _ = nccl_tests.run_intra(node.remote(), node.info.gpu_count, 2 * large)
+        run, _ = run_nccl_tests.run_intra(node.remote(), node.info.gpu_count, 2 * large)
     v = judge(run, float(floor), large)
     node.figure("busbw_gbps", v.busbw_gbps)
     node.figure("floor_gbps", v.floor_gbps)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.conformance import burn_torch, gpu_burn
+from gpucluster.conformance import burn_torch, run_gpu_burn
 from gpucluster.conformance.gpu_checks import burn_problems, gpu_burn_rows
 
 pytestmark = pytest.mark.gpu
@@ -25,13 +25,13 @@ def test_gpu_burn(node, burn_options, fabric):
     remote = node.remote()
     # The node's GPUs are this check's alone while it burns (a peer's GPUDirect RDMA waits).
     with fabric.gpus_held([node.name]):
-        xid_before = gpu_burn.xid_count(remote)
+        xid_before = run_gpu_burn.xid_count(remote)
         rows: list[dict] = []
         problems: list[str] = []
         engines = []
-        if node.run(f"test -x {gpu_burn.DEFAULT_DIR}/gpu_burn").rc == 0:
+        if node.run(f"test -x {run_gpu_burn.DEFAULT_DIR}/gpu_burn").rc == 0:
             engines.append("gpu-burn")
-            parsed, tel, _ = gpu_burn.run_gpu_burn(remote, seconds)
+            parsed, tel, _ = run_gpu_burn.run_gpu_burn(remote, seconds)
             r, p = gpu_burn_rows(parsed)
             rows += [dict(x, engine="gpu-burn") for x in r]
             problems += p
@@ -41,7 +41,7 @@ def test_gpu_burn(node, burn_options, fabric):
             engines.append("burn_torch")
             src = Path(burn_torch.__file__).read_text(encoding="utf-8")
             assert remote.run(f"cat > {TORCH_SCRIPT}", stdin=src, timeout=30).ok, f"cannot write {TORCH_SCRIPT}"
-            res = remote.run(f"{gpu_burn.sampler_command(seconds * 3)} python3 {TORCH_SCRIPT} --seconds {seconds} "
+            res = remote.run(f"{run_gpu_burn.sampler_command(seconds * 3)} python3 {TORCH_SCRIPT} --seconds {seconds} "
                              "--peak-seconds 5", timeout=seconds * 3 + 300)
             last = res.stdout.strip().splitlines()[-1:] or ["{}"]
             try:
@@ -52,12 +52,13 @@ def test_gpu_burn(node, burn_options, fabric):
                 last_err = (res.stderr.strip().splitlines() or [""])[-1]
                 problems.append(f"burn_torch: {out.get('status')} {out.get('reason', '')} {last_err}".rstrip())
             rows += [dict(x, engine="burn_torch") for x in out.get("results", [])]
-            tel = gpu_burn.parse_samples(remote.run(f"cat {gpu_burn.SAMPLES_PATH}").stdout)
+            tel = run_gpu_burn.parse_samples(remote.run(f"cat {run_gpu_burn.SAMPLES_PATH}").stdout)
             node.figure("burn_torch_max_temp_c", max(tel.max_temp_c.values(), default=None))
             problems += [f"GPU {i} throttled: {', '.join(t)}" for i, t in tel.throttle.items() if t]
         if not engines:
-            pytest.fail(f"no burn engine on the node: neither {gpu_burn.DEFAULT_DIR}/gpu_burn nor PyTorch with CUDA")
-        xid_after = gpu_burn.xid_count(remote)
+            pytest.fail(f"no burn engine on the node: neither {run_gpu_burn.DEFAULT_DIR}/gpu_burn nor PyTorch "
+                        "with CUDA")
+        xid_after = run_gpu_burn.xid_count(remote)
     if xid_before is not None and xid_after is not None and xid_after > xid_before:
         problems.append(f"{xid_after - xid_before} Xid error(s) during the burn")
     node.figure("engines", ",".join(engines))

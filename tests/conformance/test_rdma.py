@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gpucluster.conformance import acceptance as acc
-from gpucluster.conformance import expect, ib_write_bw
+from gpucluster.conformance import expect, run_ib_write_bw
 from gpucluster.conformance.fabric import PAIR_STATUS_REASON, fault_key
 from gpucluster.conformance.pairs import PairSearch
 from gpucluster.conformance.rdma_checks import IB_COUNTER_DUMP, compute_hcas, gdr_pairs, gdr_peer, run_gdr_pair
@@ -90,8 +90,8 @@ def test_gpudirect_rdma(node, fabric):
         if why or why_peer:
             return {"skip": why or why_peer}
         pairs = gdr_pairs(min(node.info.gpu_count, peer.gpu_count),
-                          compute_hcas(node.info.platform, ib_write_bw.list_hcas(here)),
-                          compute_hcas(peer.platform, ib_write_bw.list_hcas(there)),
+                          compute_hcas(node.info.platform, run_ib_write_bw.list_hcas(here)),
+                          compute_hcas(peer.platform, run_ib_write_bw.list_hcas(there)),
                           _topology(here), _topology(there))
         if not pairs:
             return {"skip": f"no compute HCA of platform {node.info.platform_name} under {_IB} on both nodes"}

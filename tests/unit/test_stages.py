@@ -6,11 +6,12 @@ functions), so a lazy import is an edge too.
 
 from __future__ import annotations
 
-import ast
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.unit.test_imports import imported_names, module_name
 
 PKG = Path(__file__).resolve().parents[2] / "gpucluster"
 
@@ -40,31 +41,11 @@ def _stage(module: str) -> int | None:
 
 
 def _module_name(path: Path) -> str:
-    rel = path.relative_to(PKG.parent).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
+    return module_name(path, PKG)
 
 
 def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    module = _module_name(path)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            out.add(target)
-            out.update(f"{target}.{a.name}" for a in node.names)
-    return {m for m in out if m.startswith("gpucluster")}
+    return {m for m in imported_names(path, PKG) if m.startswith("gpucluster")}
 
 
 def _back_edges() -> list[str]:

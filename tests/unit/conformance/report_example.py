@@ -5,7 +5,7 @@ its own floor."""
 
 from __future__ import annotations
 
-from gpucluster.conformance.reports import Report
+from gpucluster.conformance.report_data import Report
 from gpucluster.conformance.verdict import CLUSTER, CheckResult
 
 SIZES = [1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 28]  # 4 KiB .. 256 MiB

@@ -15,7 +15,8 @@ from gpucluster.conformance import allreduce_mpi, remedies
 from gpucluster.conformance.bandwidth import AllReduceRun, SizePoint, judge
 from gpucluster.conformance.fabric import fault_key, verdict_sentence
 from gpucluster.conformance.pairs import PairResult, find_slow
-from gpucluster.conformance.reports import Report, figure_text, findings, finish_junit, markdown, write_all
+from gpucluster.conformance.report_data import Report, figure_text, findings
+from gpucluster.conformance.reports import finish_junit, markdown, write_all
 from gpucluster.conformance.verdict import CLUSTER, CheckResult, shorten
 
 NODES = ["gpu-1", "gpu-2", "gpu-3", "gpu-4"]

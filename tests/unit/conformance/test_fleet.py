@@ -9,7 +9,8 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from gpucluster.conformance import fleet, html_report, metrics
-from gpucluster.conformance.reports import Report, figure_text, findings, finish_junit, markdown
+from gpucluster.conformance.report_data import Report, figure_text, findings
+from gpucluster.conformance.reports import finish_junit, markdown
 from gpucluster.conformance.verdict import CheckResult, exit_code, node_verdicts
 
 PEAK = 100.0  # TFLOP/s of a healthy GPU in these fleets

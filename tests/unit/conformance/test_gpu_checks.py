@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from gpucluster.conformance.gpu_burn import parse_samples
 from gpucluster.conformance.gpu_checks import gpu_burn_rows, gpu_health_problems, nvlink_problems
+from gpucluster.conformance.run_gpu_burn import parse_samples
 from gpucluster.parsers import parse, parse_run
 
 

@@ -13,7 +13,8 @@ from xml.etree import ElementTree as ET
 import pytest
 
 from gpucluster.conformance import html_report
-from gpucluster.conformance.reports import Report, Series, write_all
+from gpucluster.conformance.report_data import Report, Series
+from gpucluster.conformance.reports import write_all
 from gpucluster.conformance.verdict import CheckResult
 from tests.unit.conformance.report_example import (
     INTER_FLOOR_GBPS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpucluster.conformance import ib_write_bw
+from gpucluster.conformance import run_ib_write_bw
 from gpucluster.conformance.remote import CommandResult
 
 SAMPLE = (Path(__file__).resolve().parents[2] / "data" / "samples" / "ib_write_bw_01.txt").read_text()
@@ -22,7 +22,7 @@ class FakeRemote:
 
 def _pair(client_result: CommandResult) -> dict:
     server = FakeRemote(CommandResult(0, "", ""))
-    return ib_write_bw.run_pair(server, FakeRemote(client_result), "10.0.0.2", "mlx5_0", "mlx5_0", seconds=1)
+    return run_ib_write_bw.run_pair(server, FakeRemote(client_result), "10.0.0.2", "mlx5_0", "mlx5_0", seconds=1)
 
 
 def test_a_clean_run_is_ok_with_its_peak() -> None:
@@ -53,12 +53,12 @@ def test_perftest_takes_the_gid_index_nccl_is_set_to_use() -> None:
     platform = {"rails": [{"name": "compute", "kind": "roce", "role": "compute", "count": 1, "rate_gbps": 400,
                            "devices": ["mlx5_0"], "addressing": "shared_subnet"}]}
     nccl = nccl_settings(roce, platform, "enp24s0np0")["NCCL_IB_GID_INDEX"]
-    for argv in (ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(roce)),
+    for argv in (run_ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(roce)),
                  gdr_args("mlx5_0", 0, False, 5, gid_index=gid_index(roce))):
         assert argv[argv.index("-x") + 1] == nccl == "3"
     unset = {**roce, "gid_index": None}
     assert "NCCL_IB_GID_INDEX" not in nccl_settings(unset, platform, "enp24s0np0")
-    assert "-x" not in ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(unset))
+    assert "-x" not in run_ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(unset))
 
 
 def test_no_gid_index_on_infiniband() -> None:
@@ -70,5 +70,5 @@ def test_no_gid_index_on_infiniband() -> None:
     platform = {"rails": [{"name": "compute", "kind": "infiniband", "role": "compute", "count": 1,
                            "rate_gbps": 400, "devices": ["mlx5_0"], "addressing": "shared_subnet"}]}
     assert gid_index(ib, platform) is None
-    assert "-x" not in ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(ib, platform))
+    assert "-x" not in run_ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(ib, platform))
     assert "NCCL_IB_GID_INDEX" not in nccl_settings(ib, platform, "ibp24s0")

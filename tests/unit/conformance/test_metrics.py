@@ -14,7 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpucluster.conformance import metrics
-from gpucluster.conformance.reports import PROM_DIR, PROM_FILE, Report, write_all
+from gpucluster.conformance.report_data import Report
+from gpucluster.conformance.reports import PROM_DIR, PROM_FILE, write_all
 from gpucluster.conformance.verdict import CheckResult
 from tests.unit.conformance.report_example import INTER_FLOOR_GBPS, example_report
 

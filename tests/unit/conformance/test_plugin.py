@@ -281,7 +281,7 @@ def test_rerun_failed_reads_results_json_through_the_report_and_reruns_a_fleet_w
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from gpucluster import verify
     from gpucluster.conformance import fleet
-    from gpucluster.conformance.reports import Report
+    from gpucluster.conformance.report_data import Report
     from gpucluster.conformance.verdict import CheckResult
 
     burn = [CheckResult(n, "GC-BURN-001", "passed", figures={"tflops_gpu-burn_gpu0_fp32": 50.0 if n == "c" else 99.0})

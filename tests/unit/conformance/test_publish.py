@@ -23,7 +23,8 @@ from gpucluster.cli import main
 from gpucluster.conformance import publish
 from gpucluster.conformance.nodes import load_inventory, parse_inventory
 from gpucluster.conformance.remote import CommandResult
-from gpucluster.conformance.reports import PROM_FILE, Report, write_all
+from gpucluster.conformance.report_data import Report
+from gpucluster.conformance.reports import PROM_FILE, write_all
 from gpucluster.conformance.verdict import CheckResult
 from gpucluster.inventory import parse_inventory_text
 

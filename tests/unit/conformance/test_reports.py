@@ -4,7 +4,8 @@ import json
 import re
 from xml.etree import ElementTree as ET
 
-from gpucluster.conformance.reports import Report, add_failure_types, write_all
+from gpucluster.conformance.report_data import Report
+from gpucluster.conformance.reports import add_failure_types, write_all
 from gpucluster.conformance.verdict import CheckResult
 
 SERIES = [{"label": "inter:a,b,c", "points": [[1024, 0.01], [1 << 20, 0.8], [1 << 24, 1.9]]}]

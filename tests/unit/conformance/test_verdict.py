@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from gpucluster.conformance.reports import Report
+from gpucluster.conformance.report_data import Report
 from gpucluster.conformance.verdict import CLUSTER, CheckResult, exit_code, node_verdicts
 
 

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from gpucluster import hostkeys, runs
-from gpucluster.conformance import allreduce_mpi, nccl_tests
+from gpucluster.conformance import allreduce_mpi, run_nccl_tests
 from gpucluster.conformance.bandwidth import AllReduceRun
 from gpucluster.conformance.fabric import Fabric
 from gpucluster.conformance.nodes import load_inventory
@@ -96,7 +96,7 @@ def test_the_lab_stays_exempt(tmp_path: Path) -> None:
 def test_no_agent_is_ever_forwarded() -> None:
     argv = SshRemote("gpu-1", Path("cfg"), run_id="").argv("true")
     assert "-A" not in argv and not any("ForwardAgent=yes" in a for a in argv)
-    launcher = nccl_tests.mpirun_argv(["10.0.0.1", "10.0.0.2"], 8, "10.1.0.0/24", None, 1 << 30, "/opt/nccl-tests",
+    launcher = run_nccl_tests.mpirun_argv(["10.0.0.1", "10.0.0.2"], 8, "10.1.0.0/24", None, 1 << 30, "/opt/nccl-tests",
                                       False, ssh_key="/root/.ssh/gpucluster-verify-abc")
     rsh = launcher[launcher.index("plm_rsh_args") + 1]
     assert "ForwardAgent=no" in rsh and "-i /root/.ssh/gpucluster-verify-abc" in rsh
@@ -513,7 +513,8 @@ def test_a_full_disk_is_one_line_never_a_traceback(tmp_path: Path, ssh_stub: Pat
 
 
 def test_verify_report_files_are_private(tmp_path: Path) -> None:
-    from gpucluster.conformance.reports import Report, write_all
+    from gpucluster.conformance.report_data import Report
+    from gpucluster.conformance.reports import write_all
 
     written = write_all(Report(meta={"cluster": "lab"}, nodes=["gpu-1"], results=[]), tmp_path / "run")
     assert all(oct(p.stat().st_mode & 0o777) == "0o600" for p in written.values())
@@ -562,7 +563,7 @@ def test_nccl_tests_launcher_gets_the_run_key_and_gives_it_back(tmp_path: Path,
         seen["ssh_key"] = ssh_key
         return AllReduceRun("nccl-tests", "x", names, 16, status="ok"), ""
 
-    monkeypatch.setattr(nccl_tests, "run_inter", fake_inter)
+    monkeypatch.setattr(run_nccl_tests, "run_inter", fake_inter)
     fabric._allreduce([n for n in inv.nodes if n.name in ("gpu-1", "gpu-2")], "inter")
     assert seen["ssh_key"] == "/root/.ssh/run-key"
     assert placed == ["put", "removed /root/.ssh/run-key"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from gpucluster import hostkeys, verify
-from gpucluster.conformance import allreduce_mpi, nccl_tests
+from gpucluster.conformance import allreduce_mpi, run_nccl_tests
 from gpucluster.conformance.bandwidth import AllReduceRun
 from gpucluster.conformance.fabric import Fabric
 from gpucluster.conformance.nodes import load_inventory
@@ -56,9 +56,9 @@ def test_pair_runs_ramp_to_the_verdict_sizes_only(tmp_path, monkeypatch):
 
 
 def test_nccl_tests_pairs_start_at_the_large_size():
-    args = nccl_tests.perf_args(1 << 25, 1, False, min_bytes=1 << 24)
+    args = run_nccl_tests.perf_args(1 << 25, 1, False, min_bytes=1 << 24)
     assert args[args.index("-b") + 1] == str(1 << 24) and args[args.index("-e") + 1] == str(1 << 25)
-    assert nccl_tests.perf_args(1 << 25, 1, False)[1] == "8"
+    assert run_nccl_tests.perf_args(1 << 25, 1, False)[1] == "8"
 
 
 def test_bytecode_goes_to_a_cache_when_writing_is_off(tmp_path):

@@ -1,0 +1,292 @@
+"""The verify report's data: the :class:`Report` every renderer reads (results.json, Markdown,
+HTML, the Prometheus textfiles, the console), its findings and its verdict table.
+
+A leaf of the report's modules: the renderers (:mod:`~gpucluster.conformance.reports`,
+:mod:`~gpucluster.conformance.html_report`, :mod:`~gpucluster.conformance.metrics`) import it,
+and it imports none of them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpucluster import runs
+from gpucluster.conformance import fleet, remedies
+from gpucluster.conformance.verdict import CLUSTER, CheckResult, NodeVerdict, exit_code, node_verdicts, shorten
+from gpucluster.errors import EXIT_BAD_INPUT
+
+
+@dataclass
+class Series:
+    """One all-reduce run for the plot: (size bytes, bus bandwidth GB/s) points."""
+
+    label: str
+    points: list[tuple[int, float]]
+
+
+@dataclass
+class Report:
+    meta: dict[str, Any]
+    nodes: list[str]
+    results: list[CheckResult]
+    series: list[Series] = field(default_factory=list)
+
+    @property
+    def verdicts(self) -> list[NodeVerdict]:
+        return node_verdicts(self.results, self.nodes)
+
+    @property
+    def suite_errors(self) -> list[str]:
+        """Parts of the suite that could not load: their checks ran on no node."""
+        return list(self.meta.get("suite_errors") or [])
+
+    @property
+    def unreachable(self) -> dict[str, str]:
+        """Nodes the run could not reach (node -> why): their verdict is ``unreachable``."""
+        return {str(k): str(v) for k, v in (self.meta.get("unreachable") or {}).items()}
+
+    def verdict_label(self, v: NodeVerdict) -> str:
+        return "unreachable" if v.node in self.unreachable else v.verdict
+
+    @property
+    def exit_code(self) -> int:
+        if self.meta.get("interrupted"):
+            return runs.EXIT_INTERRUPTED
+        # A module of checks that did not load leaves every node unverified on those
+        # checks: never a pass, whatever the checks that did run say.
+        code = 1 if self.suite_errors else exit_code(self.verdicts)
+        # A pass whose record could not be written is no pass to show anyone.
+        if code == 0 and self.meta.get("run_folder_error"):
+            return EXIT_BAD_INPUT
+        return code
+
+    def to_json(self) -> dict[str, Any]:
+        vs = self.verdicts
+        verdicts = []
+        for v in vs:
+            d = v.to_json()
+            if v.node in self.unreachable:
+                d["verdict"] = "unreachable"
+                d["reason"] = self.unreachable[v.node]
+            verdicts.append(d)
+        return {
+            "schema": 1,
+            "meta": self.meta,
+            "exit_code": self.exit_code,
+            "findings": [f.to_json() for f in findings(self)],
+            "verdicts": verdicts,
+            "results": [r.to_json() for r in sorted(self.results, key=lambda r: (r.node, r.check_id, r.param or ""))],
+            # Each node's figure beside the fleet median and the margin (GC-FLEET-001's results, in a table).
+            "fleet": {"margin": self.meta.get("fleet_margin"), "min_nodes": fleet.MIN_NODES,
+                      "comparisons": [fleet_json(c) for c in fleet.comparisons(self.results)]},
+            "series": [{"label": s.label, "points": [list(p) for p in s.points]} for s in self.series],
+        }
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> Report:
+        return Report(
+            meta=dict(d.get("meta", {})),
+            nodes=[v["node"] for v in d.get("verdicts", []) if v["node"] != CLUSTER],
+            results=[CheckResult.from_json(r) for r in d.get("results", [])],
+            series=[Series(s["label"], [(int(a), float(b)) for a, b in s["points"]]) for s in d.get("series", [])],
+        )
+
+
+def fleet_json(c: fleet.Comparison) -> dict[str, Any]:
+    return {"node": c.node, "figure": c.figure, "param": c.param, "unit": c.unit, "where": c.where,
+            "value": c.value, "median": c.median, "margin": c.margin, "threshold": c.threshold, "nodes": c.nodes,
+            "outcome": c.outcome}
+
+
+def series_from_results(results: list[CheckResult]) -> list[Series]:
+    """Every distinct all-reduce run any check recorded (figures key ``series``)."""
+    seen: dict[str, Series] = {}
+    for r in results:
+        for s in r.figures.get("series", []) or []:
+            if s["label"] not in seen:
+                seen[s["label"]] = Series(s["label"], [(int(a), float(b)) for a, b in s["points"]])
+    return sorted(seen.values(), key=lambda s: s.label)
+
+
+# --- findings: one per root cause ------------------------------------------------------------
+# A throttled link fails the all-node all-reduce, the pair runs and the RDMA pairs, on every node
+# whose runs it slowed: one cause, one finding, the checks it affected listed under it. Failures
+# are grouped by, in order: the cause key a check recorded (gpucluster.conformance.fabric.fault_key:
+# the same slow node, the same link, the whole ring); the node being unreachable; else the same
+# message, on one node or several, from one check or several (the node's own name aside): the
+# same words are the same fact observed, such as a missing keyring every Ceph check trips over.
+
+LINE_LABELS = 6  # check labels a console line names before it gives their count
+CONSOLE_CAUSE_LIMIT = 200  # characters of a cause on the console; the reports hold the whole
+FABRIC_REMEDY_ORDER = ("GC-AR-003", "GC-RDMA-001", "GC-AR-002", "GC-K8S-004", "GC-AR-001")
+
+
+@dataclass(frozen=True)
+class Finding:
+    key: str
+    cause: str
+    checks: tuple[tuple[str, str], ...]  # (check label, node), every result the cause failed
+    figure: str  # measured against expected, where the checks recorded both
+    remedy_check: str  # the remediation table's entry quoted ("unreachable" for a node not reached)
+    remedy: tuple[str, ...]
+    log: str  # relative to the run folder
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted({n for _, n in self.checks})
+
+    @property
+    def labels(self) -> list[str]:
+        return sorted({c for c, _ in self.checks})
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cause": self.cause, "checks": [{"check": c, "node": n} for c, n in self.checks],
+                "figure": self.figure, "remedy": {"check": self.remedy_check, "steps": list(self.remedy)},
+                "log": self.log, "key": self.key}
+
+    def line(self) -> str:
+        """One line for the console: checks, nodes, cause and figure; the rest is in the run folder."""
+        nodes = ", ".join(self.nodes)
+        labels = self.labels
+        # An unreachable node fails every check: their count says enough on one line.
+        what = ", ".join(labels) if len(labels) <= LINE_LABELS else f"{len(labels)} checks"
+        figure = f" ({self.figure})" if self.figure and self.figure not in self.cause else ""
+        # The console line stays short: a long cause is cut between words and its log named once.
+        cause = shorten(self.cause.split(" … (")[0], CONSOLE_CAUSE_LIMIT, self.log)
+        log = f"; log {self.log}" if self.log and self.log not in cause else ""
+        return f"FAIL {what} on {nodes}: {cause}{figure}{log}"
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _g(v: float) -> str:
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def figure_text(r: CheckResult) -> str:
+    """The check's figure against its expected value, from what it recorded; empty when it
+    recorded none of the figures that have one (its message then says it)."""
+    f = r.figures
+    compared = fleet.Comparison.from_result(r)
+    if compared is not None:
+        return compared.text()
+    floor = _num(f.get("floor_gbps"))
+    pairs = {k.removeprefix("pair_busbw_gbps_"): _num(v) for k, v in f.items() if k.startswith("pair_busbw_gbps_")}
+    if pairs and floor is not None:
+        low = [(p, v) for p, v in sorted(pairs.items()) if v is None or v < floor]
+        parts = [f"busbw with {p} {'not measured' if v is None else _g(v) + ' GB/s'}" for p, v in low]
+        if parts:
+            return f"{', '.join(parts)} < floor {_g(floor)} GB/s"
+    busbw = _num(f.get("busbw_gbps"))
+    if floor is not None and "busbw_gbps" in f:
+        if busbw is None:
+            return f"no busbw measured at large sizes; floor {_g(floor)} GB/s"
+        return f"busbw {_g(busbw)} GB/s {'<' if busbw < floor else '>='} floor {_g(floor)} GB/s"
+    hcas = {k.removeprefix("min_hca_gbps_"): _num(v) for k, v in f.items() if k.startswith("min_hca_gbps_")}
+    if hcas:
+        return ", ".join(f"slowest HCA with {p} {'not measured' if v is None else _g(v) + ' Gb/s'}"
+                         for p, v in sorted(hcas.items()))
+    offset = _num(f.get("offset_s"))
+    if offset is not None:
+        return f"clock offset {_g(offset)} s, limit 0.1 s"
+    return ""
+
+
+def _normal(message: str, node: str) -> str:
+    """The message with the node's own name taken out, so that nodes failing alike compare equal."""
+    return re.sub(rf"(?<![\w.-]){re.escape(node)}(?![\w.-])", "NODE", message)
+
+
+def _key(r: CheckResult, unreachable: dict[str, str]) -> str:
+    if r.cause:
+        return r.cause
+    if r.node in unreachable:
+        return f"unreachable:{r.node}"
+    return f"message:{_normal(r.message, r.node)}" if r.message else f"check:{r.label}:{r.node}"
+
+
+def _cause(key: str, results: list[CheckResult], unreachable: dict[str, str]) -> str:
+    kind, _, subject = key.partition(":")
+    if kind == "unreachable":
+        why = unreachable.get(subject) or results[0].message.removeprefix("node unreachable: ")
+        return f"{subject} is unreachable, so none of its checks ran: {why}"
+    if kind == "fabric-slow-node":
+        return (f"{subject} is the slow node on the fabric: every pair run with it is under the floor while its "
+                "peers pass with other nodes")
+    if kind == "fabric-link":
+        a, _, b = subject.partition("+")
+        return (f"the fabric path between {a} and {b} is slow: their pair run is under the floor while both "
+                "pass with other nodes")
+    if kind == "fleet":
+        return (f"{subject} is more than the margin below the fleet median: "
+                + "; ".join(r.message for r in results if r.message))
+    if kind == "fabric-ring":
+        nodes = ", ".join(sorted({r.node for r in results}))
+        return (f"the fabric all-reduce among {nodes} is under the floor and the pair runs cannot single out a "
+                f"node or link: {results[0].message}")
+    return results[0].message or f"{results[0].label} {results[0].outcome}"
+
+
+def findings(report: Report) -> list[Finding]:
+    """The failures grouped by root cause, the widest first; every failed or errored result is in one."""
+    down = report.unreachable
+    groups: dict[str, list[CheckResult]] = {}
+    for r in sorted(report.results, key=lambda r: (r.node, r.label)):
+        if r.outcome in ("failed", "error"):
+            groups.setdefault(_key(r, down), []).append(r)
+    out = []
+    for key, rs in groups.items():
+        ids = [r.check_id for r in rs]
+        if key.startswith("unreachable:"):
+            remedy, lead = remedies.UNREACHABLE, rs[0]
+        else:
+            order = [c for c in FABRIC_REMEDY_ORDER if c in ids] if key.startswith("fabric-") else []
+            lead = next(r for r in rs if r.check_id == (order[0] if order else ids[0]))
+            remedy = remedies.REMEDIES.get(lead.check_id, remedies.Remedy(lead.check_id, ("Open the check's log.",)))
+        by_figure = sorted(rs, key=lambda r: (r.check_id != lead.check_id, r.node, r.label))
+        figure = next((t for t in (figure_text(r) for r in by_figure) if t), "")
+        out.append(Finding(key, _cause(key, rs, down), tuple((r.label, r.node) for r in rs), figure,
+                           remedy.check_id, remedy.steps, lead.log))
+    return sorted(out, key=lambda f: (-len(f.checks), f.cause))
+
+
+# --- the verdict table -------------------------------------------------------------------------
+
+
+def _counts(v: NodeVerdict) -> str:
+    return f"{len(v.passed)} passed, {len(v.failed)} failed, {len(v.skipped)} skipped"
+
+
+def publish_outcome(report: Report, node: str) -> tuple[bool, str] | None:
+    """How copying the node's textfile onto it went (`gpucluster verify`); None when not tried."""
+    done = (report.meta.get("textfile_publish") or {}).get(node)
+    if not isinstance(done, dict):
+        return None
+    return bool(done.get("ok")), str(done.get("message", ""))
+
+
+def publish_problems(report: Report) -> list[tuple[str, str]]:
+    """(node, message) for each node whose textfile could not be published."""
+    out = []
+    for node in report.nodes:
+        done = publish_outcome(report, node)
+        if done is not None and not done[0]:
+            out.append((node, done[1]))
+    return out
+
+
+def verdict_table(report: Report) -> list[list[str]]:
+    rows = [["node", "verdict", "checks", "failing checks"]]
+    down = report.unreachable
+    for v in report.verdicts:
+        if v.node in down:
+            rows.append([v.node, "UNREACHABLE", _counts(v), down[v.node]])
+            continue
+        # The labels only: each failure's words are in its finding, once.
+        failing = ", ".join(r.label for r in v.failed) or v.reason
+        rows.append([v.node, v.verdict.upper(), _counts(v), failing])
+    return rows
