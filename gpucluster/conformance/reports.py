@@ -43,7 +43,9 @@ PROM_FILE = "gpucluster_conformance.prom"
 # --- JUnit ---------------------------------------------------------------------------------
 # junit.xml is pytest's own (--junitxml, written by the suite's controller); its test cases carry
 # the check ID, node and figures as properties (gpucluster.conformance.plugin). pytest gives a
-# <failure> or <error> no type; JUnit readers group and filter on it, so the suite adds one.
+# <failure> or <error> no type; JUnit readers group and filter on it, so the suite adds one. The
+# name is what GitHub's and GitLab's test views show, and they show no property: the suite puts
+# the check ID in front of it (GC-NET-001 test_mtu_end_to_end[gpu-1]).
 
 _EXCEPTION_PREFIX = re.compile(r"^([A-Za-z_][\w.]*): ")
 _PYTEST_WRAPPED = re.compile(r'^failed on (?:setup|teardown) with "(.*)"$', re.S)
@@ -97,7 +99,18 @@ def _system_out(r: CheckResult, logs: list[str], run_dir: Path | None) -> str:
     return "\n".join(out) + "\n"
 
 
+def case_name(name: str, check_id: str, node: str) -> str:
+    """A test case's name as JUnit readers show it: the check ID, then pytest's test name without
+    pytest-xdist's ``@<group>`` (the suite groups a node's checks by the node's name)."""
+    if name.startswith(f"{check_id} "):
+        return name
+    if node and name.endswith(f"]@{node}"):
+        name = name[: -len(node) - 1]
+    return f"{check_id} {name}" if check_id else name
+
+
 DERIVED_CLASSNAME = "gpucluster.conformance.fleet"
+DERIVED_TEST = "fleet_comparison"
 DERIVED = frozenset(c.id for c in checks.DERIVED_CHECKS)
 
 
@@ -110,7 +123,8 @@ def _add_derived_cases(suite: ET.Element, results: list[CheckResult], run_dir: P
     for r in results:
         if r.check_id not in DERIVED or (r.check_id, r.node, *((r.param,) if r.param else ())) in have:
             continue
-        case = ET.SubElement(suite, "testcase", classname=DERIVED_CLASSNAME, name=f"{r.label}[{r.node}]",
+        name = f"{DERIVED_TEST}[{r.node}-{r.param}]" if r.param else f"{DERIVED_TEST}[{r.node}]"
+        case = ET.SubElement(suite, "testcase", classname=DERIVED_CLASSNAME, name=case_name(name, r.check_id, r.node),
                              time=f"{r.duration_s:.3f}")
         props = ET.SubElement(case, "properties")
         for name, value in (("check_id", r.check_id), ("node", r.node), ("param", r.param),
@@ -135,6 +149,7 @@ def _add_derived_cases(suite: ET.Element, results: list[CheckResult], run_dir: P
 def finish_junit(path: Path, results: list[CheckResult], logs: dict[str, list[str]], run_dir: Path | None) -> None:
     """pytest's JUnit file made whole for JUnit readers; a missing file is left missing.
 
+    Each test case's name starts with its check ID (:func:`case_name`), the name CI systems show.
     Every <failure> and <error> gets a ``type`` and, for a check of ``results``, the check's own
     one-line message; its <system-out> holds the figures, the path of the check's log in the run
     folder and that log's tail (``logs``: test id -> the raw logs the check named). Each test
@@ -152,6 +167,7 @@ def finish_junit(path: Path, results: list[CheckResult], logs: dict[str, list[st
     for case in root.iter("testcase"):
         props = {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
         r = by_case.get((props.get("check_id", ""), props.get("node", ""), props.get("param", "")))
+        case.set("name", case_name(case.get("name", ""), props.get("check_id", ""), props.get("node", "")))
         properties = case.find("properties")
         if properties is not None and list(case).index(properties) != 0:
             case.remove(properties)

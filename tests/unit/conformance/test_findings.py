@@ -377,7 +377,7 @@ def test_a_throttled_link_through_the_plugin_is_one_finding_in_every_format(tmp_
 
     # junit.xml: properties first, a typed failure with the readable message, figures, log and tail.
     cases = {c.get("name"): c for c in ET.parse(run / "junit.xml").getroot().iter("testcase")}
-    ring = cases["test_ring[stor-1]"]
+    ring = cases["GC-AR-002 test_ring[stor-1]"]
     assert [c.tag for c in ring][:2] == ["properties", "failure"]
     assert ring.find("failure").get("type") == "AssertionError"
     assert ring.find("failure").get("message").startswith("the ring all-reduce across 3 nodes: busbw 0.0024")

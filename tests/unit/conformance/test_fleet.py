@@ -218,7 +218,7 @@ def test_junit_gets_a_case_per_fleet_result_with_the_failure_and_its_figures(tmp
     root = ET.parse(junit).getroot()
     cases = [c for c in root.iter("testcase") if c.get("classname") == "gpucluster.conformance.fleet"]
     assert len(cases) == 3
-    slow = next(c for c in cases if c.get("name") == "GC-FLEET-001[burn-fp32-gpu-burn][gpu-3]")
+    slow = next(c for c in cases if c.get("name") == "GC-FLEET-001 fleet_comparison[gpu-3-burn-fp32-gpu-burn]")
     failure = slow.find("failure")
     assert failure is not None and failure.get("message", "").startswith("burn fp32 TFLOP/s (gpu-burn, slowest GPU) 60")
     out = slow.findtext("system-out") or ""

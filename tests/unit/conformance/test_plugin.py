@@ -129,13 +129,27 @@ def test_the_real_kubernetes_checks_are_counted_as_the_clusters(tmp_path: Path, 
     suite = next(root.iter("testsuite"))
     assert suite.get("name") == "gpucluster-conformance" and suite.get("timestamp") and suite.get("hostname")
     cases = {c.get("name"): c for c in _testcases(run / "junit.xml")}
-    ready = cases["test_every_node_ready"]
+    ready = cases["GC-K8S-001 test_every_node_ready"]
     assert _props(ready)["check_id"] == "GC-K8S-001" and _props(ready)["node"] == CLUSTER
     failure = ready.find("failure")
     assert failure is not None and failure.get("type") == "AssertionError"
     assert failure.get("message", "").startswith("0 of 2 nodes Ready, expected 2: ")
-    per_node = [c for name, c in cases.items() if name.startswith("test_allocatable_gpus_equal_profile[")]
+    per_node = [c for name, c in cases.items() if name.startswith("GC-K8S-002 test_allocatable_gpus_equal_profile[")]
     assert per_node and all(_props(c)["node"] in c.get("name", "") for c in per_node)
+
+
+def test_junit_names_carry_the_check_id_and_no_xdist_group(tmp_path: Path, ssh_stub: Path) -> None:
+    # What GitHub's and GitLab's test views show is the name: the check ID leads it, and the @<node>
+    # pytest-xdist's loadgroup appends to a node's tests is gone.
+    suite = _synthetic_suite(tmp_path)
+    run = tmp_path / "run"
+    _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(GOLDEN), "--run-dir", str(run),
+             "-n", "2", "--dist", "loadgroup", "-o", "junit_family=xunit1"], tmp_path)
+    names = sorted(c.get("name", "") for c in _testcases(run / "junit.xml"))
+    nodes = sorted(_props(c)["node"] for c in _testcases(run / "junit.xml") if _props(c)["check_id"] == "GC-OS-001")
+    assert len(nodes) >= 2 and CLUSTER not in nodes
+    assert names == sorted(["GC-K8S-001 test_the_cluster_fails", "GC-K8S-003 test_a_cluster_check_that_skips",
+                            *(f"GC-OS-001 test_every_node_passes[{n}]" for n in nodes)])
 
 
 def test_node_figures_reach_junit_as_json(tmp_path: Path, ssh_stub: Path) -> None:

@@ -70,6 +70,25 @@ def test_failures_in_pytests_junit_get_a_type(tmp_path):
     assert not (tmp_path / "absent.xml").exists()
 
 
+def test_each_case_is_named_by_its_check_id_first(tmp_path):
+    from gpucluster.conformance.reports import case_name, finish_junit
+
+    # pytest-xdist's loadgroup appends @<group> to a node's tests: the group is the node's name.
+    assert case_name("test_ceph_health[stor-1]@stor-1", "GC-CEPH-001", "stor-1") == \
+        "GC-CEPH-001 test_ceph_health[stor-1]"
+    assert case_name("test_every_node_ready", "GC-K8S-001", "(cluster)") == "GC-K8S-001 test_every_node_ready"
+    assert case_name("GC-K8S-001 test_every_node_ready", "GC-K8S-001", "(cluster)") == \
+        "GC-K8S-001 test_every_node_ready"  # a second pass leaves it
+    assert case_name("test_x[a@b]", "", "") == "test_x[a@b]"  # no check ID: pytest's name as it is
+    path = tmp_path / "junit.xml"
+    path.write_text(PYTEST_JUNIT.replace('name="test_a[gpu-1]" time="0.1">', 'name="test_a[gpu-1]@gpu-1" time="0.1">'
+                                         '<properties><property name="check_id" value="GC-NET-002"/><property '
+                                         'name="node" value="gpu-1"/></properties>'))
+    finish_junit(path, [], {}, None)
+    names = [c.get("name") for c in ET.fromstring(path.read_text()).iter("testcase")]
+    assert names[0] == "GC-NET-002 test_a[gpu-1]" and names[1] == "test_b[gpu-1]"
+
+
 def test_markdown_and_html_tables(tmp_path):
     paths = write_all(report(), tmp_path)
     md = paths["markdown"].read_text()
