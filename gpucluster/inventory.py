@@ -194,9 +194,14 @@ class _Unsafe(str):
     __slots__ = ()
 
 
+def _templatable(value: str) -> bool:
+    """Whether Ansible could template ``value``: every Jinja delimiter starts with ``{``."""
+    return "{" in value
+
+
 def _mark(value: Any) -> Any:
     if isinstance(value, str):
-        return _Unsafe(value)
+        return _Unsafe(value) if _templatable(value) else value
     if isinstance(value, dict):
         return {k: _mark(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -205,7 +210,8 @@ def _mark(value: Any) -> Any:
 
 
 class _UnsafeDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
-    """Writes every string value as ``!unsafe``: Ansible then never templates it on the controller."""
+    """Writes every string value that holds a ``{`` as ``!unsafe``: Ansible then never templates it
+    on the controller. Other strings are quoted where YAML would read them otherwise."""
 
 
 def _represent_unsafe(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
@@ -218,7 +224,8 @@ _UnsafeDumper.add_representer(_Unsafe, _represent_unsafe)
 def _flow(value: Any) -> str:
     """One value as a YAML flow node (JSON syntax, which YAML reads), strings tagged ``!unsafe``."""
     if isinstance(value, str):
-        return f"{UNSAFE_TAG} {json.dumps(value, ensure_ascii=False)}"
+        text = json.dumps(value, ensure_ascii=False)
+        return f"{UNSAFE_TAG} {text}" if _templatable(value) else text
     if isinstance(value, dict):
         return "{" + ", ".join(f"{json.dumps(str(k))}: {_flow(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
@@ -247,12 +254,15 @@ def parse_inventory_text(text: str) -> Any:
 
 
 def dump_inventory(inventory: dict[str, Any]) -> str:
-    """YAML text of the inventory, every string value tagged ``!unsafe``.
+    """YAML text of the inventory, every string value that could hold a template tagged ``!unsafe``.
 
     Strings come from the spec and from stack outputs, and Ansible templates the
     inventory's strings on the controller: a value such as ``{{ lookup('pipe', ...) }}``
     would run there. The spec and outputs models refuse such values already; the tag is
-    the second wall, so a field added later cannot reopen the hole.
+    the second wall, so a field added later cannot reopen the hole. Every Jinja delimiter
+    starts with ``{``, so a string without one is written as a plain quoted string: Ansible
+    (ansible-core 2.21) resolves a tagged scalar's type again, reading ``!unsafe '0x7fff'`` (an
+    InfiniBand partition key) as the int 32767 and ``!unsafe 'yes'`` as true.
 
     Cluster-wide vars are dumped as block YAML for people to read. Hosts and group
     members, which grow with the cluster, are written one line each as flow mappings:

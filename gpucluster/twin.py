@@ -61,7 +61,7 @@ def rail_links(cluster: Cluster, node_name: str) -> list[tuple[str, str]]:
     (rail name and index) names the bridge that joins that port across nodes."""
     node = cluster.node(node_name)
     platform = cluster.platform_of(node)
-    return [(f"{rail.name}{i}", netdev) for rail in platform.rails for i, netdev in enumerate(rail.netdevs or ())]
+    return [(f"{rail.name}{i}", netdev) for rail in platform.rails for i, netdev in enumerate(rail.netdev_names())]
 
 
 # cloud-init hands the network-config to netplan here (cloud-init docs, "Network configuration
@@ -88,6 +88,42 @@ def netplan_files(cluster: Cluster, node_name: str) -> tuple[NodeFile, ...]:
     return (NodeFile(NETPLAN_FILE, yaml.safe_dump({"network": config}, sort_keys=False), 0o600),)
 
 
+TWIN_SCRIPTS = "/etc/gpucluster-twin"
+
+
+def boot_service_script(twin: TwinFile, service: str) -> str:
+    """Where the twin keeps the script of the image's boot service ``service`` (the unit runs it)."""
+    return f"{TWIN_SCRIPTS}/{service.removesuffix('.service')}.sh"
+
+
+def boot_service_files(cluster: Cluster, twin: TwinFile, node_name: str) -> tuple[NodeFile, ...]:
+    """The image's boot services, as units the node runs at every boot. ``rewrite_nccl_conf``: the
+    unit writes /etc/nccl.conf whole with the platform's image_nccl keys (and empties it at
+    shutdown), as Azure's sku-customizations.service does; the keys are the platform file's, the
+    one place that states them."""
+    platform = cluster.platform_of(cluster.node(node_name))
+    files: list[NodeFile] = []
+    for service in twin.boot_services:
+        if platform.nccl_conf_rewritten_by != service.unit or not platform.image_nccl:
+            raise InputError(f"twin {twin.name!r}: boot service {service.unit} rewrites /etc/nccl.conf, but platform "
+                             f"{platform.name!r} names {platform.nccl_conf_rewritten_by!r} with "
+                             f"{len(platform.image_nccl)} image NCCL key(s)")
+        lines = "".join(f"{k}={v}\n" for k, v in platform.image_nccl.items())
+        script = boot_service_script(twin, service.unit)
+        files += [
+            NodeFile(script, f"#!/bin/sh\n# The image's {service.unit} ({service.source}): /etc/nccl.conf "
+                             f"written whole.\nprintf '%s' '{lines}' > /etc/nccl.conf\n", 0o755),
+            NodeFile(f"/etc/systemd/system/{service.unit}",
+                     f"[Unit]\nDescription=the image's {service.unit} (platform twin {twin.name})\n"
+                     "After=local-fs.target\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\n"
+                     f"ExecStart=/bin/sh {script}\nExecStop=/bin/sh -c ': > /etc/nccl.conf'\n"),
+            # Enabled as the image enables it (a drop-in: the lab writes files, not links).
+            NodeFile(f"/etc/systemd/system/multi-user.target.d/50-{service.unit.removesuffix('.service')}.conf",
+                     f"[Unit]\nWants={service.unit}\n"),
+        ]
+    return tuple(files)
+
+
 def shape(plan: LabLayout, cluster: Cluster, twin: TwinFile) -> LabLayout:
     """The lab's plan with the platform's links: management named as the image names it, no lab
     fabric link, and one link per rail netdev, each rail index on its own bridge; where the image
@@ -104,7 +140,7 @@ def shape(plan: LabLayout, cluster: Cluster, twin: TwinFile) -> LabLayout:
         nodes.append(dataclasses.replace(
             n, rails=links, management_interface=twin.management_interface.name, fabric_interface=None,
             management_mac=management_mac(cluster, n.name) if netplan else None,
-            files=netplan_files(cluster, n.name) if netplan else ()))
+            files=(netplan_files(cluster, n.name) if netplan else ()) + boot_service_files(cluster, twin, n.name)))
     packages = plan.packages + (NETPLAN_PACKAGES if twin.image.network == "netplan" else ())
     return dataclasses.replace(plan, nodes=tuple(nodes), rail_bridges=tuple(bridges.values()), rail_cidrs=(),
                                twin=twin.name, packages=packages,
@@ -199,10 +235,11 @@ def fault_command(cluster: Cluster, twin: TwinFile, outputs: dict[str, Any]) -> 
                              "on an interface in the target's outputs")
         prefix = ipaddress.IPv4Network(outputs["fabric"]["fabric_cidr"]).prefixlen
         return ["ip", "addr", "del", f"{node['fabric_ip']}/{prefix}", "dev", node["fabric_interface"]]
-    units = [s.unit for s in twin.boot_services]
-    if not units:
+    if not twin.boot_services:
         raise InputError(f"twin {twin.name!r}: fault boot_service, but the twin lists no boot service")
-    return ["systemctl", "restart", *units]
+    # The image's script run again outside its unit (an image update, an operator), so no drop-in
+    # of the unit's puts the role's file back: what the image writes is what verify finds.
+    return ["/bin/sh", boot_service_script(twin, twin.boot_services[0].unit)]
 
 
 def verify_failures(run_dir: Path) -> set[tuple[str, str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpucluster.errors import InputError
+from gpucluster.render.platform import fabric_netdev
 from gpucluster.spec import Cluster
 from gpucluster.spec.models import AzureTarget
 
@@ -13,7 +14,11 @@ from ..components.common import TAG_IMAGE, node_tags, pools, ssh_keys, stack_out
 from ..components.userdata import Interface, NodeData, render_cloud_init, with_prefix
 
 SSH_USER = "azureuser"
-IB_INTERFACE = "ib0"
+
+
+def ipoib_interface(cluster: Cluster, node: str) -> str | None:
+    """The node's IPoIB interface as its platform names it (ib0 on ND H100 v5), or None."""
+    return fabric_netdev(cluster.platform_of(cluster.node(node)).model_dump())
 
 
 def deploy(cluster: Cluster) -> dict[str, Any]:
@@ -60,17 +65,18 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
         gpu = plan.kind == "gpu"
         user_data = {}
         for n in plan.nodes:
+            ipoib = ipoib_interface(cluster, n.name)
             ib = (
                 (
                     Interface(
-                        IB_INTERFACE,
+                        ipoib,
                         with_prefix(n.fabric_ip, fabric_spec.fabric_cidr),
                         fabric_spec.mtu,
-                        match_name=IB_INTERFACE,
+                        match_name=ipoib,
                         infiniband=True,
                     ),
                 )
-                if gpu and infiniband
+                if gpu and infiniband and ipoib
                 else ()
             )
             user_data[n.name] = render_cloud_init(
@@ -111,7 +117,9 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
         addresses=addresses,
         instance_ids=ids,
         failure_domains=domains,
-        # The IPoIB interface only where the node carries a fabric address (the GPU VMs): a
-        # storage VM has no InfiniBand port, and GC-NET-001 skips it with that reason.
-        fabric_interfaces={name: IB_INTERFACE if fab else None for name, (_, fab) in addresses.items()},
+        # The IPoIB interface, as the node's platform names it (ib0 on ND H100 v5), only where the
+        # node carries a fabric address (the GPU VMs): a storage VM has no InfiniBand port, and
+        # GC-NET-001 skips it with that reason.
+        fabric_interfaces={name: ipoib_interface(cluster, name) if fab else None
+                           for name, (_, fab) in addresses.items()},
     )

@@ -55,7 +55,7 @@ def test_the_lab_takes_the_platforms_links(stack: Path) -> None:
     assert plan.twin == t.name
     for node in plan.nodes:
         platform = cluster.platform_of(cluster.node(node.name))
-        assert [r.interface for r in node.rails] == [d for rail in platform.rails for d in rail.netdevs or ()]
+        assert [r.interface for r in node.rails] == [d for rail in platform.rails for d in rail.netdev_names()]
         assert node.management_interface == t.management_interface.name
         assert node.fabric_interface is None  # the fabric address is the roles' and the image's to put
     # Each port position is one bridge that joins that port across the nodes.
@@ -116,7 +116,7 @@ def _stack(tmp_path: Path, **changes: str) -> Path:
 
 
 def test_a_twin_file_that_does_not_exist_or_fit_the_stack_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"gpucluster.twin.file: unknown twin 'nope' \(known: dgx-h100-ib"):
+    with pytest.raises(InputError, match=r"gpucluster.twin.file: unknown twin 'nope' \(known: .*dgx-h100-ib"):
         load_spec(_stack(tmp_path, **{"file: dgx-h100-ib": "file: nope"}))
     with pytest.raises(InputError, match=r"twin 'dgx-h100-roce' models platform 'dgx-h100-roce'"):
         load_spec(_stack(tmp_path, **{"file: dgx-h100-ib": "file: dgx-h100-roce"}))
@@ -150,3 +150,33 @@ def test_a_stored_plan_may_write_node_files_only_under_etc() -> None:
         node = plan.nodes[0].__class__(**{**plan.nodes[0].__dict__, "files": (NodeFile(bad, "x"),)})
         tampered = plan.__class__(**{**plan.__dict__, "nodes": (node, *plan.nodes[1:])})
         assert "names the file" in str(_plan_problem(tampered, plan.lab_dir)), bad
+
+
+def test_the_images_boot_service_writes_the_platforms_nccl_keys_at_every_boot() -> None:
+    cluster = load_spec(REPO / "Pulumi.twin-azure-nd-h100-v5.yaml")
+    t = twin.twin_of(cluster)
+    assert t is not None
+    platform = cluster.platform_of(cluster.nodes[0])
+    assert [s.unit for s in t.boot_services] == [platform.nccl_conf_rewritten_by]
+    files = {f.path: f for f in lab_inputs(cluster).plan.nodes[0].files}
+    script = files["/etc/gpucluster-twin/sku-customizations.sh"]
+    unit = files["/etc/systemd/system/sku-customizations.service"].content
+    assert script.mode == 0o755
+    written = script.content.split("printf '%s' '", 1)[1].rsplit("' > /etc/nccl.conf", 1)[0]
+    assert written == "".join(f"{k}={v}\n" for k, v in platform.image_nccl.items())
+    assert "ExecStart=/bin/sh /etc/gpucluster-twin/sku-customizations.sh" in unit
+    assert "ExecStop=/bin/sh -c ': > /etc/nccl.conf'" in unit  # the image empties it at shutdown
+    assert files["/etc/systemd/system/multi-user.target.d/50-sku-customizations.conf"].content == (
+        "[Unit]\nWants=sku-customizations.service\n")
+    assert twin.fault_command(cluster, t, lab_inputs(cluster).outputs) == [
+        "/bin/sh", "/etc/gpucluster-twin/sku-customizations.sh"]
+
+
+def test_a_boot_service_the_platform_does_not_state_is_refused() -> None:
+    cluster = load_spec(REPO / "Pulumi.twin-dgx-h100-ib.yaml")
+    t = twin.twin_of(cluster)
+    azure = load_twins()["azure-nd-h100-v5"]
+    assert t is not None
+    with pytest.raises(InputError, match=r"boot service sku-customizations\.service rewrites /etc/nccl\.conf, but "
+                                         r"platform 'dgx-h100' names None"):
+        twin.boot_service_files(cluster, t.model_copy(update={"boot_services": azure.boot_services}), "dgx-01")

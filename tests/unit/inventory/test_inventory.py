@@ -112,8 +112,26 @@ def test_ansible_reads_the_inventory(tmp_path: Path) -> None:
     )
     listed = json.loads(proc.stdout)
     assert set(listed["gpu"]["hosts"]) == {"gpu-1", "gpu-2"}
-    # Every string is tagged unsafe: ansible-inventory shows the tag it read.
-    assert listed["_meta"]["hostvars"]["stor-1"]["ansible_host"] == {"__ansible_unsafe": "10.77.0.12"}
+    assert listed["_meta"]["hostvars"]["stor-1"]["ansible_host"] == "10.77.0.12"
+
+
+@pytest.mark.skipif(ANSIBLE_INVENTORY is None, reason="ansible-inventory is not installed")
+def test_ansible_reads_every_string_as_a_string(tmp_path: Path) -> None:
+    """A partition key, a node named like a number, a word YAML reads as a boolean: Ansible reads
+    each back as the string it was (a `!unsafe '0x7fff'` came back as the int 32767, so the
+    rdma_fabric role refused every InfiniBand spec with partitions; the Azure twin found it)."""
+    inventory = build_inventory(load_spec(REPO / "Pulumi.onprem-h100-ib.yaml"),
+                                load_outputs(GOLDEN / "outputs" / "onprem-h100-ib.json"))
+    inventory["all"]["vars"]["gpucluster_probe"] = ["10", "yes", "0o17", "1e3", "null", "~", "{{ 1 }}"]
+    path = tmp_path / "inventory.yml"
+    path.write_text(dump_inventory(inventory))
+    proc = subprocess.run([str(ANSIBLE_INVENTORY), "-i", str(path), "--list"], capture_output=True, text=True,
+                          check=True, cwd=tmp_path)
+    hostvars = json.loads(proc.stdout)["_meta"]["hostvars"]["hgx-01"]
+    assert [p["pkey"] for p in hostvars["gpucluster_fabric"]["partitions"]] == ["0x7fff", "0x0101"]
+    assert hostvars["gpucluster_probe"][:6] == ["10", "yes", "0o17", "1e3", "null", "~"]
+    # A string that could hold a template keeps its tag.
+    assert hostvars["gpucluster_probe"][6] == {"__ansible_unsafe": "{{ 1 }}"}
 
 
 def test_ansible_never_templates_an_inventory_string(tmp_path: Path) -> None:
