@@ -335,7 +335,7 @@ class VerifyPassThrough:
 
     def problems(self) -> list[str]:
         """What verify would refuse, found before any stage runs (nothing created on bad input)."""
-        from gpucluster.conformance import fleet
+        from gpucluster.conformance import checks, fleet
 
         out = []
         if self.burn_seconds is not None and self.burn_seconds < 1:
@@ -349,8 +349,11 @@ class VerifyPassThrough:
                 out.append(str(exc))
         if self.kubeconfig is not None and not self.kubeconfig.is_file():
             out.append(f"--kubeconfig {self.kubeconfig}: no such file")
-        if self.checks is not None and not any(c.strip() for c in self.checks.split(",")):
-            out.append("--checks: no check ID or pattern given")
+        if self.checks is not None:
+            try:
+                checks.select(self.checks.split(","))
+            except ValueError as exc:
+                out.append(str(exc))
         return out
 
     def argv(self) -> list[str]:

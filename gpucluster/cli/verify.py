@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster import verify
+from gpucluster.conformance import checks as registry
 from gpucluster.conformance import fleet
 from gpucluster.errors import InputError
 
@@ -77,6 +78,12 @@ def run(args: argparse.Namespace) -> int:
 
         checks, failed_nodes = verify.last_failures(paths.RUNS_DIR)
         limit = limit or failed_nodes
+    if checks:
+        # Before the lock, the run folder or any SSH: a pattern that names no check runs nothing.
+        try:
+            registry.select(checks)
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
     kubeconfig = Path(args.kubeconfig) if args.kubeconfig else None
     if kubeconfig is not None and not kubeconfig.is_file():
         raise InputError(f"--kubeconfig {kubeconfig}: no such file")

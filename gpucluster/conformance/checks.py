@@ -8,6 +8,8 @@ on every host when empty.
 
 from __future__ import annotations
 
+import fnmatch
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -195,3 +197,19 @@ def get(check_id: str) -> Check:
         return CHECKS[check_id]
     except KeyError:
         raise KeyError(f"unknown check {check_id!r}") from None
+
+
+def select(patterns: Iterable[str], option: str = "--checks") -> frozenset[str]:
+    """The check IDs that IDs or shell patterns (``GC-NET-*``) name, as ``verify --checks`` takes them.
+
+    ValueError, on one line, when a pattern names no check: that pattern and every check ID, so a
+    run is refused before it reaches any node rather than running nothing (or everything).
+    """
+    given = [p.strip() for p in patterns if p.strip()]
+    if not given:
+        raise ValueError(f"{option}: no check ID or pattern given")
+    unmatched = [p for p in given if not any(fnmatch.fnmatchcase(c, p) for c in CHECKS)]
+    if unmatched:
+        raise ValueError(f"{option}: {', '.join(unmatched)} matches no check; the check IDs: "
+                         f"{', '.join(sorted(CHECKS))}")
+    return frozenset(c for c in CHECKS if any(fnmatch.fnmatchcase(c, p) for p in given))

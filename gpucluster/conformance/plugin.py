@@ -26,7 +26,6 @@ Nothing here acts without ``--inventory``: the plugin is inert in any other pyte
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import os
 import re
@@ -184,6 +183,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for g in _inventory(config).groups:
         if g not in GROUP_MARKERS:
             config.addinivalue_line("markers", f"{g}: runs on hosts of the inventory group {g}")
+    _selected(config)  # a --checks pattern that names no check is refused here, before any node is probed
     config.stash[_STARTED] = time.time()
     if _controller(config):
         config.stash[_FLEET_MARGIN] = _fleet_margin(config)
@@ -242,6 +242,17 @@ def _unreachable(config: pytest.Config) -> dict[str, str]:
     known = {k: str(v.get("message", "")) for k, v in data.items() if v.get("status") != "ok"}
     config.stash[_UNREACHABLE] = known
     return known
+
+
+def _selected(config: pytest.Config) -> frozenset[str] | None:
+    """The check IDs --checks names (None: every check); a pattern that names none is bad input."""
+    patterns = [p for p in (config.getoption("--checks") or "").split(",") if p.strip()]
+    if not patterns:
+        return None
+    try:
+        return checks.select(patterns)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _check_id(item: pytest.Item) -> str:
@@ -397,12 +408,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if empty:
         config.hook.pytest_deselected(items=empty)
         items[:] = [i for i in items if i not in empty]
-    patterns = [p.strip() for p in (config.getoption("--checks") or "").split(",") if p.strip()]
-    if patterns:
-        unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(c, p) for c in checks.CHECKS)]
-        if unmatched:
-            raise pytest.UsageError(f"--checks: {', '.join(unmatched)} matches no check ID (GC-<AREA>-<NNN>)")
-        wanted = {c for c in checks.CHECKS if any(fnmatch.fnmatchcase(c, p) for p in patterns)}
+    selected = _selected(config)
+    if selected is not None:
+        wanted = set(selected)
         if fleet.FLEET_CHECK in wanted:  # derived from these checks' figures: run them
             wanted.update(fleet.SOURCES)
         other = [i for i in items if _check_id(i) not in wanted]

@@ -599,8 +599,9 @@ def test_json_when_verify_fails_holds_the_findings(stack: Path, monkeypatch: pyt
     ["up", "--json"],
     ["up", "--stack", "STACK", "--json", "--burn-seconds", "0"],
     ["up", "--stack", "STACK", "--json", "--fleet-margin", "3"],
+    ["up", "--stack", "STACK", "--json", "--yes", "--checks", "GC-NOPE-*"],  # before any stage, not after converge
     ["up", "--stack", "STACK", "--json"],  # a cloud, no --yes, not on a terminal
-], ids=["no-stack-file", "no-stack", "burn-seconds", "fleet-margin", "no-yes"])
+], ids=["no-stack-file", "no-stack", "burn-seconds", "fleet-margin", "checks", "no-yes"])
 def test_json_on_bad_input_is_one_document_and_exit_2(argv: list[str], stack: Path, monkeypatch: pytest.MonkeyPatch,
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     cli = FakeCli()

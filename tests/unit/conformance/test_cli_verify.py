@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from gpucluster.cli import main
@@ -26,6 +27,26 @@ def test_unknown_limit_host_exits_2(tmp_path, capsys):
 def test_non_lab_stack_exits_2(capsys):
     assert main(["verify", "--stack", str(REPO / "Pulumi.onprem-h100-ib.yaml")]) == 2
     assert "pass --inventory" in capsys.readouterr().err
+
+
+def test_a_checks_pattern_that_names_no_check_is_refused_before_any_ssh(tmp_path, capsys, monkeypatch):
+    from gpucluster.conformance import checks
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    called = tmp_path / "ssh-called"
+    ssh = bin_dir / "ssh"
+    ssh.write_text(f"#!/bin/sh\ntouch {called}\nexit 255\n")
+    ssh.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    runs_dir = tmp_path / "runs"
+    code = main(["verify", "--inventory", str(GOLDEN), "--checks", "GC-NET-001,GC-NOPE-*", "--runs-dir", str(runs_dir)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("error: --checks: GC-NOPE-* matches no check; the check IDs: GC-AR-001, ")
+    assert all(c in err[0] for c in checks.CHECKS)
+    # Nothing ran: no SSH, no run folder, no lock taken.
+    assert not called.exists() and not runs_dir.exists()
 
 
 def test_pytest_command_runs_hosts_in_parallel(tmp_path):

@@ -171,9 +171,14 @@ def test_checks_selects_by_id_or_pattern_and_refuses_a_pattern_matching_nothing(
              "--checks", "GC-K8S-*"], tmp_path)
     ran = {r["check_id"] for r in json.loads((run / "results.json").read_text())["results"]}
     assert ran == {"GC-K8S-001", "GC-K8S-003"}
+    # Refused before the nodes are probed (once an INTERNALERROR from the collection hook, after the
+    # probe had reached every node): pytest's usage error, the pattern and every check ID on one line.
     bad = _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(GOLDEN), "--run-dir",
                    str(tmp_path / "run2"), "--checks", "GC-NOPE-*"], tmp_path)
-    assert bad.returncode != 0 and "GC-NOPE-* matches no check ID" in bad.stdout + bad.stderr
+    assert bad.returncode == pytest.ExitCode.USAGE_ERROR, bad.stdout[-2000:] + bad.stderr[-2000:]
+    assert "INTERNALERROR" not in bad.stdout + bad.stderr
+    assert "ERROR: --checks: GC-NOPE-* matches no check; the check IDs: GC-AR-001, " in bad.stderr
+    assert not (tmp_path / "run2" / "probe.json").exists()
 
 
 FLEET_CHECKS = '''
