@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_FLAGS ?= -q
 
-.PHONY: setup gpu-deps test lint unit integration bench lab lab-down lock clean
+.PHONY: setup gpu-deps test lint unit integration twins bench lab lab-down lock clean
 
 setup: $(STAMP)
 
@@ -45,6 +45,11 @@ unit: setup gpu-deps
 
 integration: setup
 	scripts/run-pytest-dir.sh $(PY) tests/integration $(PYTEST_FLAGS)
+
+# Every platform twin (Pulumi.twin-*.yaml) from nothing to its verdicts and its fault; `make
+# integration` runs them too (tests/integration/twins). Reports: runs/twins/<twin>.json.
+twins: setup
+	scripts/run-pytest-dir.sh $(PY) tests/integration/twins $(PYTEST_FLAGS)
 
 bench: setup
 	$(PY) bench/run.py

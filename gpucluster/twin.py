@@ -364,3 +364,26 @@ def run_check(stack_file: Path, out: TextIO, *, keep: bool = False) -> TwinRepor
             t = time.monotonic()
             rc, _ = _cli(["down", "--stack", stack], out)
             _step(report, "down", t, rc == 0, f"exit {rc}")
+
+
+def markdown_table(stacks: list[Path]) -> str:
+    """The README's table of the twins: platform, what the twin models, what it cannot."""
+    from gpucluster.spec import load_spec
+
+    rows = ["| Twin stack | Platform (target) | What the twin models | What it cannot model |", "|---|---|---|---|"]
+    for stack in stacks:
+        cluster = load_spec(stack)
+        t = twin_of(cluster)
+        if t is None:
+            continue
+        platform = cluster.platforms[t.platform]
+        links = [t.management_interface.name] + [d for rail in platform.rails for d in rail.netdev_names()]
+        models = [f"links {', '.join(links)}" if len(links) > 1 else f"management {links[0]} (no rail netdevs)",
+                  f"{t.image.name} ({t.image.os}) as the OS every choice resolves for"]
+        if t.image.network:
+            models.append(f"the target's network-config applied by {t.image.network} at every boot")
+        models += [f"{s.unit} at every boot" for s in t.boot_services]
+        models.append(f"the {t.target} target's own outputs; fault: {t.fault.description}")
+        cannot = [c.what for c in t.cannot_model]
+        rows.append(f"| `{stack.name}` | {platform.name} ({t.target}) | {'; '.join(models)} | {'; '.join(cannot)} |")
+    return "\n".join(rows) + "\n"

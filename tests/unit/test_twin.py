@@ -180,3 +180,11 @@ def test_a_boot_service_the_platform_does_not_state_is_refused() -> None:
     with pytest.raises(InputError, match=r"boot service sku-customizations\.service rewrites /etc/nccl\.conf, but "
                                          r"platform 'dgx-h100' names None"):
         twin.boot_service_files(cluster, t.model_copy(update={"boot_services": azure.boot_services}), "dgx-01")
+
+
+def test_the_readme_table_is_the_twins_own() -> None:
+    text = (REPO / "README.md").read_text()
+    start = text.index("<!-- twins table:")
+    start = text.index("\n", start) + 1
+    end = text.index("<!-- end twins table -->")
+    assert text[start:end] == twin.markdown_table(TWIN_STACKS)
