@@ -757,9 +757,9 @@ class TwinLimit(_Model):
 
 
 class TwinFault(_Model):
-    """The fault ``gpucluster twin fault`` injects on the twin's first GPU node, and the checks
+    """The fault ``gpucluster twin check`` injects on the twin's first GPU node, and the checks
     that must name it (and only them): the address removed from the node's fabric interface, or
-    the image's boot services run again (as at a reboot) over what the roles converged."""
+    the image's boot service's script run again outside its unit over what the roles converged."""
 
     kind: Literal["remove_fabric_address", "boot_service"]
     description: str = Field(pattern=r"^[^\n\r{}%$`\\]{1,200}$")
