@@ -332,6 +332,7 @@ class VerifyPassThrough:
     kubeconfig: Path | None = None
     fleet_margin: float | None = None
     dcgm_level: int | None = None
+    fail_on_skipped_cluster: bool = False
 
     def problems(self) -> list[str]:
         """What verify would refuse, found before any stage runs (nothing created on bad input)."""
@@ -374,6 +375,8 @@ class VerifyPassThrough:
             out += ["--fleet-margin", repr(self.fleet_margin)]
         if self.dcgm_level is not None:
             out += ["--dcgm-level", str(self.dcgm_level)]
+        if self.fail_on_skipped_cluster:
+            out.append("--fail-on-skipped-cluster")
         return out
 
 

@@ -79,6 +79,7 @@ class VerifyOptions:
     kubeconfig: Path | None = None
     fleet_margin: float | None = None  # None: the inventory's, else the default
     dcgm_level: int | None = None  # None: the inventory's gpucluster_conformance.dcgm_diag_level
+    fail_on_skipped_cluster: bool = False  # a (cluster) row whose every check skipped fails the run
 
 
 def inventory_for_stack(stack: str | Path) -> Path:
@@ -140,6 +141,8 @@ def pytest_argv(opts: VerifyOptions, inv: ClusterInventory) -> list[str]:
         argv += ["--dcgm-level", str(opts.dcgm_level)]
     if opts.fleet_margin is not None:
         argv += ["--fleet-margin", repr(opts.fleet_margin)]
+    if opts.fail_on_skipped_cluster:
+        argv.append("--fail-on-skipped-cluster")
     return argv
 
 

@@ -59,6 +59,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig for the Kubernetes checks")
     v.add_argument("--fleet-margin", type=float, metavar="FRACTION", help="fleet comparison margin (e.g. 0.10)")
     v.add_argument("--dcgm-level", type=int, choices=(1, 2, 3, 4), metavar="N", help="dcgmi diag run level")
+    v.add_argument("--fail-on-skipped-cluster", action="store_true",
+                   help="fail verify when every cluster-level check (Kubernetes) was skipped")
     p.set_defaults(func=_up)
 
 
@@ -90,7 +92,8 @@ def _summary(args: argparse.Namespace) -> UpSummary:
         return UpSummary(stack="", target="", state_file="", exit_code=EXIT_BAD_INPUT, errors=exc.lines())
     passed = VerifyPassThrough(checks=args.checks, burn=not args.no_burn, burn_seconds=args.burn_seconds,
                                workers=args.workers, publish=not args.no_publish, kubeconfig=args.kubeconfig,
-                               fleet_margin=args.fleet_margin, dcgm_level=args.dcgm_level)
+                               fleet_margin=args.fleet_margin, dcgm_level=args.dcgm_level,
+                               fail_on_skipped_cluster=args.fail_on_skipped_cluster)
     problems = passed.problems()
     if problems:
         return UpSummary(stack=stack, target="", state_file="", exit_code=EXIT_BAD_INPUT,

@@ -54,6 +54,9 @@ def register(sub: Any) -> None:
     p.add_argument("--dcgm-level", type=int, choices=(1, 2, 3, 4), metavar="N",
                    help="dcgmi diag run level for GC-DCGM-001: 3 or 4 for a burn-in (default: the inventory's "
                         "gpucluster_conformance.dcgm_diag_level, from the spec; 2 for acceptance)")
+    p.add_argument("--fail-on-skipped-cluster", action="store_true",
+                   help="exit 1 when every cluster-level check (Kubernetes) was skipped, for CI that expects the "
+                        "cluster's Kubernetes; the (cluster) row reads SKIPPED either way, never PASS")
     p.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     p.epilog = ("examples:\n  gpucluster verify --inventory inventory.yml\n"
                 "  gpucluster verify --stack Pulumi.lab.yaml --checks 'GC-NET-*' --no-burn\n"
@@ -100,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig=kubeconfig,
         fleet_margin=args.fleet_margin,
         dcgm_level=args.dcgm_level,
+        fail_on_skipped_cluster=args.fail_on_skipped_cluster,
         workers=args.workers,
         quiet=args.json,
         publish=not args.no_publish,

@@ -16,7 +16,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from gpucluster.conformance import checks, fleet, metrics
-from gpucluster.conformance.report_data import Report, Series, findings, publish_outcome, verdict_table
+from gpucluster.conformance.report_data import Report, Series, banner, findings, publish_outcome, verdict_table
 from gpucluster.conformance.verdict import CheckResult
 
 REPORT_TEMPLATE = "report.html.j2"
@@ -313,17 +313,11 @@ def node_sections(report: Report) -> list[NodeSection]:
 
 
 def render(report: Report) -> str:
-    # The banner counts hosts: a row of cluster-level checks is in the verdicts, not in the nodes.
-    hosts = set(report.nodes)
-    verdicts = [v for v in report.verdicts if v.node in hosts]
-    passed = report.exit_code == 0
     return _ENV.get_template(REPORT_TEMPLATE).render(
         meta=report.meta,
         cluster=str(report.meta.get("cluster", "")),
-        passed=passed,
+        banner=banner(report),
         exit_code=report.exit_code,
-        nodes_passing=sum(1 for v in verdicts if v.verdict == "pass" and v.node not in report.unreachable),
-        nodes_total=len(verdicts),
         suite_errors=report.suite_errors,
         verdict_rows=verdict_table(report),
         figures=figure_rows(report),

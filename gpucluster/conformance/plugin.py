@@ -102,6 +102,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--fleet-margin", default=None,
                 help="how far below the fleet median a node's figure may fall, as a fraction (default: the "
                      "inventory's gpucluster_conformance.fleet_margin, else 0.10)")
+    g.addoption("--fail-on-skipped-cluster", action="store_true", default=False,
+                help="fail the run when every cluster-level check (Kubernetes) was skipped: the (cluster) row "
+                     "reads SKIPPED either way, never PASS")
     g.addoption("--verdicts-by-caller", action="store_true", default=False,
                 help="print no findings or verdicts at the end (gpucluster verify prints them once, after "
                      "publishing), unless the run folder could not be written")
@@ -531,6 +534,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[
         junit_error = exc
     if _controller(config) and _active(config) and not config.option.collectonly:
         _finish(config, exitstatus, junit_error)
+        report = config.stash.get(_REPORT, None)
+        # A failure no pytest test had (the fleet comparison, a cluster row CI asked to fail when
+        # skipped) fails a bare pytest run too, as it fails `gpucluster verify`.
+        if report is not None and report.exit_code == 1 and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def write_check_logs(run_dir: Path, results: list[CheckResult]) -> None:
@@ -570,6 +578,7 @@ def _finish(config: pytest.Config, exitstatus: int, junit_error: OSError | None)
         "duration_s": round(finished - started, 1),
         "finished_unix": round(finished),
         "burn": not config.getoption("--no-burn"),
+        "fail_on_skipped_cluster": bool(config.getoption("--fail-on-skipped-cluster")),
         "suite_errors": list(_SUITE_ERRORS),
         "unreachable": dict(_unreachable(config)),
         "run_id": os.environ.get(RUN_ID_ENV, ""),

@@ -47,6 +47,11 @@ class Report:
         """Nodes the run could not reach (node -> why): their verdict is ``unreachable``."""
         return {str(k): str(v) for k, v in (self.meta.get("unreachable") or {}).items()}
 
+    @property
+    def fail_on_skipped_cluster(self) -> bool:
+        """``verify --fail-on-skipped-cluster``: a CLUSTER row whose every check skipped fails the run."""
+        return bool(self.meta.get("fail_on_skipped_cluster"))
+
     def verdict_label(self, v: NodeVerdict) -> str:
         return "unreachable" if v.node in self.unreachable else v.verdict
 
@@ -56,7 +61,7 @@ class Report:
             return runs.EXIT_INTERRUPTED
         # A module of checks that did not load leaves every node unverified on those
         # checks: never a pass, whatever the checks that did run say.
-        code = 1 if self.suite_errors else exit_code(self.verdicts)
+        code = 1 if self.suite_errors else exit_code(self.verdicts, self.fail_on_skipped_cluster)
         # A pass whose record could not be written is no pass to show anyone.
         if code == 0 and self.meta.get("run_folder_error"):
             return EXIT_BAD_INPUT
@@ -75,6 +80,7 @@ class Report:
             "schema": 1,
             "meta": self.meta,
             "exit_code": self.exit_code,
+            "summary": banner(self).to_json(),
             "findings": [f.to_json() for f in findings(self)],
             "verdicts": verdicts,
             "results": [r.to_json() for r in sorted(self.results, key=lambda r: (r.node, r.check_id, r.param or ""))],
@@ -254,7 +260,56 @@ def findings(report: Report) -> list[Finding]:
     return sorted(out, key=lambda f: (-len(f.checks), f.cause))
 
 
-# --- the verdict table -------------------------------------------------------------------------
+# --- the banner and the verdict table ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Banner:
+    """The report's headline, the same in every format: the run's verdict, how many nodes pass, the
+    rows that fail it by name, and how many checks were skipped (a skip is never a pass)."""
+
+    verdict: str  # PASS (exit code 0) or FAIL
+    exit_code: int
+    nodes_passing: int
+    nodes_total: int
+    failing: tuple[str, ...]  # the rows that fail the run: nodes, unreachable ones included, and CLUSTER
+    skipped_checks: int
+    cluster: str  # the CLUSTER row's verdict ("pass", "fail", "skipped"), "" when no cluster-level check ran
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def text(self) -> str:
+        parts = [f"{self.nodes_passing} of {self.nodes_total} node(s) pass"]
+        if self.failing:
+            parts.append("failing: " + ", ".join(self.failing))
+        parts.append(f"{self.skipped_checks} check(s) skipped")
+        if self.cluster == "skipped":
+            parts.append(f"{CLUSTER} every cluster-level check skipped")
+        parts.append(f"exit code {self.exit_code}")
+        return "; ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict.lower(), "exit_code": self.exit_code, "nodes_passing": self.nodes_passing,
+                "nodes_total": self.nodes_total, "failing": list(self.failing),
+                "skipped_checks": self.skipped_checks, "cluster": self.cluster}
+
+
+def banner(report: Report) -> Banner:
+    hosts = set(report.nodes)
+    down = report.unreachable
+    vs = report.verdicts
+    # Only hosts are counted as nodes: the CLUSTER row is named when it fails the run, not counted.
+    passing = sum(1 for v in vs if v.node in hosts and v.verdict == "pass" and v.node not in down)
+    failing = [v.node for v in vs if v.verdict == "fail" or v.node in down
+               or (v.verdict == "skipped" and report.fail_on_skipped_cluster)]
+    cluster = next((v.verdict for v in vs if v.node == CLUSTER), "")
+    code = report.exit_code
+    return Banner("PASS" if code == 0 else "FAIL", code, passing, sum(1 for v in vs if v.node in hosts),
+                  tuple(failing), sum(1 for r in report.results if r.outcome == "skipped"), cluster)
+
 
 
 def _counts(v: NodeVerdict) -> str:

@@ -23,6 +23,7 @@ from gpucluster.conformance import checks, fleet, html_report, metrics, remedies
 from gpucluster.conformance.report_data import (
     Finding,
     Report,
+    banner,
     figure_text,
     findings,
     publish_outcome,
@@ -202,8 +203,8 @@ def finish_junit(path: Path, results: list[CheckResult], logs: dict[str, list[st
 
 
 def console_lines(report: Report) -> list[str]:
-    """What an operator reads at the end of a run: one line per finding, then the verdict table
-    (the details, next steps and logs are in the run folder)."""
+    """What an operator reads at the end of a run: one line per finding, the verdict table, then the
+    banner's line (the details, next steps and logs are in the run folder)."""
     out = [f.line() for f in findings(report)]
     if out:
         out.append("")
@@ -213,6 +214,8 @@ def console_lines(report: Report) -> list[str]:
     for node, message in publish_problems(report):
         if node not in report.unreachable:
             out.append(f"textfile not published on {node}: {message} (the verdict stands)")
+    b = banner(report)
+    out.append(f"{b.verdict}: {b.text}")
     return out
 
 
@@ -253,7 +256,8 @@ def fleet_markdown(report: Report) -> list[str]:
 
 def markdown(report: Report) -> str:
     m = report.meta
-    out = [f"# Conformance: {m.get('cluster', '?')}", ""]
+    b = banner(report)
+    out = [f"# Conformance: {m.get('cluster', '?')}", "", f"**{b.verdict}**: {b.text}.", ""]
     out.append(f"Inventory `{m.get('inventory', '?')}`, started {m.get('started', '?')}, "
                f"{m.get('duration_s', '?')} s. Exit code {report.exit_code}.")
     if m.get("interrupted"):

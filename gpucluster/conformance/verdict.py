@@ -6,8 +6,11 @@ A node with no check run at all is not a pass either.
 
 Checks that concern the cluster as a whole (Kubernetes nodes Ready, a GPU pod) run once, not per
 node: their results carry the node :data:`CLUSTER` and make a row of their own beside the nodes'.
-That row fails when one of them failed or errored; skipped (no kubeconfig given) they fail nothing,
-since a cluster-level check is the only kind that has nothing to check on a cluster without it.
+That row fails when one of them failed or errored. When every one of them was skipped (no
+kubeconfig given, a target that deploys no Kubernetes) the row reads ``skipped``, never ``pass``:
+nothing was verified. It fails the run only when asked (``verify --fail-on-skipped-cluster``, for
+CI that expects Kubernetes), since a cluster-level check is the only kind that has nothing to check
+on a cluster without it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+Verdict = Literal["pass", "fail", "skipped"]
 Outcome = Literal["passed", "failed", "skipped", "error"]
 OUTCOMES: tuple[Outcome, ...] = ("passed", "failed", "skipped", "error")
 
@@ -60,7 +64,7 @@ class CheckResult:
 @dataclass(frozen=True)
 class NodeVerdict:
     node: str
-    verdict: Literal["pass", "fail"]
+    verdict: Verdict  # "skipped" only for the CLUSTER row, every check of it skipped
     passed: tuple[CheckResult, ...]
     failed: tuple[CheckResult, ...]  # failed and errored checks
     skipped: tuple[CheckResult, ...]
@@ -106,9 +110,10 @@ def node_verdicts(results: list[CheckResult], nodes: list[str]) -> list[NodeVerd
         skipped = tuple(r for r in rs if r.outcome == "skipped")
         if failed:
             out.append(NodeVerdict(name, "fail", passed, failed, skipped, f"{len(failed)} check(s) failed"))
-        elif name == CLUSTER:
-            out.append(NodeVerdict(name, "pass", passed, failed, skipped,
-                                   "" if passed else "every cluster-level check skipped"))
+        elif name == CLUSTER and not passed:
+            why = "; ".join(sorted({r.message for r in skipped if r.message}))
+            out.append(NodeVerdict(name, "skipped", passed, failed, skipped,
+                                   "every cluster-level check skipped" + (f": {why}" if why else "")))
         elif not passed:
             out.append(NodeVerdict(name, "fail", passed, failed, skipped, "no check passed (nothing was verified)"))
         else:
@@ -116,5 +121,9 @@ def node_verdicts(results: list[CheckResult], nodes: list[str]) -> list[NodeVerd
     return out
 
 
-def exit_code(verdicts: list[NodeVerdict]) -> int:
-    return 0 if verdicts and all(v.verdict == "pass" for v in verdicts) else 1
+def exit_code(verdicts: list[NodeVerdict], fail_on_skipped_cluster: bool = False) -> int:
+    """0 when every row passed (a skipped CLUSTER row too, unless ``fail_on_skipped_cluster``), else 1."""
+    def ok(v: NodeVerdict) -> bool:
+        return v.verdict == "pass" or (v.verdict == "skipped" and not fail_on_skipped_cluster)
+
+    return 0 if verdicts and all(ok(v) for v in verdicts) else 1

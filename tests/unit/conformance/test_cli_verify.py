@@ -75,6 +75,19 @@ def test_the_fleet_margin_reaches_the_suite_only_when_given(tmp_path):
     assert "--fleet-margin" not in pytest_argv(VerifyOptions(GOLDEN, tmp_path), inv)  # type: ignore[arg-type]
 
 
+def test_fail_on_skipped_cluster_reaches_the_suite_only_when_given(tmp_path):
+    from types import SimpleNamespace
+
+    from gpucluster.cli import build_parser
+
+    inv = SimpleNamespace(nodes=(1, 2, 3))
+    asked = pytest_argv(VerifyOptions(GOLDEN, tmp_path, fail_on_skipped_cluster=True), inv)  # type: ignore[arg-type]
+    assert "--fail-on-skipped-cluster" in asked
+    assert "--fail-on-skipped-cluster" not in pytest_argv(VerifyOptions(GOLDEN, tmp_path), inv)  # type: ignore[arg-type]
+    args = build_parser().parse_args(["verify", "--inventory", "x", "--fail-on-skipped-cluster"])
+    assert args.fail_on_skipped_cluster
+
+
 def test_a_burn_in_dcgm_level_reaches_the_suite_only_when_given(tmp_path, capsys):
     from types import SimpleNamespace
 

@@ -152,6 +152,22 @@ def test_junit_names_carry_the_check_id_and_no_xdist_group(tmp_path: Path, ssh_s
                             *(f"GC-OS-001 test_every_node_passes[{n}]" for n in nodes)])
 
 
+def test_a_cluster_row_whose_every_check_skipped_reads_skipped_and_fails_only_when_asked(
+        tmp_path: Path, ssh_stub: Path) -> None:
+    suite = _synthetic_suite(tmp_path)
+    codes = {}
+    for name, extra in (("default", []), ("strict", ["--fail-on-skipped-cluster"])):
+        run = tmp_path / name
+        out = _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(GOLDEN), "--run-dir", str(run),
+                       "--checks", "GC-OS-001,GC-K8S-003", *extra], tmp_path)
+        data = json.loads((run / "results.json").read_text())
+        verdicts = {v["node"]: v["verdict"] for v in data["verdicts"]}
+        assert verdicts.pop(CLUSTER) == "skipped" and set(verdicts.values()) == {"pass"}, out.stdout[-2000:]
+        assert re.search(rf"^{re.escape(CLUSTER)}\s+SKIPPED\s+0 passed, 0 failed, 1 skipped", out.stdout, re.M)
+        codes[name] = (out.returncode, data["exit_code"], data["summary"]["failing"])
+    assert codes == {"default": (0, 0, []), "strict": (1, 1, [CLUSTER])}
+
+
 def test_node_figures_reach_junit_as_json(tmp_path: Path, ssh_stub: Path) -> None:
     suite = _synthetic_suite(tmp_path)
     run = tmp_path / "run"

@@ -51,8 +51,43 @@ def test_a_failed_cluster_level_check_fails_the_run_in_a_row_of_its_own():
     assert again.nodes == ["a"] and again.exit_code == 1  # the row is no host: nothing is published to it
 
 
-def test_cluster_level_checks_that_all_skipped_fail_nothing():
+def test_cluster_level_checks_that_all_skipped_read_skipped_and_fail_only_when_asked():
     vs = node_verdicts([r("a", "GC-OS-001", "passed"), r(CLUSTER, "GC-K8S-001", "skipped", "no kubeconfig")], ["a"])
-    assert [(v.node, v.verdict) for v in vs] == [("a", "pass"), (CLUSTER, "pass")]
-    assert vs[1].skipped and exit_code(vs) == 0
+    # Nothing was verified: SKIPPED, never PASS; the run passes unless CI asks to fail on it.
+    assert [(v.node, v.verdict) for v in vs] == [("a", "pass"), (CLUSTER, "skipped")]
+    assert vs[1].reason == "every cluster-level check skipped: no kubeconfig"
+    assert vs[1].skipped and exit_code(vs) == 0 and exit_code(vs, fail_on_skipped_cluster=True) == 1
     assert [v.node for v in node_verdicts([r("a", "GC-OS-001", "passed")], ["a"])] == ["a"]  # no row when none ran
+    # One cluster-level check that passed makes the row a pass, the flag or not.
+    mixed = node_verdicts([r("a", "GC-OS-001", "passed"), r(CLUSTER, "GC-K8S-001", "passed"),
+                           r(CLUSTER, "GC-K8S-003", "skipped", "no GPU node")], ["a"])
+    assert mixed[1].verdict == "pass" and exit_code(mixed, fail_on_skipped_cluster=True) == 0
+
+
+def test_the_banner_counts_skips_and_names_the_failing_rows_in_every_format():
+    from gpucluster.conformance import html_report
+    from gpucluster.conformance.reports import console_lines, markdown
+
+    results = [r("a", "GC-OS-001", "passed"), r("a", "GC-GPU-001", "skipped", "no GPU"),
+               r("b", "GC-OS-001", "failed", "not Debian"), r("c", "GC-OS-001", "passed"),
+               r(CLUSTER, "GC-K8S-001", "skipped", "no kubeconfig"),
+               r(CLUSTER, "GC-K8S-003", "skipped", "no kubeconfig")]
+    report = Report(meta={"cluster": "x", "unreachable": {"c": "timed out"}}, nodes=["a", "b", "c"], results=results)
+    text = ("1 of 3 node(s) pass; failing: b, c; 3 check(s) skipped; (cluster) every cluster-level check skipped; "
+            "exit code 1")
+    summary = report.to_json()["summary"]
+    assert summary == {"verdict": "fail", "exit_code": 1, "nodes_passing": 1, "nodes_total": 3, "failing": ["b", "c"],
+                       "skipped_checks": 3, "cluster": "skipped"}
+    assert f"**FAIL**: {text}." in markdown(report)
+    row = "| (cluster) | SKIPPED | 0 passed, 0 failed, 2 skipped | every cluster-level check skipped: no kubeconfig |"
+    assert row in markdown(report)
+    assert console_lines(report)[-1] == f"FAIL: {text}"
+    page = html_report.render(report)
+    assert f"FAIL<small>{text}</small>" in page and '<tr class="skipped"><td>(cluster)</td><td>SKIPPED</td>' in page
+
+    # CI asks to fail on it: the row still reads SKIPPED, and the banner names it among the failing rows.
+    mine = results[:2] + results[4:]
+    strict = Report(meta={"cluster": "x", "fail_on_skipped_cluster": True}, nodes=["a"], results=mine)
+    assert strict.exit_code == 1 and strict.to_json()["summary"]["failing"] == [CLUSTER]
+    assert [v["verdict"] for v in strict.to_json()["verdicts"]] == ["pass", "skipped"]
+    assert Report(meta={"cluster": "x"}, nodes=["a"], results=mine).exit_code == 0
