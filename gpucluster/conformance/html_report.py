@@ -16,7 +16,15 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
 
 from gpucluster.conformance import checks, fleet, metrics
-from gpucluster.conformance.report_data import Report, Series, banner, findings, publish_outcome, verdict_table
+from gpucluster.conformance.report_data import (
+    Report,
+    Series,
+    banner,
+    findings,
+    provenance,
+    publish_outcome,
+    verdict_table,
+)
 from gpucluster.conformance.verdict import CheckResult
 
 REPORT_TEMPLATE = "report.html.j2"
@@ -317,6 +325,7 @@ def render(report: Report) -> str:
         meta=report.meta,
         cluster=str(report.meta.get("cluster", "")),
         banner=banner(report),
+        provenance=provenance(report).lines(),
         exit_code=report.exit_code,
         suite_errors=report.suite_errors,
         verdict_rows=verdict_table(report),

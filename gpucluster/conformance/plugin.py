@@ -40,7 +40,7 @@ from typing import Any
 import pytest
 
 from gpucluster import hostkeys, runs
-from gpucluster.conformance import checks, fleet, remedies
+from gpucluster.conformance import checks, fleet, provenance, remedies
 from gpucluster.conformance.fabric import Fabric
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, load_inventory
 from gpucluster.conformance.remote import (
@@ -582,6 +582,9 @@ def _finish(config: pytest.Config, exitstatus: int, junit_error: OSError | None)
         "suite_errors": list(_SUITE_ERRORS),
         "unreachable": dict(_unreachable(config)),
         "run_id": os.environ.get(RUN_ID_ENV, ""),
+        # What the run ran with (version, stack, BOM pins) and the previous run of this inventory.
+        "provenance": provenance.collect(stack=str(inv.all_vars.get("gpucluster_stack", "")), target=inv.target,
+                                         bom=inv.bom, run_dir=run_dir, inventory=str(inv.path)),
     }
     down = meta["unreachable"]
     swept: dict[str, str] = config.stash.get(_SWEPT, {})

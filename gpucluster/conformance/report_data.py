@@ -81,6 +81,7 @@ class Report:
             "meta": self.meta,
             "exit_code": self.exit_code,
             "summary": banner(self).to_json(),
+            "provenance": provenance(self).to_json(),
             "findings": [f.to_json() for f in findings(self)],
             "verdicts": verdicts,
             "results": [r.to_json() for r in sorted(self.results, key=lambda r: (r.node, r.check_id, r.param or ""))],
@@ -345,3 +346,79 @@ def verdict_table(report: Report) -> list[list[str]]:
         failing = ", ".join(r.label for r in v.failed) or v.reason
         rows.append([v.node, v.verdict.upper(), _counts(v), failing])
     return rows
+
+
+# --- provenance: what the run ran with, and the run before it ----------------------------------
+
+# The versions the checks read on the nodes (their figures), as the reports name them.
+FOUND_VERSIONS = (("driver_version", "driver"), ("cuda_version", "CUDA"), ("nccl_version", "NCCL"))
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """The report's header beside the banner: ``meta.provenance`` (written by the suite,
+    :mod:`gpucluster.conformance.provenance`) and the versions the checks found on the nodes."""
+
+    gpucluster_version: str
+    stack: str
+    target: str
+    bom: dict[str, str]
+    found: dict[str, dict[str, list[str]]]  # figure -> version -> the nodes that showed it
+    previous: dict[str, Any] | None
+    changed: tuple[tuple[str, str, str], ...]  # (row, previous verdict, this run's) where they differ
+    recorded: bool = True  # False for a report written before the suite recorded its provenance
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gpucluster_version": self.gpucluster_version, "stack": self.stack, "target": self.target,
+                "bom": self.bom, "found": self.found, "previous": self.previous,
+                "changed": [{"node": n, "previous": a, "now": b} for n, a, b in self.changed]}
+
+    def lines(self) -> list[tuple[str, str]]:
+        """(what, text) rows, in the order the HTML and Markdown headers show them."""
+        stack = f"{self.stack} (target {self.target})" if self.target else self.stack
+        unknown = "not recorded"
+        out = [("gpucluster", self.gpucluster_version or unknown), ("stack", stack or unknown),
+               ("BOM", ", ".join(f"{k} {v}" for k, v in self.bom.items()) or unknown)]
+        for key, name in FOUND_VERSIONS:
+            seen = self.found.get(key) or {}
+            text = "; ".join(f"{version} on {', '.join(nodes)}" for version, nodes in seen.items())
+            out.append((f"{name} found", text or "not read (no check recorded it)"))
+        p = self.previous
+        if p is None:
+            out.append(("previous run", "none of this inventory in the runs folder" if self.recorded else unknown))
+        else:
+            s = p.get("summary") or {}
+            verdict = str(s.get("verdict", "?")).upper()
+            failing = f"; failing: {', '.join(s['failing'])}" if s.get("failing") else ""
+            passing = f", {s.get('nodes_passing')} of {s.get('nodes_total')} node(s) pass" if s else ""
+            changes = "; ".join(f"{n} {a.upper()} -> {b.upper()}" for n, a, b in self.changed)
+            since = f"; since then: {changes}" if changes else "; every row's verdict the same"
+            out.append(("previous run", f"{verdict}{passing}{failing} (exit code {p.get('exit_code')}), started "
+                                        f"{p.get('started') or '?'}, {p.get('run_dir')}{since}"))
+        return out
+
+
+def found_versions(results: list[CheckResult]) -> dict[str, dict[str, list[str]]]:
+    """figure -> version -> nodes: the driver, CUDA and NCCL versions the checks read on each node."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for key, _ in FOUND_VERSIONS:
+        by: dict[str, set[str]] = {}
+        for r in results:
+            value = r.figures.get(key)
+            if value not in (None, ""):
+                by.setdefault(str(value), set()).add(r.node)
+        if by:
+            out[key] = {v: sorted(nodes) for v, nodes in sorted(by.items())}
+    return out
+
+
+def provenance(report: Report) -> Provenance:
+    given = report.meta.get("provenance") or {}
+    previous = given.get("previous") if isinstance(given.get("previous"), dict) else None
+    now = {v.node: report.verdict_label(v) for v in report.verdicts}
+    before = (previous or {}).get("verdicts") or {}
+    changed = tuple((n, str(before[n]), now[n]) for n in now if n in before and before[n] != now[n])
+    return Provenance(str(given.get("gpucluster_version", "")), str(given.get("stack", "")),
+                      str(given.get("target", "")), {str(k): str(v) for k, v in (given.get("bom") or {}).items()},
+                      found_versions(report.results), previous, changed, "provenance" in report.meta)
+

@@ -26,6 +26,7 @@ from gpucluster.conformance.report_data import (
     banner,
     figure_text,
     findings,
+    provenance,
     publish_outcome,
     publish_problems,
     series_from_results,
@@ -264,6 +265,8 @@ def markdown(report: Report) -> str:
         out += ["", "**INTERRUPTED**: the verdicts cover the checks that finished before Ctrl-C."]
     for err in report.suite_errors:
         out += ["", f"**SUITE ERROR** (these checks ran on no node): {err}"]
+    out += ["", "## Provenance", ""]
+    out += [f"- {what}: {text}" for what, text in provenance(report).lines()]
     found = findings(report)
     if found:
         out += ["", f"## Findings ({len(found)})", ""]

@@ -166,6 +166,14 @@ def test_a_cluster_row_whose_every_check_skipped_reads_skipped_and_fails_only_wh
         assert re.search(rf"^{re.escape(CLUSTER)}\s+SKIPPED\s+0 passed, 0 failed, 1 skipped", out.stdout, re.M)
         codes[name] = (out.returncode, data["exit_code"], data["summary"]["failing"])
     assert codes == {"default": (0, 0, []), "strict": (1, 1, [CLUSTER])}
+    # The second run's header names what it ran with and the first, its previous run of the inventory.
+    from gpucluster import __version__
+
+    given = data["meta"]["provenance"]
+    assert given["gpucluster_version"] == __version__ and (given["stack"], given["target"]) == ("lab", "lab")
+    assert given["bom"]["nvidia_driver"] and given["bom"]["nccl"]
+    assert given["previous"]["run_dir"] == str(tmp_path / "default") and given["previous"]["exit_code"] == 0
+    assert "- previous run: PASS, " in (tmp_path / "strict" / "summary.md").read_text()
 
 
 def test_node_figures_reach_junit_as_json(tmp_path: Path, ssh_stub: Path) -> None:
