@@ -47,6 +47,16 @@ def _consistency(cluster: Cluster, outputs: StackOutputs, source: str) -> None:
         problems.append(
             f"outputs.target: {outputs.target!r} but the stack file's target is {cluster.spec.target.kind!r}"
         )
+    caps = outputs.capabilities
+    if cluster.spec.target.kind != "lab" and cluster.spec.twin is None:
+        # What lab nodes cannot have makes their checks skip: a real machine's outputs never say so.
+        lab_only = [name for name, value in (("gpu_devices", caps.gpu_devices is False),
+                                             ("rdma_devices", caps.rdma_devices is False),
+                                             ("runs_os", caps.runs_os is not None),
+                                             ("link_floors", caps.link_floors is not None)) if value]
+        if lab_only:
+            problems.append(f"outputs.capabilities: {', '.join(lab_only)} are the lab's and a twin's to state; "
+                            f"the {cluster.spec.target.kind} target's nodes are real machines (regenerate the outputs)")
     seen: dict[str, int] = {}
     addresses: dict[str, str] = {}
     for i, node in enumerate(outputs.nodes):
@@ -195,8 +205,9 @@ class _Unsafe(str):
 
 
 def _templatable(value: str) -> bool:
-    """Whether Ansible could template ``value``: every Jinja delimiter starts with ``{``."""
-    return "{" in value
+    """Whether Ansible could template ``value``: every default Jinja delimiter starts with ``{``, and
+    a ``#jinja2:`` header line sets other delimiters (ansible-core 2.21 honours it in any string)."""
+    return "{" in value or "#jinja2:" in value or "\n" in value
 
 
 def _mark(value: Any) -> Any:
@@ -259,8 +270,9 @@ def dump_inventory(inventory: dict[str, Any]) -> str:
     Strings come from the spec and from stack outputs, and Ansible templates the
     inventory's strings on the controller: a value such as ``{{ lookup('pipe', ...) }}``
     would run there. The spec and outputs models refuse such values already; the tag is
-    the second wall, so a field added later cannot reopen the hole. Every Jinja delimiter
-    starts with ``{``, so a string without one is written as a plain quoted string: Ansible
+    the second wall, so a field added later cannot reopen the hole. Every default Jinja delimiter
+    starts with ``{`` and other delimiters need a ``#jinja2:`` header, so a string with neither (nor
+    a newline) is written as a plain quoted string: Ansible
     (ansible-core 2.21) resolves a tagged scalar's type again, reading ``!unsafe '0x7fff'`` (an
     InfiniBand partition key) as the int 32767 and ``!unsafe 'yes'`` as true.
 

@@ -105,8 +105,8 @@ class Capabilities(_Out):
     # cannot (a twin's ports are veth pairs): the checks that need an RDMA device skip, saying why.
     rdma_devices: bool = True
     # The OS the nodes run where the target cannot give them the spec's (a platform twin boots
-    # Debian 12, the only archive the lab reaches): GC-OS-001 checks the node against it and says
-    # so; the roles still resolve every OS-specific choice for the spec's OS. None: the spec's.
+    # Debian 12, the only archive the lab reaches): GC-OS-001 skips, saying so; the roles still
+    # resolve every OS-specific choice for the spec's OS. None: the spec's.
     runs_os: OsId | None = None
     # The fabric floors in place of the platform's, where the nodes' links are not the platform's
     # (a twin's veths on one host: the platform's floors are for GPUs over RDMA, which it has not).

@@ -303,7 +303,7 @@ def run_check(stack_file: Path, out: TextIO, *, keep: bool = False) -> TwinRepor
     from gpucluster.lab import lab as lab_mod
     from gpucluster.lab import node as node_mod
     from gpucluster.lab.ssh import ssh_run
-    from gpucluster.paths import cluster_dir, stack_paths
+    from gpucluster.paths import stack_paths
     from gpucluster.spec import load_spec
 
     cluster = load_spec(stack_file)
@@ -313,11 +313,7 @@ def run_check(stack_file: Path, out: TextIO, *, keep: bool = False) -> TwinRepor
     report = TwinReport(str(stack_file), twin.name, twin.platform, [f"{c.what}: {c.reason}" for c in twin.cannot_model])
     stack = str(stack_file)
     paths = stack_paths(cluster)
-    known_hosts = cluster_dir(cluster.name) / "known_hosts"
     try:
-        if not (paths.folder / "state.json").exists() and known_hosts.exists():
-            # A twin made afresh has new host keys: the ones recorded for the last one are of machines gone.
-            known_hosts.unlink()
         t = time.monotonic()
         rc, summary = _cli_json(["up", "--stack", stack, "--fresh", "--no-burn", "--json"], out)
         report.up = summary

@@ -486,6 +486,11 @@ def _twin(spec: ClusterSpec, twins: Mapping[str, TwinFile], problems: list[str])
     """A twin's data file: known, of the stack's target, of its GPU pools' platform and their OS."""
     if spec.twin is None:
         return
+    if not spec.name.startswith("twin-"):
+        # A twin's host keys and run records live where its real target's would (the cluster's
+        # folder, by name): a twin named like a real cluster would replace that cluster's.
+        problems.append(f"{NS}.name: {spec.name!r}; a twin's name starts with 'twin-', so that it never shares "
+                        "the host keys and records of a real cluster of the same name")
     where = f"{NS}.twin.file"
     twin = twins.get(spec.twin.file)
     if twin is None:

@@ -188,3 +188,24 @@ def test_the_readme_table_is_the_twins_own() -> None:
     start = text.index("\n", start) + 1
     end = text.index("<!-- end twins table -->")
     assert text[start:end] == twin.markdown_table(TWIN_STACKS)
+
+
+def test_a_real_targets_outputs_cannot_say_its_nodes_lack_gpus() -> None:
+    """The capabilities that make GPU and HCA checks skip are refused on a real target's outputs."""
+    from gpucluster.inventory import build_inventory
+    from gpucluster.outputs import parse_outputs
+
+    twin_stack = load_spec(REPO / "Pulumi.twin-dgx-h100-ib.yaml")
+    outputs = lab_inputs(twin_stack).outputs
+    real = twin_stack.__class__(**{**{f: getattr(twin_stack, f) for f in
+                                      ("bom", "profiles", "platforms", "nodes", "source")},
+                                   "spec": twin_stack.spec.model_copy(update={"twin": None})})
+    with pytest.raises(InputError, match=r"outputs.capabilities: gpu_devices, rdma_devices, runs_os, link_floors "
+                                         r"are the lab's and a twin's to state"):
+        build_inventory(real, parse_outputs(outputs, "outputs.json"))
+    assert build_inventory(twin_stack, parse_outputs(outputs, "outputs.json"))["all"]["hosts"]
+
+
+def test_a_twin_is_named_apart_from_real_clusters(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"gpucluster.name: 'onprem-ib'; a twin's name starts with 'twin-'"):
+        load_spec(_stack(tmp_path, **{"gpucluster:name: twin-dgx-ib": "gpucluster:name: onprem-ib"}))

@@ -122,7 +122,8 @@ def test_ansible_reads_every_string_as_a_string(tmp_path: Path) -> None:
     rdma_fabric role refused every InfiniBand spec with partitions; the Azure twin found it)."""
     inventory = build_inventory(load_spec(REPO / "Pulumi.onprem-h100-ib.yaml"),
                                 load_outputs(GOLDEN / "outputs" / "onprem-h100-ib.json"))
-    inventory["all"]["vars"]["gpucluster_probe"] = ["10", "yes", "0o17", "1e3", "null", "~", "{{ 1 }}"]
+    header = "#jinja2:variable_start_string:'<<', variable_end_string:'>>'\n<< 6 * 7 >>"
+    inventory["all"]["vars"]["gpucluster_probe"] = ["10", "yes", "0o17", "1e3", "null", "~", "{{ 1 }}", header]
     path = tmp_path / "inventory.yml"
     path.write_text(dump_inventory(inventory))
     proc = subprocess.run([str(ANSIBLE_INVENTORY), "-i", str(path), "--list"], capture_output=True, text=True,
@@ -130,8 +131,9 @@ def test_ansible_reads_every_string_as_a_string(tmp_path: Path) -> None:
     hostvars = json.loads(proc.stdout)["_meta"]["hostvars"]["hgx-01"]
     assert [p["pkey"] for p in hostvars["gpucluster_fabric"]["partitions"]] == ["0x7fff", "0x0101"]
     assert hostvars["gpucluster_probe"][:6] == ["10", "yes", "0o17", "1e3", "null", "~"]
-    # A string that could hold a template keeps its tag.
+    # A string that could hold a template keeps its tag, also one that sets its own delimiters.
     assert hostvars["gpucluster_probe"][6] == {"__ansible_unsafe": "{{ 1 }}"}
+    assert hostvars["gpucluster_probe"][7] == {"__ansible_unsafe": header}
 
 
 def test_ansible_never_templates_an_inventory_string(tmp_path: Path) -> None:
