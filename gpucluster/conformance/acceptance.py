@@ -302,10 +302,22 @@ def ofi_problems(net: NcclNet) -> list[str]:
     return out
 
 
+# nvbandwidth's host-device copy tests (GC-PCIE-003) and how the figures name their direction.
+COPY_TESTS = (("host_to_device_memcpy_ce", "h2d"), ("device_to_host_memcpy_ce", "d2h"))
+
+
+def host_device_copies(parsed: dict[str, Any]) -> list[tuple[str, str, float]]:
+    """(direction, GPU index, GB/s) of every host-device copy nvbandwidth measured: the figures."""
+    tests = {t["name"]: t for t in parsed.get("tests", [])}
+    return [(direction, str(gpu), float(gbps)) for name, direction in COPY_TESTS
+            for gpu, gbps in sorted(tests.get(name, {}).get("per_gpu_gbps", {}).items(), key=lambda kv: int(kv[0]))
+            if isinstance(gbps, int | float)]
+
+
 def nvbandwidth_problems(parsed: dict[str, Any], gpus: int, floor_gbps: float) -> list[str]:
     out = verdict_problems(parsed, "nvbandwidth")
     tests = {t["name"]: t for t in parsed.get("tests", [])}
-    for name in ("host_to_device_memcpy_ce", "device_to_host_memcpy_ce"):
+    for name, _ in COPY_TESTS:
         per_gpu = tests.get(name, {}).get("per_gpu_gbps", {})
         if not per_gpu:
             out.append(f"{name}: no result")

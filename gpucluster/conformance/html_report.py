@@ -9,8 +9,10 @@ needs no script and no network: an inline SVG, inline CSS, nothing fetched.
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup, escape
@@ -38,7 +40,10 @@ PLOT_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 FLOOR_KEY = "floor_gbps"
 
-COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+# A run's colour follows its verdict: runs at or above their floor in the healthy colours (no red or
+# orange among them), runs under it (or never measured at the size the verdict reads) in reds.
+HEALTHY_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
+SLOW_COLOURS = ("#d62728", "#ff7f0e", "#a50f15", "#e6550d")
 
 
 def code_spans(text: str) -> Markup:
@@ -120,6 +125,7 @@ class PlotSeries:
     label: str
     colour: str
     points: tuple[PlotPoint, ...]
+    slow: bool = False  # under its floor: drawn in a red, never in a healthy colour
 
     @property
     def polyline(self) -> str:
@@ -153,9 +159,10 @@ class Plot:
 
 
 def build_plot(title: str, series: list[Series], floors: list[float] | None = None,
-               width: int = 760, height: int = 400) -> Plot | None:
+               width: int = 760, height: int = 400, slow: frozenset[str] = frozenset()) -> Plot | None:
     """Bus bandwidth against message size: log2 size axis labelled at every measured size,
-    linear bandwidth axis from 0 that always shows the floors. None when nothing was measured."""
+    linear bandwidth axis from 0 that always shows the floors. None when nothing was measured.
+    The runs labelled in ``slow`` are drawn in the slow colours, every other in the healthy ones."""
     drawn = [(s, sorted((size, bw) for size, bw in s.points if size > 0)) for s in series]
     drawn = [(s, pts) for s, pts in drawn if pts]  # a legend entry only where there is a line
     if not drawn:
@@ -178,9 +185,17 @@ def build_plot(title: str, series: list[Series], floors: list[float] | None = No
     def y(bw: float) -> float:
         return bottom - bw / y_max * (bottom - top)
 
+    counts = {True: 0, False: 0}
+
+    def colour(is_slow: bool) -> str:
+        palette = SLOW_COLOURS if is_slow else HEALTHY_COLOURS
+        counts[is_slow] += 1
+        return palette[(counts[is_slow] - 1) % len(palette)]
+
     plotted = tuple(
-        PlotSeries(s.label, COLOURS[i % len(COLOURS)], tuple(PlotPoint(x(size), y(bw), size, bw) for size, bw in pts))
-        for i, (s, pts) in enumerate(drawn))
+        PlotSeries(s.label, colour(s.label in slow), tuple(PlotPoint(x(size), y(bw), size, bw) for size, bw in pts),
+                   s.label in slow)
+        for s, pts in drawn)
     return Plot(
         title=title, width=width, height=height, left=left, top=top, right=right, bottom=bottom,
         x_ticks=tuple(Tick(x(s), size_label(s)) for s in sizes),
@@ -215,6 +230,50 @@ def plots(report: Report) -> list[Plot]:
     return out
 
 
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def judged_busbw(run: dict[str, Any], r: CheckResult) -> float | None:
+    """The figure a run of ``r``'s series was judged by: the mean bus bandwidth at and above its
+    verdict size where the series records that size (None when it never got there), else the pair
+    figure ``r`` recorded for it, else ``r``'s bus bandwidth when the run is its only one, else the
+    run's best point."""
+    points = [(int(a), float(b)) for a, b in run.get("points") or []]
+    verdict = run.get("verdict_bytes")
+    if isinstance(verdict, int) and verdict > 0:
+        at = [bw for size, bw in points if size >= verdict]
+        return sum(at) / len(at) if at else None
+    label = str(run.get("label", ""))
+    if label.startswith("pair:"):
+        # pair:<a>+<b>[@rail] (pair:<a>,<b> in older reports): the figure under the other node's name.
+        others = [n for n in re.split(r"[+,]", label.removeprefix("pair:").split("@")[0]) if n != r.node]
+        figure = _number(r.figures.get(f"pair_busbw_gbps_{others[0]}")) if len(others) == 1 else None
+        if figure is not None:
+            return figure
+    if len(r.figures.get("series") or []) == 1 and _number(r.figures.get("busbw_gbps")) is not None:
+        return _number(r.figures["busbw_gbps"])
+    return max((bw for _, bw in points), default=None)
+
+
+def slow_runs(results: list[CheckResult]) -> frozenset[str]:
+    """The labels of the runs judged under their floor by any check that recorded them; where a
+    check recorded no floor, its one run when the check failed."""
+    slow = set()
+    for r in results:
+        runs_ = r.figures.get("series") or []
+        floor = _number(r.figures.get(FLOOR_KEY))
+        for run in runs_:
+            if floor is None:
+                if len(runs_) == 1 and r.outcome in ("failed", "error"):
+                    slow.add(str(run["label"]))
+                continue
+            judged = judged_busbw(run, r)
+            if judged is None or judged < floor:
+                slow.add(str(run["label"]))
+    return frozenset(slow)
+
+
 def _group_plot(title: str, results: list[CheckResult]) -> Plot | None:
     seen: dict[str, Series] = {}
     floors: list[float] = []
@@ -224,10 +283,10 @@ def _group_plot(title: str, results: list[CheckResult]) -> Plot | None:
             continue
         for s in runs_:
             seen.setdefault(s["label"], Series(s["label"], [(int(a), float(b)) for a, b in s["points"]]))
-        floor = r.figures.get(FLOOR_KEY)
-        if isinstance(floor, int | float) and not isinstance(floor, bool):
-            floors.append(float(floor))
-    return build_plot(title, sorted(seen.values(), key=lambda s: s.label), floors)
+        floor = _number(r.figures.get(FLOOR_KEY))
+        if floor is not None:
+            floors.append(floor)
+    return build_plot(title, sorted(seen.values(), key=lambda s: s.label), floors, slow=slow_runs(results))
 
 
 # --- the page ------------------------------------------------------------------------------
@@ -241,6 +300,7 @@ class FigureRow:
     value: str
     floor: str
     outcome: str
+    below: bool = False  # under the floor the check recorded beside it
 
 
 @dataclass(frozen=True)
@@ -260,18 +320,20 @@ class NodeSection:
 
 
 def figure_rows(report: Report) -> list[FigureRow]:
-    """Every measured figure of every check, with the floor the check recorded beside it."""
+    """Every measured figure of every check, with the floor the check recorded beside it (every
+    judged figure has one: all-reduce and pair bandwidth, RDMA, burn TFLOP/s, host-device copies)."""
     rows = []
     for r in sorted(report.results, key=lambda r: (r.node, r.label)):
         if r.check_id == fleet.FLEET_CHECK:
             continue  # the fleet comparison has a table of its own, the median beside each figure
         for m in metrics.measured(r.figures):
-            if any(f.floor == m.key for f in metrics.FIGURES):
+            if m.figure.is_floor:
                 continue  # a floor is shown beside its figure, not as a figure of its own
             floor = metrics.floor_of(m, r.figures)
             unit = f" {m.figure.unit}" if m.figure.unit else ""
             rows.append(FigureRow(r.node, r.label, m.title, number(m.value) + unit,
-                                  "" if floor is None else number(floor) + unit, r.outcome))
+                                  "" if floor is None else number(floor) + unit, r.outcome,
+                                  floor is not None and m.value < floor))
     return rows
 
 

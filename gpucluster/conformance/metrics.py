@@ -60,8 +60,11 @@ class Figure:
     scale: float  # from the figure's own unit to the family's base unit
     unit: str  # the figure's own unit, as the HTML report prints it
     title: str  # how the HTML report names it; {group} fields from the pattern
-    floor: str | None = None  # the figure key that holds this figure's floor, in the same check
+    # The figure key that holds this figure's floor, in the same check; {group} fields from the pattern
+    # (a burn's floor is per precision: burn_floor_tflops_{precision}).
+    floor: str | None = None
     fixed: tuple[tuple[str, str], ...] = ()  # labels the key implies without spelling them
+    is_floor: bool = False  # a floor: the reports show it beside its figure, not as a figure of its own
 
     @property
     def labels(self) -> tuple[str, ...]:
@@ -77,13 +80,25 @@ FIGURES: tuple[Figure, ...] = (
            "All-reduce bus bandwidth at large message sizes (the figure judged against the floor).",
            GB, "GB/s", "bus bandwidth", floor="floor_gbps"),
     Figure("floor_gbps", _f("allreduce_busbw_floor_bytes_per_second"),
-           "The hardware profile's floor for the all-reduce bus bandwidth.", GB, "GB/s", "bus bandwidth floor"),
+           "The hardware profile's floor for the all-reduce bus bandwidth.", GB, "GB/s", "bus bandwidth floor",
+           is_floor=True),
     Figure("pair_busbw_gbps_(?P<peer>.+)", _f("allreduce_pair_busbw_bytes_per_second"),
            "All-reduce bus bandwidth of the two-node run with the peer.", GB, "GB/s",
-           "pair bus bandwidth with {peer}"),
+           "pair bus bandwidth with {peer}", floor="floor_gbps"),
     Figure("min_hca_gbps_(?P<peer>.+)", _f("rdma_write_min_hca_bytes_per_second"),
            "ib_write_bw to the peer on the node's slowest HCA.", GB / 8, "Gb/s",
-           "RDMA write, slowest HCA, with {peer}"),
+           "RDMA write, slowest HCA, with {peer}", floor="rdma_floor_gbps"),
+    Figure("gdr_gbps_(?P<device>[^_]+)_(?P<hca>.+)", _f("rdma_write_gpu_memory_bytes_per_second"),
+           "ib_write_bw from the GPU's memory (GPUDirect RDMA) on the HCA nearest it, to the peer.", GB / 8,
+           "Gb/s", "GPUDirect RDMA write, {device} on {hca}", floor="rdma_floor_gbps"),
+    Figure("rdma_floor_gbps", _f("rdma_write_floor_bytes_per_second"),
+           "The platform's floor for RDMA write bandwidth per HCA.", GB / 8, "Gb/s", "RDMA write floor",
+           is_floor=True),
+    Figure("copy_gbps_(?P<direction>[^_]+)_(?P<device>.+)", _f("host_device_copy_bytes_per_second"),
+           "nvbandwidth's host-to-device (h2d) and device-to-host (d2h) copy bandwidth per GPU.", GB, "GB/s",
+           "{direction} copy {device}", floor="copy_floor_gbps"),
+    Figure("copy_floor_gbps", _f("host_device_copy_floor_bytes_per_second"),
+           "The hardware profile's floor for host-device copies per GPU.", GB, "GB/s", "copy floor", is_floor=True),
     Figure("ranks", _f("allreduce_ranks"), "Ranks of the all-reduce run.", 1, "", "ranks"),
     Figure("offset_s", _f("clock_offset_seconds"), "chrony's system time offset.", 1, "s", "clock offset"),
     Figure("mtu", _f("link_mtu_bytes"), "MTU of the fabric link.", 1, "B", "MTU"),
@@ -105,7 +120,10 @@ FIGURES: tuple[Figure, ...] = (
     Figure("tflops_(?P<engine>.+)_(?P<device>[^_]+)_(?P<precision>[^_]+)",
            _f("burn_floating_point_operations_per_second"),
            "Sustained matrix-multiply throughput during the burn, per GPU and precision.", TERA, "TFLOP/s",
-           "burn throughput {device} {precision} ({engine})"),
+           "burn throughput {device} {precision} ({engine})", floor="burn_floor_tflops_{precision}"),
+    Figure("burn_floor_tflops_(?P<precision>[^_]+)", _f("burn_floor_floating_point_operations_per_second"),
+           "The hardware profile's burn floor per GPU and precision.", TERA, "TFLOP/s", "burn floor {precision}",
+           is_floor=True),
     Figure("matmul_peak_tflops_(?P<device>[^_]+)_(?P<precision>[^_]+)",
            _f("matmul_peak_floating_point_operations_per_second"),
            "Peak matrix-multiply throughput, per GPU and precision.", TERA, "TFLOP/s",
@@ -195,7 +213,7 @@ def measured(figures: dict[str, Any]) -> list[Measured]:
 
 def floor_of(m: Measured, figures: dict[str, Any]) -> float | None:
     """The floor the check recorded beside the figure, in the figure's own unit."""
-    return _number(figures.get(m.figure.floor)) if m.figure.floor else None
+    return _number(figures.get(m.figure.floor.format(**m.labels))) if m.figure.floor else None
 
 
 class NodeCollector(Collector):

@@ -273,6 +273,13 @@ def markdown(report: Report) -> str:
         out.append("Failures that share a root cause are one finding; every check's own result follows below.")
         for i, f in enumerate(found, 1):
             out += ["", *_finding_markdown(i, f)]
+    figures = html_report.figure_rows(report)
+    if figures:
+        out += ["", "## Measured figures", "", "Each figure beside the floor its check judged it against; "
+                "**bold**: under the floor.", "", "| node | check | figure | measured | floor | outcome |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| {f.node} | {f.check} | {f.name} | {f'**{f.value}**' if f.below else f.value} | {f.floor or '-'} | "
+                f"{f.outcome} |" for f in figures]
     out += fleet_markdown(report)
     out += ["", "## Verdicts", "", "| node | verdict | checks | failing checks |", "|---|---|---|---|"]
     for row in verdict_table(report)[1:]:

@@ -224,7 +224,11 @@ def test_host_device_copies(node, fabric):
     floor = _stated(lambda: expect.floor(node.profile, "host_device_copy_gbps"))
     _need(node, "nvbandwidth")
     out, _samples, rc = _copy_run(node, fabric)
-    problems = acc.nvbandwidth_problems(parse_run("nvbandwidth", out, rc), node.info.gpu_count, floor)
+    parsed = parse_run("nvbandwidth", out, rc)
+    node.figure("copy_floor_gbps", floor)
+    for direction, gpu, gbps in acc.host_device_copies(parsed):
+        node.figure(f"copy_gbps_{direction}_gpu{gpu}", gbps)
+    problems = acc.nvbandwidth_problems(parsed, node.info.gpu_count, floor)
     assert not problems, "; ".join(problems)
 
 

@@ -70,3 +70,5 @@ def test_gpu_burn(node, burn_options, fabric):
     problems += burn_problems(rows, floors, node.profile["gpu"].get("burn_peak_tflops") or {})
     assert rows, "the burn produced no per-GPU results"
     assert not problems, "; ".join(problems)
+    for precision in sorted({str(r["precision"]) for r in rows if floors.get(r["precision"]) is not None}):
+        node.figure(f"burn_floor_tflops_{precision}", floors[precision])  # beside each figure in the reports

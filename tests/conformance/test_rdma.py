@@ -29,6 +29,7 @@ def test_ib_write_bw(node, fabric):
         pytest.skip(data["skip"])
     search = PairSearch.from_json(data["search"])
     mine = search.nodes[node.name]
+    node.figure("rdma_floor_gbps", node.info.floor("rdma_write_bw_gbps"))
     for p in mine.pairs:
         node.figure(f"min_hca_gbps_{p['peer']}", p["busbw_gbps"])
     if mine.status == "untested":
@@ -112,6 +113,9 @@ def test_gpudirect_rdma(node, fabric):
     data = fabric.cached(f"gdr-{node.name}", measure, hold=[node.name, peer.name])
     if "skip" in data:
         pytest.skip(data["skip"])
+    node.figure("rdma_floor_gbps", float(floor))
+    for run in data["runs"]:
+        node.figure(f"gdr_gbps_gpu{run['gpu']}_{run['hca']}", run.get("peak_gbps"))
     problems = acc.gdr_problems(data["runs"], float(floor))
     assert not problems, "; ".join(problems)
 

@@ -67,9 +67,37 @@ def test_figures_beside_their_floors():
     rows = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)[1:]]
     assert ["gpu-1", "GC-AR-001", "bus bandwidth", "178 GB/s", "150 GB/s", "passed"] in rows
     assert ["gpu-3", "GC-AR-002", "bus bandwidth", "35.1 GB/s", "40 GB/s", "failed"] in rows
-    assert ["gpu-3", "GC-AR-003", "pair bus bandwidth with gpu-2", "30.4 GB/s", "", "failed"] in rows
+    assert ["gpu-3", "GC-AR-003", "pair bus bandwidth with gpu-2", "30.4 GB/s", "40 GB/s", "failed"] in rows
     # A floor is shown beside its figure, never as a measured figure of its own; words are not figures.
     assert not [r for r in rows if "floor" in r[2] or r[2] in ("engine", "pair status")]
+    # A figure under its floor stands out, whatever its check's outcome (gpu-2's pair with the slow node).
+    assert '<td class="num below">30.4 GB/s</td>' in table and '<td class="num">45 GB/s</td>' in table
+
+
+def test_every_judged_figure_has_its_floor():
+    # Pair bandwidth, burn TFLOP/s, RDMA (ib_write_bw and GPUDirect) and host-device copies.
+    figures = {"GC-AR-003": {"pair_busbw_gbps_gpu-2": 45.0, "floor_gbps": 40.0},
+               "GC-BURN-001": {"tflops_burn_torch_cuda:0_bf16": 640.0, "tflops_gpu-burn_gpu0_fp32": 48.0,
+                               "burn_floor_tflops_bf16": 600.0, "burn_floor_tflops_fp32": 50.0},
+               "GC-RDMA-001": {"min_hca_gbps_gpu-2": 390.0, "rdma_floor_gbps": 380.0},
+               "GC-RDMA-002": {"gdr_gbps_gpu0_mlx5_0": 385.5, "rdma_floor_gbps": 380.0},
+               "GC-PCIE-003": {"copy_gbps_h2d_gpu0": 55.2, "copy_gbps_d2h_gpu0": 54.9, "copy_floor_gbps": 50.0}}
+    report = Report(meta={"cluster": "f"}, nodes=["gpu-1"],
+                    results=[CheckResult("gpu-1", cid, "passed", figures=f) for cid, f in figures.items()])
+    rows = {(r.check, r.name): (r.value, r.floor, r.below) for r in html_report.figure_rows(report)}
+    assert rows == {
+        ("GC-AR-003", "pair bus bandwidth with gpu-2"): ("45 GB/s", "40 GB/s", False),
+        ("GC-BURN-001", "burn throughput cuda:0 bf16 (burn_torch)"): ("640 TFLOP/s", "600 TFLOP/s", False),
+        ("GC-BURN-001", "burn throughput gpu0 fp32 (gpu-burn)"): ("48 TFLOP/s", "50 TFLOP/s", True),
+        ("GC-RDMA-001", "RDMA write, slowest HCA, with gpu-2"): ("390 Gb/s", "380 Gb/s", False),
+        ("GC-RDMA-002", "GPUDirect RDMA write, gpu0 on mlx5_0"): ("386 Gb/s", "380 Gb/s", False),
+        ("GC-PCIE-003", "d2h copy gpu0"): ("54.9 GB/s", "50 GB/s", False),
+        ("GC-PCIE-003", "h2d copy gpu0"): ("55.2 GB/s", "50 GB/s", False),
+    }
+    from gpucluster.conformance.reports import markdown
+
+    assert "| gpu-1 | GC-BURN-001 | burn throughput gpu0 fp32 (gpu-burn) | **48 TFLOP/s** | 50 TFLOP/s | passed |" \
+        in markdown(report)
 
 
 def test_skipped_checks_are_grouped_by_reason_and_collapsed():
@@ -93,12 +121,50 @@ def test_everything_printed_is_escaped():
 def test_one_plot_per_floor_each_run_drawn_once():
     page = html_report.render(example_report())
     intra, inter = svgs(page)
-    assert [g.get("data-label") for g in intra.iter(f"{SVG}g") if g.get("class") == "series"] == ["intra:gpu-1"]
+    assert [g.get("data-label") for g in _series(intra)] == ["intra:gpu-1"]
     # The all-node run is recorded by three nodes and each pair by two: one line each.
-    assert [g.get("data-label") for g in inter.iter(f"{SVG}g") if g.get("class") == "series"] == [
+    assert [g.get("data-label") for g in _series(inter)] == [
         "inter:gpu-1,gpu-2,gpu-3", "pair:gpu-1,gpu-2", "pair:gpu-2,gpu-3"]
     assert floors(intra) == [INTRA_FLOOR_GBPS] and floors(inter) == [INTER_FLOOR_GBPS]
     assert "<h2>Intra-node all-reduce bus bandwidth</h2>" in page
+
+
+def _series(svg: ET.Element) -> list[ET.Element]:
+    return [g for g in svg.iter(f"{SVG}g") if (g.get("class") or "").split()[:1] == ["series"]]
+
+
+def test_plot_colours_follow_the_verdict():
+    # gpu-3 is slow: the all-node run and the pair with it are under the 40 GB/s floor, the pair
+    # gpu-1/gpu-2 and the intra-node run are not. A slow run is never in a healthy colour.
+    intra, inter = svgs(html_report.render(example_report()))
+    drawn = {g.get("data-label"): (g.get("stroke"), "slow" in (g.get("class") or "").split())
+             for svg in (intra, inter) for g in _series(svg)}
+    slow = {label for label, (_, is_slow) in drawn.items() if is_slow}
+    assert slow == {"inter:gpu-1,gpu-2,gpu-3", "pair:gpu-2,gpu-3"}
+    for label, (colour, is_slow) in drawn.items():
+        assert colour in (html_report.SLOW_COLOURS if is_slow else html_report.HEALTHY_COLOURS), label
+    assert not set(html_report.SLOW_COLOURS) & set(html_report.HEALTHY_COLOURS)
+    legend = [e for e in inter.iter(f"{SVG}g") if "legend-entry" in (e.get("class") or "")]
+    assert [("slow" in (e.get("class") or "")) for e in legend] == [True, False, True]
+
+
+def test_a_run_is_judged_at_its_verdict_size_and_by_its_pair_figure():
+    run = {"label": "pair:gpu-1+gpu-2@rail0", "points": [[1 << 20, 10.0], [1 << 30, 30.0], [1 << 31, 34.0]],
+           "verdict_bytes": 1 << 30}
+    r = CheckResult("gpu-1", "GC-AR-003", "passed", figures={"floor_gbps": 31.0, "series": [run]})
+    assert html_report.judged_busbw(run, r) == 32.0  # the mean at and above the verdict size
+    assert html_report.slow_runs([r]) == frozenset()
+    r = CheckResult("gpu-1", "GC-AR-003", "passed", figures={"floor_gbps": 33.0, "series": [run]})
+    assert html_report.slow_runs([r]) == {"pair:gpu-1+gpu-2@rail0"}
+    cut = dict(run, verdict_bytes=1 << 32)  # the budget ended before the verdict size: not measured
+    assert html_report.judged_busbw(cut, r) is None
+    assert html_report.slow_runs([CheckResult("gpu-1", "GC-AR-003", "passed",
+                                               figures={"floor_gbps": 1.0, "series": [cut]})]) == {cut["label"]}
+    # No verdict size recorded: the pair figure the check recorded under the peer's name.
+    old = {"label": "pair:gpu-1+gpu-2", "points": [[1 << 30, 50.0]]}
+    r = CheckResult("gpu-2", "GC-AR-003", "failed", figures={"floor_gbps": 40.0, "pair_busbw_gbps_gpu-1": 35.0,
+                                                             "series": [old]})
+    assert html_report.judged_busbw(old, r) == 35.0 and html_report.slow_runs([r]) == {"pair:gpu-1+gpu-2"}
 
 
 def _plot(series: list[Series], floors: list[float] | None = None) -> ET.Element:

@@ -47,6 +47,14 @@ def test_nvbandwidth_current_titles_parse_per_gpu_and_name_the_slow_gpu():
         "host_to_device_memcpy_ce GPU 1: 25.94 GB/s under the floor 25.95"]
 
 
+def test_host_device_copies_are_the_figures_per_direction_and_gpu():
+    # What GC-PCIE-003 records, each beside its floor in the reports (copy_gbps_<direction>_gpu<i>).
+    parsed = parse("nvbandwidth", _read("nvbandwidth_01.txt"))
+    assert acc.host_device_copies(parsed) == [("h2d", "0", 26.03), ("h2d", "1", 25.94), ("d2h", "0", 25.97),
+                                              ("d2h", "1", 26.0)]
+    assert acc.host_device_copies(parse_run("nvbandwidth", "", 1)) == []
+
+
 def test_nvbandwidth_indented_rows_of_v0_10_0_read_the_same():
     # nvbandwidth v0.10.0 right-aligns the row index (" 0     55.20 ..."): same cells per GPU.
     text = _read("nvbandwidth_01.txt")
@@ -281,10 +289,13 @@ def test_gpudirect_rdma_runs_between_the_node_and_its_peer_per_gpu_and_names_a_s
     held: list[list[str]] = []
     fabric = SimpleNamespace(remote=lambda n: remotes[n], inv=SimpleNamespace(in_groups=lambda g: nodes),
                              cached=lambda key, compute, hold=(): held.append(list(hold)) or compute())
+    recorded: dict = {}
     node = SimpleNamespace(name="gpu-1", info=nodes[0], inv=SimpleNamespace(in_groups=lambda g: nodes,
                                                                              fabric={"type": "roce", "gid_index": 3}),
-                           require_gpus=lambda: None, require_hcas=lambda: None)
+                           require_gpus=lambda: None, require_hcas=lambda: None, figure=recorded.__setitem__)
     suite.test_gpudirect_rdma(node, fabric)  # 181.46 >= 180: passes
+    # Each GPU/HCA pair's figure beside the floor it was judged against, for the reports.
+    assert recorded["rdma_floor_gbps"] == 180.0 and recorded["gdr_gbps_gpu0_mlx5_0"] == 181.46
     assert held == [["gpu-1", "gpu-2"]]  # both nodes' GPUs held for the measurement
     clients = [c for c in here.ran if "ib_write_bw -d" in c and "&)" not in c]
     servers = [c for c in there.ran if "ib_write_bw -d" in c and "&)" in c]
