@@ -107,7 +107,7 @@ def _verify(stack: Path, run_dir: Path) -> dict[str, Any]:
     out["published"] = sum(1 for p in (meta.get("textfile_publish") or {}).values() if p.get("ok"))
     out["verdicts"] = {x["node"]: x["verdict"] for x in summary.get("verdicts", [])}
     out["failing"] = {x["node"]: [f["check"] for f in x["failed"]] for x in summary.get("verdicts", [])
-                      if x["verdict"] != "pass"}
+                      if x["verdict"] not in ("pass", "skipped")}
     fabric = run_dir / "fabric"
     out["fabric_wall_s"] = {p.stem: json.loads(p.read_text()).get("wall_s") for p in sorted(fabric.glob("*.json"))}
     return out
