@@ -242,6 +242,23 @@ def fault_command(cluster: Cluster, twin: TwinFile, outputs: dict[str, Any]) -> 
     return ["/bin/sh", boot_service_script(twin, twin.boot_services[0].unit)]
 
 
+def _boot_id(plan: LabLayout, node: NodeLayout) -> str:
+    """The node's kernel boot_id as systemd sees it (a new one after every boot), or '' unreachable."""
+    from gpucluster.lab.ssh import ssh_run
+
+    res = ssh_run(plan, node, ["cat", "/proc/sys/kernel/random/boot_id"])
+    return res.stdout.strip() if res.returncode == 0 else ""
+
+
+def missing_passes(run_dir: Path, cluster: Cluster, twin: TwinFile) -> list[str]:
+    """``node check`` of every check the twin file says must pass on every GPU node and did not:
+    a twin proves only what runs on it, and a skip is no proof."""
+    data = json.loads((run_dir / "results.json").read_text())
+    passed = {(str(r["node"]), str(r["check_id"])) for r in data["results"] if r.get("outcome") == "passed"}
+    return [f"{n.name} {check}" for n in cluster.nodes_with_role("gpu") for check in twin.must_pass
+            if (n.name, check) not in passed]
+
+
 def verify_failures(run_dir: Path) -> set[tuple[str, str]]:
     """(node, check) of every failed check in a verify run folder's results.json."""
     data = json.loads((run_dir / "results.json").read_text())
@@ -328,16 +345,28 @@ def run_check(stack_file: Path, out: TextIO, *, keep: bool = False) -> TwinRepor
             return report
         t = time.monotonic()
         plan = lab_mod.lab_inputs(cluster).plan
+        before = {n.name: _boot_id(plan, n) for n in plan.nodes}
         for n in plan.nodes:
             node_mod.stop(plan, n)
         rc, _ = _cli(["lab", "up", "--stack", stack], out)
-        if not _step(report, "reboot every node", t, rc == 0, f"exit {rc}"):
+        after = {n.name: _boot_id(plan, n) for n in plan.nodes}
+        same = sorted(name for name in before if not after[name] or after[name] == before[name])
+        if not _step(report, "reboot every node", t, rc == 0 and not same,
+                     f"exit {rc}" + (f", not rebooted: {same}" if same else ", a new boot_id on every node")):
+            return report
+        t = time.monotonic()
+        rc, run_dir = _cli(["converge", "--stack", stack], out)
+        changed = _changed_hosts(run_dir) if rc == 0 and run_dir else {}
+        if not _step(report, "converge after the reboot", t, rc == 0 and not changed,
+                     f"exit {rc}" + (f", changed: {changed}" if changed else ", nothing changed"), run_dir):
             return report
         t = time.monotonic()
         rc, run_dir = _cli(["verify", "--stack", stack, "--no-burn"], out)
         failed = verify_failures(Path(run_dir)) if run_dir else set()
-        detail = f"exit {rc}" + (f", failed: {sorted(failed)}" if failed else "")
-        if not _step(report, "verify after the reboot", t, rc == 0 and not failed, detail, run_dir):
+        unproven = missing_passes(Path(run_dir), cluster, twin) if run_dir else []
+        detail = f"exit {rc}" + (f", failed: {sorted(failed)}" if failed else "") + (
+            f", did not pass (twin file must_pass): {unproven}" if unproven else "")
+        if not _step(report, "verify after the reboot", t, rc == 0 and not failed and not unproven, detail, run_dir):
             return report
         t = time.monotonic()
         outputs = json.loads(paths.outputs_file.read_text())

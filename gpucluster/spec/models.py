@@ -789,6 +789,9 @@ class TwinFile(_Model):
     boot_services: list[TwinBootService] = Field(default_factory=list)
     cannot_model: list[TwinLimit] = Field(min_length=1)
     link_floors: TwinLinkFloors
+    # What the twin proves: checks that must PASS on every GPU node of a healthy twin (a skip is
+    # no proof): the interfaces, addresses and MTU, NCCL's settings, the all-reduce over the ports.
+    must_pass: list[CheckId] = Field(min_length=1)
     fault: TwinFault
 
 

@@ -209,3 +209,16 @@ def test_a_real_targets_outputs_cannot_say_its_nodes_lack_gpus() -> None:
 def test_a_twin_is_named_apart_from_real_clusters(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"gpucluster.name: 'onprem-ib'; a twin's name starts with 'twin-'"):
         load_spec(_stack(tmp_path, **{"gpucluster:name: twin-dgx-ib": "gpucluster:name: onprem-ib"}))
+
+
+def test_a_check_the_twin_must_pass_that_skipped_is_no_proof(tmp_path: Path) -> None:
+    cluster = load_spec(REPO / "Pulumi.twin-dgx-h100-ib.yaml")
+    t = twin.twin_of(cluster)
+    assert t is not None and "GC-NET-001" in t.must_pass
+    results = [{"node": n.name, "check_id": c, "outcome": "passed"}
+               for n in cluster.nodes_with_role("gpu") for c in t.must_pass]
+    (tmp_path / "results.json").write_text(json.dumps({"results": results}))
+    assert twin.missing_passes(tmp_path, cluster, t) == []
+    results[0]["outcome"] = "skipped"
+    (tmp_path / "results.json").write_text(json.dumps({"results": results}))
+    assert twin.missing_passes(tmp_path, cluster, t) == [f"dgx-01 {t.must_pass[0]}"]
