@@ -1,23 +1,30 @@
-"""`gpucluster preflight STACK_FILE`: capacity and quota checks before `pulumi up` (AWS).
+"""`gpucluster preflight STACK_FILE`: image, capacity and quota checks before `pulumi up` (AWS).
 
-It calls AWS with the caller's credentials (the usual boto3 chain) and reads only:
-instance types, their offerings in the zone, EC2 vCPU quotas and the capacity reservation.
+First, without AWS: each pool's image manifest against the bill of materials (as `spec validate`);
+where converge would stop, exit 2 before any call. Then it calls AWS with the caller's credentials
+(the usual boto3 chain) and reads only: the pinned AMIs, instance types, their offerings in the
+zone, EC2 vCPU quotas and the capacity reservation.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
-from gpucluster.cli.spec import stack_file
+from gpucluster.cli.spec import check_images, stack_file
 from gpucluster.errors import EXIT_CHECK_FAILED, EXIT_OK, InputError
 from gpucluster.spec import load_spec
+from gpucluster.spec.loader import load_images
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    cmd = sub.add_parser("preflight", help="check AWS capacity and quotas for a stack before `pulumi up`",
-                         description="Check, with your AWS credentials, that the stack's instance types are "
+    cmd = sub.add_parser("preflight", help="check AWS images, capacity and quotas for a stack before `pulumi up`",
+                         description="Check that each pool's image ships what converge adopts (its image "
+                                     "manifest against the bill of materials: exit 2 where converge would "
+                                     "stop), then, with your AWS credentials, that the pinned AMIs exist in "
+                                     "the region under the names their manifests give, the instance types are "
                                      "offered in its zone, the vCPU quotas hold them and the capacity "
                                      "reservation fits. No credentials: one line, exit 2.",
                          epilog="example: AWS_PROFILE=gpu gpucluster preflight --stack Pulumi.aws-h100.yaml")
@@ -57,9 +64,12 @@ def _preflight(args: argparse.Namespace) -> int:
             f"gpucluster.target.kind: preflight checks AWS stacks; this one is {cluster.spec.target.kind}",
             source=args.stack_file,
         )
+    warnings = check_images(cluster, args.stack_file)
+    for line in warnings:
+        print(f"warning: {args.stack_file}: {line}", file=sys.stderr)
     ec2, quotas = clients(cluster.spec.target.region)
     try:
-        problems = preflight_cluster(cluster, ec2, quotas)
+        problems = preflight_cluster(cluster, ec2, quotas, load_images())
     except (BotoCoreError, ClientError) as exc:
         raise InputError(credential_problem(exc) or f"AWS: {exc}", source=args.stack_file) from None
     if args.json:

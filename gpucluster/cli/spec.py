@@ -9,7 +9,9 @@ import sys
 import yaml
 
 from gpucluster.errors import EXIT_OK, InputError
-from gpucluster.spec import load_spec
+from gpucluster.spec import Cluster, load_spec
+from gpucluster.spec.images import image_findings
+from gpucluster.spec.loader import load_images
 from gpucluster.spec.rules import reachability_warnings
 
 
@@ -19,7 +21,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     validate = verbs.add_parser(
         "validate", help="check a stack file; every problem is listed",
         description="Check a stack file: every problem is listed with its field, exit 2 when there is one. "
-                    "Warnings (nodes SSH may not reach) go to stderr and do not fail.",
+                    "A pool whose image manifest ships a driver or EFA that converge would stop on (the "
+                    "bill of materials pins another version and the pool's policy is adopt_or_fail) is "
+                    "such a problem. Warnings (nodes SSH may not reach, what a manifest cannot tell) go "
+                    "to stderr and do not fail.",
         epilog="example: gpucluster spec validate --stack Pulumi.aws-h100.yaml --json",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     stack_args(validate)
@@ -47,10 +52,18 @@ def stack_file(args: argparse.Namespace) -> str:
     return str(stack)
 
 
+def check_images(cluster: Cluster, stack: str) -> list[str]:
+    """Stop (InputError, exit 2) where converge would stop on a pool's image; the warnings otherwise."""
+    problems, warnings = image_findings(cluster, load_images())
+    if problems:
+        raise InputError(problems, source=stack)
+    return warnings
+
+
 def _validate(args: argparse.Namespace) -> int:
     stack = stack_file(args)
     cluster = load_spec(stack)
-    warnings = reachability_warnings(cluster.spec)
+    warnings = reachability_warnings(cluster.spec) + check_images(cluster, stack)
     if args.json:
         print(json.dumps({"stack": stack, "ok": True, "summary": cluster.summary(), "warnings": warnings},
                          indent=2))

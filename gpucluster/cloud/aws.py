@@ -1,5 +1,6 @@
-"""boto3 helpers run before ``pulumi up`` on AWS: AMI lookup by filter, instance type offered in
-the AZ, EFA interfaces, vCPU quota, capacity reservation. Each returns problems as one line each
+"""boto3 helpers run before ``pulumi up`` on AWS: AMI lookup by filter, the pinned AMIs present in
+the region (and named as their image manifests say), instance type offered in the AZ, EFA
+interfaces, vCPU quota, capacity reservation. Each returns problems as one line each
 (the caller reports them together) or raises InputError for a lookup that found nothing.
 
 Clients are passed in (``boto3.client("ec2")``...), so tests hand in moto's or a Stubber's.
@@ -14,6 +15,8 @@ from typing import Any
 
 from gpucluster.errors import InputError
 from gpucluster.spec import Cluster
+from gpucluster.spec.images import pool_manifest
+from gpucluster.spec.models import AwsTarget, ImageManifest
 
 # Service Quotas codes of "Running On-Demand <family> instances" (vCPUs), by instance family letter.
 VCPU_QUOTAS: dict[str, tuple[str, str]] = {
@@ -46,6 +49,59 @@ def find_ami(ec2: Any, name_filter: str, owner: str, architecture: str = "x86_64
         raise InputError(f"no {architecture} AMI owned by {owner!r} matches {name_filter!r}")
     top = images[0]
     return Image(image_id=top["ImageId"], name=top.get("Name", ""), created=top.get("CreationDate", ""))
+
+
+def describe_ami(ec2: Any, image_id: str) -> dict[str, Any] | None:
+    """The region's record of ``image_id`` (visible to this account), or None where there is none."""
+    try:
+        resp = ec2.describe_images(ImageIds=[image_id])
+    except Exception as exc:  # botocore ClientError: InvalidAMIID.NotFound / .Malformed / .Unavailable
+        if credential_problem(exc):
+            raise
+        code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code", "")
+        if str(code).startswith("InvalidAMIID"):
+            return None
+        raise
+    images: list[dict[str, Any]] = resp.get("Images", [])
+    return images[0] if images else None
+
+
+def ami_problems(ec2: Any, cluster: Cluster, manifests: dict[str, ImageManifest]) -> list[str]:
+    """Every AMI the stack boots exists in its region and is available, and a pool's AMI carries the
+    name its image manifest gives (else the manifest describes another image than the one pinned)."""
+    target = cluster.spec.target
+    assert isinstance(target, AwsTarget)
+    region = target.region
+    if target.ami_lookup:
+        try:
+            gpu_ami = find_ami(ec2, target.ami_name_filter, target.ami_owner).image_id
+        except InputError as exc:
+            return [f"target.ami_lookup: {p}" for p in exc.problems]
+        plain_ami = target.service_ami_id
+    else:
+        gpu_ami = target.pinned_ami() or ""
+        plain_ami = target.service_ami_id or gpu_ami
+    booted: dict[str, list[tuple[str, ImageManifest | None]]] = {}
+    for pool in cluster.spec.node_pools:
+        # GPU pools boot the GPU AMI; the others the service AMI where one is set (stacks/targets/aws.py).
+        ami = gpu_ami if "gpu" in pool.roles or plain_ami is None else plain_ami
+        booted.setdefault(ami, []).append((pool.name, pool_manifest(cluster.spec, pool, manifests)))
+    problems = []
+    for ami, pools in booted.items():
+        names = ", ".join(name for name, _ in pools)
+        image = describe_ami(ec2, ami)
+        if image is None:
+            problems.append(f"AMI {ami} (pools {names}) does not exist in {region}, or this account may not "
+                            "launch it: AMI IDs differ per region (docs/walkthroughs/aws.md, \"Pin the image\")")
+            continue
+        if image.get("State", "available") != "available":
+            problems.append(f"AMI {ami} (pools {names}) is {image.get('State')} in {region}, not available")
+        for pool_name, manifest in pools:
+            if manifest is not None and image.get("Name") != manifest.image:
+                problems.append(f"AMI {ami} (pool {pool_name}) is named {image.get('Name')!r}, but the pool's image "
+                                f"manifest {manifest.name} describes {manifest.image!r}: pin that image, or name "
+                                "the manifest of the one pinned")
+    return problems
 
 
 @dataclass(frozen=True)
@@ -183,8 +239,9 @@ def preflight(
     return problems
 
 
-def preflight_cluster(cluster: Cluster, ec2: Any, quotas: Any) -> list[str]:
-    """:func:`preflight` for an AWS stack's node pools, from its spec."""
+def preflight_cluster(cluster: Cluster, ec2: Any, quotas: Any,
+                      manifests: dict[str, ImageManifest] | None = None) -> list[str]:
+    """:func:`ami_problems` and :func:`preflight` for an AWS stack's node pools, from its spec."""
     target = cluster.spec.target
     if target.kind != "aws":
         raise InputError(f"gpucluster.target.kind: preflight checks AWS stacks; this one is {target.kind}")
@@ -193,7 +250,7 @@ def preflight_cluster(cluster: Cluster, ec2: Any, quotas: Any) -> list[str]:
         itype = cluster.instance_type(pool.name)
         assert itype is not None  # the spec's checks guarantee one for every AWS pool
         pools.append((itype, pool.count, "gpu" in pool.roles))
-    return preflight(
+    return ami_problems(ec2, cluster, manifests or {}) + preflight(
         ec2,
         quotas,
         availability_zone=target.availability_zone,

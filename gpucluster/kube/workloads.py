@@ -16,7 +16,7 @@ from gpucluster.errors import InputError
 from gpucluster.kube.manifests import GPU_RESOURCE, GPU_TOLERATIONS
 
 VERDICT_PREFIX = "GPUCLUSTER_ALLREDUCE "
-CUDA_IMAGE = "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu22.04"  # CUDA from bom.yaml's cuda.version
+CUDA_IMAGE = "nvcr.io/nvidia/cuda:13.0.1-base-ubuntu22.04"  # CUDA from bom.yaml's cuda.version
 TORCH_IMAGE = "nvcr.io/nvidia/pytorch:25.06-py3"
 
 ALLREDUCE_SCRIPT = r'''

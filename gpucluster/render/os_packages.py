@@ -270,8 +270,9 @@ def preinstalled_action(component: str, pin: str, found: str, runfile: bool, pol
                                                 "(preinstalled: adopt_or_replace)"}
     return {"action": "fail", "message": (
         f"{component}: the image ships {shown}, the bill of materials pins {pin} and the pool's policy is "
-        "preinstalled: adopt_or_fail. Pin the image's version in gpucluster/data/bom.yaml, or set the pool's "
-        "preinstalled: adopt_or_replace to replace it")}
+        "preinstalled: adopt_or_fail. Pin the image's version in a bill-of-materials overlay (the stack's "
+        "gpucluster:bom), boot an image that ships the pin, or set the pool's preinstalled: adopt_or_replace "
+        "to replace it")}
 
 
 # --- what the image ships: one probe's outputs read into versions -------------------------------
@@ -338,38 +339,3 @@ def preinstalled_plan(probe: Mapping[str, Any], pins: Mapping[str, str], policy:
         version = seen["found"] or ("unknown" if seen["present"] else "")
         out[component] = preinstalled_action(component, pin, version, seen["runfile"], policy)
     return out
-
-
-# --- what the cloud images ship, as their publishers list it -------------------------------------
-
-
-@dataclass(frozen=True)
-class CloudImage:
-    """One published image's components (README, "Operating systems"); '' where not listed."""
-
-    target: str
-    name: str
-    driver: str
-    cuda: str
-    nccl: str
-    fabric: str
-    aws_ofi_nccl: str
-    source: str
-
-
-CLOUD_IMAGES: tuple[CloudImage, ...] = (
-    # "Major package versions" table of the release notes.
-    CloudImage("aws", "Deep Learning Base AMI with Single CUDA (Ubuntu 22.04) 20260102", "580.105.08", "13.0", "",
-               "EFA 1.45.0", "1.17.2",
-               "https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-gpubasesinglecuda-ul2204-2026-01-02.html"),
-    CloudImage("aws", "Deep Learning ARM64 Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) 20261006", "595.91.07",
-               "13.2", "", "EFA 1.50.0", "1.21.1",
-               "https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-gpubaseossarm64-ul2204-2026-10-08.html"),
-    # The image's build recipe: nvidia.ubuntu22.04.driver, cuda.ubuntu22.04, nccl.common, doca.ubuntu22.04.
-    CloudImage("azure", "microsoft-dsvm:ubuntu-hpc:2204", "570.133.20", "12.8", "2.26.2-1",
-               "DOCA 2.10.0 (OFED 25.01)", "",
-               "https://github.com/Azure/azhpc-images/blob/8f9d77221f463df5b0d1752047c7898d5570d17a/versions.json"),
-    # The image name states its OFED, driver branch and CUDA.
-    CloudImage("oci", "Canonical-Ubuntu-22.04-2024.10.04-0-OCA-OFED-24.10-1.1.4.0-GPU-560-CUDA-12.6", "560", "12.6", "",
-               "OFED 24.10-1.1.4.0", "", "https://github.com/oracle-quickstart/oci-hpc-oke/pull/47/files"),
-)

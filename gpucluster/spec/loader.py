@@ -34,11 +34,13 @@ from yaml.nodes import MappingNode, Node, ScalarNode
 
 from gpucluster.errors import InputError
 from gpucluster.spec.cluster import Cluster, expand_nodes, pool_platform, rail_platform
+from gpucluster.spec.images import reference_problems
 from gpucluster.spec.models import (
     TARGET_KINDS,
     Bom,
     ClusterSpec,
     HardwareProfile,
+    ImageManifest,
     LabTarget,
     Platform,
     Secret,
@@ -52,6 +54,7 @@ DEFAULT_BOM = DATA_DIR / "bom.yaml"
 PROFILE_DIR = DATA_DIR / "profiles"
 PLATFORM_DIR = DATA_DIR / "platforms"
 TWIN_DIR = DATA_DIR / "twins"
+IMAGE_DIR = DATA_DIR / "images"
 
 # A bare-metal stack file that declares every node of the largest cluster we accept
 # (MAX_NODES, with MACs, disks and racks) is about 12 MB; a cloud one is a few KB.
@@ -462,7 +465,7 @@ def _spec_problems(exc: ValidationError, refused: set[tuple[str | int, ...]]) ->
     return lines
 
 
-_Named = TypeVar("_Named", HardwareProfile, Platform, TwinFile)
+_Named = TypeVar("_Named", HardwareProfile, Platform, TwinFile, ImageManifest)
 
 
 def _load_named(directory: Path, model: type[_Named], what: str) -> dict[str, _Named]:
@@ -501,12 +504,38 @@ def load_twins(directory: Path = TWIN_DIR) -> dict[str, TwinFile]:
     return _load_named(directory, TwinFile, "twin")
 
 
-def load_bom(path: Path = DEFAULT_BOM) -> Bom:
+@functools.cache
+def load_images(directory: Path = IMAGE_DIR) -> dict[str, ImageManifest]:
+    """The image manifests (what each pinned cloud image ships), by name."""
+    return _load_named(directory, ImageManifest, "image manifest")
+
+
+def _overlaid(base: Any, overlay: Any) -> Any:
+    """``overlay`` over ``base``: mappings merge key by key, anything else replaces."""
+    if isinstance(base, dict) and isinstance(overlay, dict):
+        merged = dict(base)
+        for key, value in overlay.items():
+            merged[key] = _overlaid(base[key], value) if key in base else value
+        return merged
+    return overlay
+
+
+def load_bom(path: Path = DEFAULT_BOM, overlay: Path | None = None) -> Bom:
+    """The bill of materials at ``path``, with ``overlay`` (a file of only the keys it changes, a
+    stack's ``bom:``) merged over it and the result validated as a whole."""
     raw = _read_yaml(path, "bill of materials")
+    source = str(path)
+    if overlay is not None:
+        top = _read_yaml(overlay, "bill of materials")
+        source = str(overlay)
+        if not isinstance(top, dict):
+            raise InputError("a bill-of-materials overlay is a mapping of the keys it changes "
+                             f"(such as nvidia_driver: {{version: ...}}), not a {type(top).__name__}", source=source)
+        raw = _overlaid(raw, top)
     try:
         return Bom.model_validate(raw)
     except ValidationError as exc:
-        raise InputError(capped(validation_problems(exc, Bom, "bom")), source=str(path)) from None
+        raise InputError(capped(validation_problems(exc, Bom, "bom")), source=source) from None
 
 
 def spec_mapping(raw: Any, source: str) -> dict[str, Any]:
@@ -527,7 +556,7 @@ def spec_mapping(raw: Any, source: str) -> dict[str, Any]:
 
 
 def _bom_file(spec: ClusterSpec, stack: Path, source: str) -> Path:
-    """The bill of materials a spec names: a file beside the stack file or below its folder.
+    """The bill-of-materials overlay a spec names: a file beside the stack file or below its folder.
 
     Resolved first (``..`` and symlinks), so neither can lead to /etc/passwd or /dev/zero;
     the package's data folder is allowed too, as the home of the default.
@@ -559,7 +588,8 @@ def load_spec(path: str | Path) -> Cluster:
         raise InputError(capped(secret_problems), source=source)
     bom_path = _bom_file(spec, stack, source)
     try:
-        bom = load_bom(bom_path)
+        # The spec's `bom:` is an overlay on the shipped bill of materials.
+        bom = load_bom(DEFAULT_BOM, overlay=bom_path) if spec.bom else load_bom()
     except FileProblem as exc:
         if not spec.bom:
             raise
@@ -567,6 +597,7 @@ def load_spec(path: str | Path) -> Cluster:
     profiles = load_profiles()
     platforms = load_platforms()
     problems = semantic_problems(spec, bom, profiles, platforms, load_twins() if spec.twin is not None else {})
+    problems += reference_problems(spec, load_images())
     if problems:
         raise InputError(capped(problems), source=source)
     used = {pool.profile for pool in spec.node_pools}

@@ -405,6 +405,10 @@ class NodePool(_Model):
     # The interface that carries the node's fabric address, where the pool's platform names no
     # netdev for its fabric port (a generic server: its IPoIB name follows its PCI slot).
     fabric_interface: IfName | None = None
+    # What the pool's image ships (gpucluster/data/images/<name>.yaml): `spec validate` and
+    # `preflight` compare it with the bill of materials under `preinstalled`. Unset on Azure, the
+    # manifest whose `urns` list the target's image is taken.
+    image_manifest: Name | None = None
 
     @field_validator("roles")
     @classmethod
@@ -548,7 +552,7 @@ class ClusterSpec(_Model):
     kubernetes: Kubernetes | None = None
     conformance: Conformance = Field(default_factory=Conformance)
     bom: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}$",
-                            description="bill-of-materials file, relative to the stack file")
+                            description="bill-of-materials overlay (the keys it changes), beside the stack file")
     twin: TwinRef | None = None
 
 
@@ -931,3 +935,73 @@ class Bom(_Model):
     efa: _Pinned
     os: dict[OsId, _OsRelease]
     debian: _Debian
+
+
+# --- image manifests: what a pinned cloud image ships ----------------------------------------------
+
+# The components a manifest may state. nvidia-driver and efa are the ones converge adopts or stops on
+# (gpucluster.render.os_packages.preinstalled_action); the rest are stated for the reader and the
+# twins. ofed: `ofed_info -s`'s OFED version; doca: the DOCA-Host release that brought it.
+ImageComponentName = Literal["nvidia-driver", "cuda", "nccl", "dcgm", "efa", "aws-ofi-nccl", "doca", "ofed",
+                             "container-toolkit", "containerd", "docker"]
+# What every manifest states, by a version or by the reason it gives none (`not_listed`).
+IMAGE_CORE_COMPONENTS: tuple[str, ...] = ("nvidia-driver", "cuda", "nccl", "container-toolkit", "containerd")
+
+
+class ImageComponent(_Model):
+    """One component of an image, as its publisher states it: the exact version where one is given,
+    else only its branch or minor (an image named "GPU-580": the driver's branch 580)."""
+
+    version: DebVersion | None = None
+    branch: Token | None = None
+    # How the image installed it, where the publisher's recipe says: packages (apt) or NVIDIA's
+    # runfile, over which the roles never layer packages.
+    installed_by: Literal["package", "runfile"] | None = None
+    source: Source
+
+    @model_validator(mode="after")
+    def _stated(self) -> ImageComponent:
+        if self.version is None and self.branch is None:
+            raise ValueError("a component states its version or its branch (else list it under not_listed)")
+        return self
+
+
+class ImageUnlisted(_Model):
+    """A component whose version the publisher does not state, and why it is left out."""
+
+    component: ImageComponentName
+    reason: str = Field(pattern=r"^[^\n\r{}%$`\\]{1,300}$")
+
+
+class ImageManifest(_Model):
+    """What a published cloud image ships (gpucluster/data/images/<name>.yaml), every version with
+    its source; what no source gives is under `not_listed`, never guessed."""
+
+    name: Name
+    description: str = Field(pattern=r"^[^\n\r{}%$`\\]{1,200}$")
+    target: Literal["aws", "azure", "oci"]
+    os: OsId
+    arch: Literal["x86_64", "aarch64"]
+    # The image's name as its publisher gives it (an AMI name, an OCI image's display name).
+    image: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9 ()._:+-]{0,199}$")
+    # Azure Marketplace URNs (publisher:offer:sku:version) this manifest describes.
+    urns: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+:[A-Za-z0-9_.-]+$")]] = (
+        Field(default_factory=list))
+    source: Source
+    components: dict[ImageComponentName, ImageComponent]
+    not_listed: list[ImageUnlisted] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _every_core_component(self) -> ImageManifest:
+        unlisted = [u.component for u in self.not_listed]
+        both = sorted(set(unlisted) & set(self.components))
+        if both:
+            raise ValueError(f"{both[0]} has a version and is under not_listed; keep one")
+        missing = [c for c in IMAGE_CORE_COMPONENTS if c not in self.components and c not in unlisted]
+        if missing:
+            raise ValueError(f"{missing[0]}: give its version with a source, or list it under not_listed "
+                             "with the reason no source gives one")
+        if self.urns and self.target != "azure":
+            raise ValueError("urns are Azure Marketplace image URNs; this manifest's target is " + self.target)
+        return self
+

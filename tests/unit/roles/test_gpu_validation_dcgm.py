@@ -17,8 +17,10 @@ from tests.unit.roles.render import REPO, ROLES, first_host, host_context, inven
 BOM = yaml.safe_load((REPO / "gpucluster" / "data" / "bom.yaml").read_text())
 # Spelled out, not imported: what NVIDIA's documentation names (sources in gpucluster/render/os_packages.py).
 CORE = "datacenter-gpu-manager-4-core"
-CUDA12 = "datacenter-gpu-manager-4-cuda12"
-NSCQ_570 = "libnvidia-nscq-570"
+# R580 drivers are CUDA 13 user-mode drivers: DCGM's CUDA 13 package (NVIDIA's DCGM user guide,
+# quoted in https://github.com/NVIDIA/DCGM/issues/255).
+CUDA13 = "datacenter-gpu-manager-4-cuda13"
+NSCQ_580 = "libnvidia-nscq-580"
 
 
 def _vars(fabric: str, **extra: Any) -> dict[str, Any]:
@@ -32,9 +34,9 @@ def _tasks(name: str) -> list[dict[str, Any]]:
 
 
 def test_the_boms_pins_are_the_ones_the_package_names_below_assume() -> None:
-    # The literal names below hold for CUDA 12 and the 570 branch; a new pin must revisit them.
-    assert BOM["cuda"]["version"].split(".")[0] == "12"
-    assert BOM["nvidia_driver"]["branch"] == "570"
+    # The literal names below hold for CUDA 13 and the 580 branch; a new pin must revisit them.
+    assert BOM["cuda"]["version"].split(".")[0] == "13"
+    assert BOM["nvidia_driver"]["branch"] == "580"
     assert BOM["dcgm"]["version"].split(".")[0] == "4", "the package names are DCGM 4's"
 
 
@@ -45,7 +47,7 @@ def test_an_nvswitch_node_gets_dcgm_for_its_cuda_major_and_nscq_for_its_driver_b
     assert v["gpu_validation_dcgm_nscq_enabled"] is True
     dcgm = f"1:{BOM['dcgm']['version']}-*"
     assert v["__gpu_validation_dcgm_packages"] == [
-        f"{CORE}={dcgm}", f"{CUDA12}={dcgm}", f"{NSCQ_570}={BOM['nvidia_driver']['version']}-*"]
+        f"{CORE}={dcgm}", f"{CUDA13}={dcgm}", f"{NSCQ_580}={BOM['nvidia_driver']['version']}-*"]
     assert v["__gpu_validation_dcgm_service"] == "nvidia-dcgm"
     assert v["__gpu_validation_repo"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/"
 
@@ -54,14 +56,14 @@ def test_an_nvswitch_node_gets_dcgm_for_its_cuda_major_and_nscq_for_its_driver_b
 def test_every_real_gpu_target_installs_dcgm(fabric: str) -> None:
     v = _vars(fabric)
     assert v["gpu_validation_dcgm_enabled"] is True
-    assert f"{CUDA12}=1:{BOM['dcgm']['version']}-*" in v["__gpu_validation_dcgm_packages"]
+    assert f"{CUDA13}=1:{BOM['dcgm']['version']}-*" in v["__gpu_validation_dcgm_packages"]
 
 
 def test_a_pcie_profile_gets_no_nscq() -> None:
     profile = yaml.safe_load((REPO / "gpucluster" / "data" / "profiles" / "l40s-pcie.yaml").read_text())
     v = _vars("roce", gpucluster_profiles={"l40s-pcie": profile}, gpucluster_profile="l40s-pcie")
     assert v["gpu_validation_dcgm_nscq_enabled"] is False
-    assert [p.split("=")[0] for p in v["__gpu_validation_dcgm_packages"]] == [CORE, CUDA12]
+    assert [p.split("=")[0] for p in v["__gpu_validation_dcgm_packages"]] == [CORE, CUDA13]
 
 
 def test_the_lab_skips_dcgm_by_its_stated_capabilities() -> None:
@@ -84,7 +86,7 @@ def test_the_lab_skips_dcgm_by_its_stated_capabilities() -> None:
 
 def test_the_version_input_overrides_the_boms_pin_for_every_dcgm_package() -> None:
     v = _vars("infiniband", gpu_validation_dcgm_version="4.3.1")
-    assert v["__gpu_validation_dcgm_packages"][:2] == [f"{CORE}=1:4.3.1-*", f"{CUDA12}=1:4.3.1-*"]
+    assert v["__gpu_validation_dcgm_packages"][:2] == [f"{CORE}=1:4.3.1-*", f"{CUDA13}=1:4.3.1-*"]
 
 
 def test_dcgm_tasks_install_the_table_packages_and_run_the_service() -> None:
@@ -116,9 +118,9 @@ def test_the_os_table_names_are_nvidias() -> None:
     # https://docs.nvidia.com/datacenter/dcgm/latest/installation.html (DCGM 4 package split),
     # .../learn/getting-started-for-system-administrators/systemd-service.html (nvidia-dcgm.service),
     # https://github.com/NVIDIA/apt-packaging-libnvidia-nscq (libnvidia-nscq-<branch>).
-    assert (table.DCGM_CORE_PACKAGE, table.DCGM_CUDA_PACKAGE.format(major=12)) == (CORE, CUDA12)
+    assert (table.DCGM_CORE_PACKAGE, table.DCGM_CUDA_PACKAGE.format(major=13)) == (CORE, CUDA13)
     assert table.DCGM_SERVICE == "nvidia-dcgm"
-    assert table.NSCQ_PACKAGE.format(branch="570") == NSCQ_570
+    assert table.NSCQ_PACKAGE.format(branch="580") == NSCQ_580
     assert table.DCGM_EPOCH == "1"
     with pytest.raises(ValueError, match=r"cuda\.version"):
         table.cuda_major({"cuda": {"version": "x.1"}})

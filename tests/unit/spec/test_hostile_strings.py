@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from gpucluster.cli import main
 from gpucluster.outputs import OutputFabric, OutputNode, OutputRail, OutputStorage, StackOutputs
 from gpucluster.spec import models
-from gpucluster.spec.loader import DEFAULT_BOM, PROFILE_DIR, spec_mapping
+from gpucluster.spec.loader import DEFAULT_BOM, IMAGE_DIR, PROFILE_DIR, spec_mapping
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted(REPO.glob("Pulumi.*.yaml"))
@@ -176,10 +176,12 @@ def _data_docs() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 BOMS, PROFILES = _data_docs()
+IMAGES = [yaml.safe_load(p.read_text()) for p in sorted(IMAGE_DIR.glob("*.yaml"))]
 
 
 @pytest.mark.parametrize(
-    ("root", "docs"), [(models.Bom, BOMS), (models.HardwareProfile, PROFILES)], ids=["bom", "profiles"]
+    ("root", "docs"), [(models.Bom, BOMS), (models.HardwareProfile, PROFILES), (models.ImageManifest, IMAGES)],
+    ids=["bom", "profiles", "images"]
 )
 def test_every_bom_and_profile_string_refuses_jinja_and_shell(
     root: type[BaseModel], docs: list[dict[str, Any]]

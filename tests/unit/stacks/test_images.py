@@ -97,7 +97,7 @@ def test_the_pinned_azure_urn_reaches_every_vm(azure_plan: Plan) -> None:
     vms = _nodes(azure_plan, policy.AZURE_VM)
     assert vms
     assert {tuple(sorted(r.inputs["sourceImageReference"].items())) for r in vms} == {
-        (("offer", "ubuntu-hpc"), ("publisher", "microsoft-dsvm"), ("sku", "2204"), ("version", "22.04.2025010101"))}
+        (("offer", "ubuntu-hpc"), ("publisher", "microsoft-dsvm"), ("sku", "2204"), ("version", "22.04.2026072901"))}
     assert _image_rule(azure_plan).status == "pass"
 
 

@@ -1,7 +1,7 @@
 #
 # Managed by gpucluster (Ansible): local edits are overwritten on the next converge.
 #
-# CUDA 12.8.1 for login shells.
+# CUDA 13.0.1 for login shells.
 export CUDA_HOME=/usr/lib/nvidia-cuda-toolkit
 case ":${PATH}:" in
   *":${CUDA_HOME}/bin:"*) ;;

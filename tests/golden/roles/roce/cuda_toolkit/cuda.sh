@@ -1,8 +1,8 @@
 #
 # Managed by gpucluster (Ansible): local edits are overwritten on the next converge.
 #
-# CUDA 12.8.1 for login shells.
-export CUDA_HOME=/usr/local/cuda-12.8
+# CUDA 13.0.1 for login shells.
+export CUDA_HOME=/usr/local/cuda-13.0
 case ":${PATH}:" in
   *":${CUDA_HOME}/bin:"*) ;;
   *) export PATH="${CUDA_HOME}/bin${PATH:+:${PATH}}" ;;

@@ -1,0 +1,194 @@
+"""What a pool's image ships, against the bill of materials, before anything is created.
+
+A pool names the manifest of the image it boots (``node_pools[].image_manifest``; on Azure the
+manifest whose ``urns`` list the target's image is found without one). For each component converge
+adopts or stops on (the driver on GPU pools, EFA on pools whose platform has EFA rails), the one
+decision the roles take, :func:`gpucluster.render.os_packages.preinstalled_action`, is taken here on
+the manifest's version: where it says ``fail``, converge would stop on every node of the pool after
+the instances are billing, so ``spec validate`` and ``preflight`` stop first (exit 2) and name the
+two ways out: a bill-of-materials overlay pinning what the image ships, or another image.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpucluster.render.os_packages import preinstalled_action, version_matches
+from gpucluster.spec.cluster import Cluster, pool_platform
+from gpucluster.spec.models import AzureTarget, Bom, ClusterSpec, ImageComponent, ImageManifest, NodePool
+from gpucluster.spec.os import pool_os
+
+NS = "gpucluster"
+CLOUD_TARGETS = ("aws", "azure", "oci")
+OVERLAY_DOC = 'README, "Bill of materials overlay"'
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The roles' decision for one component of one pool, taken on the manifest's version."""
+
+    pool: str
+    where: str
+    manifest: str
+    component: str
+    found: str
+    pin: str
+    policy: str
+    runfile: bool
+    action: str
+    message: str
+
+
+def pool_manifest(spec: ClusterSpec, pool: NodePool, manifests: Mapping[str, ImageManifest]) -> ImageManifest | None:
+    """The manifest of the image ``pool`` boots: the pool's ``image_manifest``, else on Azure the one
+    whose ``urns`` list the target's image; None where neither names one."""
+    if pool.image_manifest:
+        return manifests.get(pool.image_manifest)
+    if isinstance(spec.target, AzureTarget):
+        return next((m for m in manifests.values() if spec.target.image in m.urns), None)
+    return None
+
+
+def reference_problems(spec: ClusterSpec, manifests: Mapping[str, ImageManifest]) -> list[str]:
+    """A pool's ``image_manifest`` that names no manifest, or one of another target, OS or image."""
+    problems = []
+    for i, pool in enumerate(spec.node_pools):
+        if not pool.image_manifest:
+            continue
+        where = f"{NS}.node_pools[{i}].image_manifest"
+        manifest = manifests.get(pool.image_manifest)
+        if manifest is None:
+            known = ", ".join(sorted(manifests)) or "none shipped"
+            problems.append(f"{where}: no image manifest {pool.image_manifest!r} in gpucluster/data/images "
+                            f"(one of {known})")
+            continue
+        if manifest.target != spec.target.kind:
+            problems.append(f"{where}: {manifest.name} describes an {manifest.target} image; this stack's target "
+                            f"is {spec.target.kind}")
+            continue
+        if manifest.os != pool_os(spec, pool):
+            problems.append(f"{where}: {manifest.name} is a {manifest.os} image; the pool runs {pool_os(spec, pool)} "
+                            "(target.os or the pool's os)")
+        if isinstance(spec.target, AzureTarget) and manifest.urns and spec.target.image not in manifest.urns:
+            problems.append(f"{where}: {manifest.name} describes {', '.join(manifest.urns)}; the target boots "
+                            f"{spec.target.image}")
+    return problems
+
+
+def _component(manifest: ImageManifest, name: str) -> ImageComponent | None:
+    return next((comp for key, comp in manifest.components.items() if key == name), None)
+
+
+def _pins(bom: Bom) -> dict[str, str]:
+    return {"nvidia-driver": bom.nvidia_driver.version, "efa": bom.efa.version}
+
+
+def _overlay(component: str, found: str, bom: Bom) -> str:
+    """The overlay lines that pin what the image ships."""
+    if component == "nvidia-driver":
+        branch = found.split(".", 1)[0]
+        if branch != bom.nvidia_driver.branch:
+            return f'nvidia_driver: {{branch: "{branch}", version: "{found}"}}'
+        return f'nvidia_driver: {{version: "{found}"}}'
+    return f'efa: {{version: "{found}"}}'
+
+
+def _shipping(component: str, pin: str, manifest: ImageManifest, manifests: Mapping[str, ImageManifest]) -> list[str]:
+    """Manifests of the same target and OS whose image ships ``pin``."""
+    out = []
+    for other in manifests.values():
+        comp = _component(other, component)
+        if (other.target == manifest.target and other.os == manifest.os and other.arch == manifest.arch
+                and comp is not None and comp.version and version_matches(comp.version, pin)):
+            out.append(other.name)
+    return sorted(out)
+
+
+def _components(cluster: Cluster, pool: NodePool) -> list[str]:
+    """What converge decides on for ``pool``: the driver on GPU pools (nvidia_driver), EFA where the
+    pool's platform has EFA rails (rdma_fabric, on GPU and storage nodes)."""
+    out = []
+    if "gpu" in pool.roles:
+        out.append("nvidia-driver")
+    platform = cluster.platforms.get(pool_platform(cluster.spec, pool))
+    if platform is not None and platform.efa_interfaces and ({"gpu", "storage"} & set(pool.roles)):
+        out.append("efa")
+    return out
+
+
+def _found(component: str, comp: ImageComponent | None, bom: Bom) -> str | None:
+    """The version the decision is taken on; None where the manifest cannot tell."""
+    if comp is None:
+        return None
+    if comp.version:
+        return comp.version
+    # Only a branch is published ("GPU-580"): another branch than the pin's certainly differs.
+    if component == "nvidia-driver" and comp.branch != bom.nvidia_driver.branch:
+        return f"branch {comp.branch}"
+    return None
+
+
+def decisions(cluster: Cluster, manifests: Mapping[str, ImageManifest]) -> tuple[list[Decision], list[str]]:
+    """The roles' decision per pool and component where the pool's manifest gives the version, and a
+    warning for each one it cannot tell."""
+    spec, bom = cluster.spec, cluster.bom
+    pins = _pins(bom)
+    out: list[Decision] = []
+    unknown: list[str] = []
+    for i, pool in enumerate(spec.node_pools):
+        where = f"{NS}.node_pools[{i}]"
+        manifest = pool_manifest(spec, pool, manifests)
+        needed = _components(cluster, pool)
+        if manifest is None:
+            if needed and spec.target.kind in CLOUD_TARGETS:
+                unknown.append(f"{where} ({pool.name}): no image manifest names what its image ships, so nothing "
+                               f"tells whether converge adopts its {' and '.join(needed)} or stops "
+                               "(node_pools[].image_manifest, gpucluster/data/images)")
+            continue
+        for component in needed:
+            comp = _component(manifest, component)
+            pin = pins[component]
+            found = _found(component, comp, bom)
+            if found is None:
+                stated = (f"only the {component} branch {comp.branch}" if comp is not None
+                          else f"no {component} version")
+                unknown.append(f"{where} ({pool.name}): image {manifest.name} states {stated}; converge adopts it "
+                               f"only if it is exactly {pin}, else with preinstalled: {pool.preinstalled} it "
+                               f"{'stops' if pool.preinstalled == 'adopt_or_fail' else 'replaces it'}")
+                continue
+            runfile = comp is not None and comp.installed_by == "runfile"
+            decided = preinstalled_action(component, pin, found, runfile, pool.preinstalled)
+            out.append(Decision(pool=pool.name, where=where, manifest=manifest.name, component=component,
+                                found=found, pin=pin, policy=pool.preinstalled, runfile=runfile,
+                                action=decided["action"], message=decided["message"]))
+    return out, unknown
+
+
+def image_findings(cluster: Cluster, manifests: Mapping[str, ImageManifest]) -> tuple[list[str], list[str]]:
+    """Lines where converge would stop (exit 2 before anything is created) and warnings."""
+    found, warnings = decisions(cluster, manifests)
+    problems = []
+    for d in found:
+        if d.action == "replace":
+            warnings.append(f"{d.where} ({d.pool}): converge replaces image {d.manifest}'s {d.component} {d.found} "
+                            f"with {d.pin} on every node (preinstalled: adopt_or_replace)")
+        if d.action != "fail":
+            continue
+        manifest = manifests[d.manifest]
+        others = _shipping(d.component, d.pin, manifest, manifests)
+        image = (f"boot an image that ships {d.pin} ({', '.join(others)} in gpucluster/data/images)" if others
+                 else f"boot an image that ships {d.pin} and describe it in gpucluster/data/images "
+                      "(none of the shipped manifests does)")
+        overlay = (f"a bill-of-materials overlay beside the stack file pinning what the image ships "
+                   f"(gpucluster:bom: <file> holding {_overlay(d.component, d.found, cluster.bom)}; {OVERLAY_DOC})"
+                   if not d.found.startswith("branch ") else
+                   "a bill-of-materials overlay pinning the image's driver (its exact version is not published: "
+                   "read it on a node with nvidia-smi)")
+        # The runfile case stops whatever the policy; its own message says why.
+        why = d.message.rstrip(".") if d.runfile else f"the pool's policy is preinstalled: {d.policy}"
+        rather = "" if d.runfile else ". preinstalled: adopt_or_replace would replace it on every node instead"
+        problems.append(f"{d.where} ({d.pool}): image {d.manifest} ships {d.component} {d.found}, the bill of "
+                        f"materials pins {d.pin} and {why}: converge would stop on every node of the pool, after "
+                        f"its instances are billing. Two ways out: {overlay}; or {image}{rather}")
+    return problems, warnings
