@@ -34,7 +34,8 @@ from typing import Any, TextIO
 import yaml
 
 from gpucluster.errors import InputError
-from gpucluster.lab.layout import SSH_USER, LabLayout, NodeFile, NodeLayout, RailLink, _short_hash
+from gpucluster.lab.lab import LabInputs, lab_inputs
+from gpucluster.lab.layout import SSH_USER, LabLayout, NodeFile, NodeLayout, RailLink, _short_hash, layout_lab
 from gpucluster.lab.rootfs import rootfs_key
 from gpucluster.outputs import LAB_CAPABILITIES, Capabilities, LinkFloors
 from gpucluster.spec.cluster import Cluster
@@ -177,6 +178,16 @@ def fill_outputs(outputs: dict[str, Any], plan: LabLayout, twin: TwinFile) -> di
             "capabilities": capabilities(twin).model_dump()}
 
 
+def inputs(cluster: Cluster) -> LabInputs:
+    """What `gpucluster lab up` boots for the stack: a twin's nodes shaped like its platform, with
+    the outputs of the stack's own target program; the lab target's inputs otherwise."""
+    t = twin_of(cluster)
+    if t is None:
+        return lab_inputs(cluster)
+    plan = shape(layout_lab(cluster), cluster, t)
+    return LabInputs(plan, fill_outputs(target_outputs(cluster), plan, t))
+
+
 def target_outputs(cluster: Cluster) -> dict[str, Any]:
     """What the stack's target program exports, run under Pulumi's mocks (no cloud is reached)."""
     from gpucluster.plan import plan_cluster
@@ -317,7 +328,6 @@ def run_check(stack_file: Path, out: TextIO, *, keep: bool = False) -> TwinRepor
     """A twin from nothing to its verdicts: up, converge twice (the second changes nothing), every
     node rebooted, verify with no FAIL, the twin's fault injected and named (and nothing else), then
     the lab removed (unless ``keep``). Each step is the user's own command."""
-    from gpucluster.lab import lab as lab_mod
     from gpucluster.lab import node as node_mod
     from gpucluster.lab.ssh import ssh_run
     from gpucluster.paths import stack_paths
@@ -344,7 +354,7 @@ def run_check(stack_file: Path, out: TextIO, *, keep: bool = False) -> TwinRepor
                      f"exit {rc}" + (f", changed: {changed}" if changed else ", nothing changed"), run_dir):
             return report
         t = time.monotonic()
-        plan = lab_mod.lab_inputs(cluster).plan
+        plan = inputs(cluster).plan
         before = {n.name: _boot_id(plan, n) for n in plan.nodes}
         for n in plan.nodes:
             node_mod.stop(plan, n)

@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from gpucluster import twin
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
 from gpucluster.inventory import inventory_from_files, write_inventory
 from gpucluster.lab import lab
@@ -55,7 +56,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _up(args: argparse.Namespace) -> int:
     cluster = load_spec(args.stack)
-    inputs = lab.lab_inputs(cluster)
+    inputs = twin.inputs(cluster)
     where = stack_paths(cluster)
     stderr_progress(f"up {cluster.summary()}")
     result = lab.up(inputs, rebuild_rootfs=args.rebuild_rootfs, progress=stderr_progress)

@@ -78,15 +78,8 @@ class LabInputs:
 
 
 def lab_inputs(cluster: Cluster) -> LabInputs:
+    """The lab target's inputs (a platform twin's are gpucluster.twin.inputs, over the same plan)."""
     plan = layout_lab(cluster)
-    if cluster.spec.twin is not None:
-        # A platform twin: the platform's links, and the outputs of the stack's own target program.
-        from gpucluster import twin
-
-        twin_file = twin.twin_of(cluster)
-        assert twin_file is not None
-        plan = twin.shape(plan, cluster, twin_file)
-        return LabInputs(plan, twin.fill_outputs(twin.target_outputs(cluster), plan, twin_file))
     outputs = build_outputs(cluster, ssh_user=SSH_USER, fabric_interface=FABRIC_INTERFACE,
                             ssh_private_key_file=str(plan.key_file), capabilities=LAB_CAPABILITIES)
     return LabInputs(plan, outputs)

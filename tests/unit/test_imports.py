@@ -15,9 +15,7 @@ PKG = Path(__file__).resolve().parents[2] / "gpucluster"
 
 # Cycles known and owned elsewhere, each to be broken where it is owned; the test fails when one of
 # them is gone (take it off) as well as on any other cycle.
-# - gpucluster.twin's run_check drives the lab (gpucluster.lab.lab) and the lab's lab_inputs shapes a
-#   twin's nodes through gpucluster.twin: the platform twins' work (issue 24) owns both sides.
-KNOWN: tuple[frozenset[str], ...] = (frozenset({"gpucluster.lab.lab", "gpucluster.twin"}),)
+KNOWN: tuple[frozenset[str], ...] = ()
 
 
 def module_name(path: Path, root: Path) -> str:

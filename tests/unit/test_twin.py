@@ -11,7 +11,6 @@ import yaml
 
 from gpucluster import twin
 from gpucluster.errors import InputError
-from gpucluster.lab.lab import lab_inputs
 from gpucluster.lab.layout import NodeFile
 from gpucluster.lab.state import _plan_problem
 from gpucluster.plan import import_program, plan_cluster
@@ -51,7 +50,7 @@ def test_the_lab_takes_the_platforms_links(stack: Path) -> None:
     cluster = load_spec(stack)
     t = twin.twin_of(cluster)
     assert t is not None
-    plan = lab_inputs(cluster).plan
+    plan = twin.inputs(cluster).plan
     assert plan.twin == t.name
     for node in plan.nodes:
         platform = cluster.platform_of(cluster.node(node.name))
@@ -70,7 +69,7 @@ def test_the_lab_takes_the_platforms_links(stack: Path) -> None:
 
 def test_a_netplan_image_gets_the_targets_own_network_config_and_its_macs() -> None:
     cluster = load_spec(REPO / "Pulumi.twin-dgx-h100-roce.yaml")
-    plan = lab_inputs(cluster).plan
+    plan = twin.inputs(cluster).plan
     baremetal = import_program("targets.baremetal")
     render = import_program("components.userdata").render_network_config
     declared = {n.name: n for n in cluster.spec.target.nodes}
@@ -89,7 +88,7 @@ def test_the_outputs_are_the_targets_with_only_what_the_lab_knows_filled_in(stac
     cluster = load_spec(stack)
     t = twin.twin_of(cluster)
     assert t is not None
-    inputs = lab_inputs(cluster)
+    inputs = twin.inputs(cluster)
     real = plan_cluster(cluster).outputs
     got = inputs.outputs
     assert set(got) == set(real)
@@ -128,7 +127,7 @@ def test_the_fault_is_the_first_gpu_nodes_fabric_address() -> None:
     cluster = load_spec(REPO / "Pulumi.twin-dgx-h100-ib.yaml")
     t = twin.twin_of(cluster)
     assert t is not None
-    outputs = lab_inputs(cluster).outputs
+    outputs = twin.inputs(cluster).outputs
     assert twin.fault_command(cluster, t, outputs) == ["ip", "addr", "del", "10.81.1.10/24", "dev", "ibp24s0"]
     boot = t.model_copy(update={"fault": t.fault.model_copy(update={"kind": "boot_service"})})
     with pytest.raises(InputError, match="the twin lists no boot service"):
@@ -145,7 +144,7 @@ def test_verify_failures_are_read_from_the_run_folder(tmp_path: Path) -> None:
 
 def test_a_stored_plan_may_write_node_files_only_under_etc() -> None:
     cluster = load_spec(REPO / "Pulumi.twin-dgx-h100-roce.yaml")
-    plan = lab_inputs(cluster).plan
+    plan = twin.inputs(cluster).plan
     for bad in ("/root/.ssh/authorized_keys", "/etc/../root/x", "etc/netplan/x.yaml"):
         node = plan.nodes[0].__class__(**{**plan.nodes[0].__dict__, "files": (NodeFile(bad, "x"),)})
         tampered = plan.__class__(**{**plan.__dict__, "nodes": (node, *plan.nodes[1:])})
@@ -158,7 +157,7 @@ def test_the_images_boot_service_writes_the_platforms_nccl_keys_at_every_boot() 
     assert t is not None
     platform = cluster.platform_of(cluster.nodes[0])
     assert [s.unit for s in t.boot_services] == [platform.nccl_conf_rewritten_by]
-    files = {f.path: f for f in lab_inputs(cluster).plan.nodes[0].files}
+    files = {f.path: f for f in twin.inputs(cluster).plan.nodes[0].files}
     script = files["/etc/gpucluster-twin/sku-customizations.sh"]
     unit = files["/etc/systemd/system/sku-customizations.service"].content
     assert script.mode == 0o755
@@ -168,7 +167,7 @@ def test_the_images_boot_service_writes_the_platforms_nccl_keys_at_every_boot() 
     assert "ExecStop=/bin/sh -c ': > /etc/nccl.conf'" in unit  # the image empties it at shutdown
     assert files["/etc/systemd/system/multi-user.target.d/50-sku-customizations.conf"].content == (
         "[Unit]\nWants=sku-customizations.service\n")
-    assert twin.fault_command(cluster, t, lab_inputs(cluster).outputs) == [
+    assert twin.fault_command(cluster, t, twin.inputs(cluster).outputs) == [
         "/bin/sh", "/etc/gpucluster-twin/sku-customizations.sh"]
 
 
@@ -196,7 +195,7 @@ def test_a_real_targets_outputs_cannot_say_its_nodes_lack_gpus() -> None:
     from gpucluster.outputs import parse_outputs
 
     twin_stack = load_spec(REPO / "Pulumi.twin-dgx-h100-ib.yaml")
-    outputs = lab_inputs(twin_stack).outputs
+    outputs = twin.inputs(twin_stack).outputs
     real = twin_stack.__class__(**{**{f: getattr(twin_stack, f) for f in
                                       ("bom", "profiles", "platforms", "nodes", "source")},
                                    "spec": twin_stack.spec.model_copy(update={"twin": None})})
