@@ -6,7 +6,14 @@ One run folder per converge, ``runs/<UTC timestamp>-<random>-converge/`` (mode 0
 - ``events.jsonl``: every event ansible-runner reported, one JSON object a line;
 - ``converge.log``: the text Ansible printed (the events' stdout, in order);
 - ``summary.json``: options, timings, the per-host recap and the verdict;
-- ``artifacts/``: ansible-runner's own artifacts (its job events and command line).
+- ``artifacts/``: ansible-runner's own artifacts (its job events and command line, with the
+  names of the environment's variables but not their values).
+
+What the run folder and the process list never hold (docs/security.md): the controller's
+environment (``gpucluster up`` runs converge with Pulumi's and the cloud's credentials in it) and
+the values of ``--extra-vars``. ansible-playbook gets an allowlisted environment
+(:func:`ansible_env`); extra vars reach it as ``-e @FILE``, a 0600 file in the run folder removed
+when the run ends; ansible-runner's ``command`` artifact keeps the variables' names only.
 
 Progress goes to stderr, one line per host and task. The exit code is 0 when every host
 ends with failed=0 and unreachable=0, 1 naming each host that failed, 2 for bad input
@@ -66,6 +73,17 @@ DEBUG_NO_LOG_VAR = "gpucluster_debug_no_log"
 NO_LOG_HINT = f"output hidden by no_log; rerun with --debug-no-log ({DEBUG_NO_LOG_ENV}=1) to see the cause"
 # How often ansible-runner asks whether to cancel (its default is 5 s).
 CANCEL_POLL_S = 0.5
+# The extra vars, for ansible-playbook's -e @FILE, while the run lasts (removed at its end).
+EXTRA_VARS_FILE = "extra-vars.yml"
+
+# What ansible-playbook keeps of the controller's environment: what finds programs and the
+# user's files, the locale, the SSH agent, and Ansible's and gpucluster's own settings. Anything
+# else (AWS_SECRET_ACCESS_KEY, PULUMI_ACCESS_TOKEN, ARM_CLIENT_SECRET, OCI_*...) stays behind.
+ENV_KEPT = frozenset({"HOME", "LANG", "LANGUAGE", "LOGNAME", "PATH", "PYTHONPATH", "SHELL", "SSH_AUTH_SOCK",
+                      "TERM", "TMPDIR", "TZ", "USER", "VIRTUAL_ENV", "XDG_RUNTIME_DIR"})
+ENV_KEPT_PREFIXES = ("ANSIBLE_", "GPUCLUSTER_", "LC_")
+# ... except, among those, a name that says it holds a secret (a path to one, *_FILE, is kept).
+_SECRET_NAME = re.compile(r"PASS|SECRET|TOKEN|CREDENTIAL|PRIVATE|(^|_)KEY(_|$)")
 
 _STAT_KEYS = {
     "ok": "ok",
@@ -192,10 +210,15 @@ def parse_extra_vars(items: list[str]) -> dict[str, Any]:
 
     VALUE is read as YAML, so ``components=[driver]`` is a list, ``flag=true`` a boolean and
     ``n=3`` a number; quote it (``name="'3'"``) for a string. ``KEY=`` is the empty string.
+    ``@FILE`` reads a YAML mapping of variables from FILE: a secret given so never shows on the
+    process list, as one on the command line does.
     """
     out: dict[str, Any] = {}
     problems: list[str] = []
     for item in items:
+        if item.startswith("@"):
+            problems += _extra_vars_file(item[1:], out)
+            continue
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not _VAR_NAME.match(key):
@@ -208,6 +231,23 @@ def parse_extra_vars(items: list[str]) -> dict[str, Any]:
     if problems:
         raise InputError(problems)
     return out
+
+
+def _extra_vars_file(name: str, out: dict[str, Any]) -> list[str]:
+    """Variables from ``-e @FILE`` into ``out``; the problems, naming the file."""
+    try:
+        data = yaml.safe_load(Path(name).read_text(encoding="utf-8"))
+    except OSError as exc:
+        return [f"--extra-vars @{name}: cannot read it: {runs.describe_os_error(exc)}"]
+    except yaml.YAMLError as exc:
+        return [f"--extra-vars @{name}: not YAML: {str(exc).splitlines()[0]}"]
+    if not isinstance(data, dict):
+        return [f"--extra-vars @{name}: expected a mapping of variable names to values"]
+    bad = [str(k) for k in data if not isinstance(k, str) or not _VAR_NAME.match(k)]
+    if bad:
+        return [f"--extra-vars @{name}: not variable names: {', '.join(bad[:5])}"]
+    out.update(data)
+    return []
 
 
 def stack_inventory(stack: str | Path) -> Path:
@@ -448,9 +488,9 @@ def ansible_ssh_args(policy: hostkeys.HostKeyPolicy, cfg: Path = ANSIBLE_CFG) ->
     return " ".join(shlex.quote(w) for w in kept)
 
 
-def tighten_fetched_secrets(options: ConvergeOptions, inventory: Mapping[str, Any]) -> list[Path]:
-    """The kubeconfig the control-plane role fetches (admin.conf, cluster-admin's key) is 0600 in
-    a 0700 folder, whatever mode it had on the node. Returns the files found."""
+def fetched_secrets(options: ConvergeOptions, inventory: Mapping[str, Any]) -> list[Path]:
+    """Where the control-plane role fetches admin.conf (cluster-admin's key) on the controller:
+    the extra var or the inventory's value, and the role's default."""
     all_vars = (inventory.get("all") or {}).get("vars") or {}
     dest = options.extra_vars.get("kubernetes_control_plane_kubeconfig_fetch_dest") \
         or all_vars.get("kubernetes_control_plane_kubeconfig_fetch_dest")
@@ -461,7 +501,74 @@ def tighten_fetched_secrets(options: ConvergeOptions, inventory: Mapping[str, An
     if name:
         # The role's default: {{ playbook_dir }}/../runs/<cluster name>/admin.conf
         candidates.append(options.playbook.resolve().parent.parent / "runs" / name / "admin.conf")
-    return [p for p in candidates if runs.chmod_private(p)]
+    return candidates
+
+
+def tighten_fetched_secrets(candidates: list[Path], made: set[Path]) -> list[Path]:
+    """Each fetched file of ``candidates`` 0600, whatever mode it had on the node, and its folder
+    0700 only where this converge made it (``made``: the folders missing before it ran): a fetch
+    into /tmp (``-e ..._fetch_dest=/tmp/admin.conf``) must not close /tmp to everyone else. Never
+    through a link. Returns the files found."""
+    found = []
+    for path in candidates:
+        if not runs.chmod_file_private(path):
+            continue
+        found.append(path)
+        if path.parent in made:
+            runs.chmod_dir_private(path.parent)
+    return found
+
+
+def env_kept(name: str) -> bool:
+    """Whether ansible-playbook inherits the controller's variable ``name`` (:data:`ENV_KEPT`)."""
+    if name not in ENV_KEPT and not name.startswith(ENV_KEPT_PREFIXES):
+        return False
+    return name in ENV_KEPT or name.endswith("_FILE") or not _SECRET_NAME.search(name)
+
+
+def ansible_env(env: Mapping[str, str], inherited: Mapping[str, str]) -> dict[str, str]:
+    """``env`` (ansible-runner's: the controller's ``inherited`` environment, then its own
+    settings and ours) without what came from ``inherited`` unless :func:`env_kept` keeps it."""
+    return {k: v for k, v in env.items() if k not in inherited or inherited[k] != v or env_kept(k)}
+
+
+def run_ansible(**kwargs: Any) -> Any:
+    """``ansible_runner.run(**kwargs)`` through its public RunnerConfig and Runner, with
+    ansible-playbook's environment cut to :func:`ansible_env` (ansible-runner seeds it with the
+    whole of ``os.environ`` and records it in ``artifacts/<ident>/command``), and that record
+    keeping the variables' names only."""
+    import ansible_runner  # type: ignore[import-untyped]
+
+    handlers = {k: kwargs.pop(k) for k in ("event_handler", "cancel_callback") if k in kwargs}
+    config = ansible_runner.RunnerConfig(**kwargs)
+    config.prepare()
+    config.env = ansible_env(config.env, os.environ)
+    runner = ansible_runner.Runner(config, **handlers)
+    try:
+        runner.run()
+    finally:
+        redact_command_artifact(Path(config.artifact_dir) / "command")
+    return runner
+
+
+def redact_command_artifact(path: Path) -> None:
+    """ansible-runner's record of the command: its environment's values go, its names stay."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(record, dict) and isinstance(record.get("env"), dict):
+        record["env"] = sorted(record["env"])
+        with contextlib.suppress(OSError):
+            runs.write_private(path, json.dumps(record) + "\n")
+
+
+def write_extra_vars(run_dir: Path, extravars: Mapping[str, Any]) -> Path:
+    """The extra vars as a 0600 YAML file in the run folder, for ``-e @FILE``: their values
+    never reach a command line (the process list, runner's command artifact)."""
+    path = run_dir / EXTRA_VARS_FILE
+    runs.write_private(path, yaml.safe_dump(dict(extravars), default_flow_style=False))
+    return path
 
 
 def converge(options: ConvergeOptions, *, progress_out: TextIO,
@@ -471,13 +578,13 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
     if not options.playbook.is_file():
         raise InputError(f"{options.playbook}: no such playbook")
     if runner is None:
-        import ansible_runner  # type: ignore[import-untyped]
-
-        runner = ansible_runner.run
+        runner = run_ansible
     with runs.cluster_lock(options.inventory, "gpucluster converge") as lock, runs.private_umask():
         policy = hostkeys.policy_for_inventory(inventory)
         if policy.checked:
             probe_host_keys(inventory, policy, options.limit)
+        fetched = fetched_secrets(options, inventory)
+        missing = {p.parent for p in fetched if not os.path.lexists(p.parent)}
         run_dir = new_run_dir(options.runs_dir, options.label)
         # Ansible's SSH masters listen in a folder this run made and checked, and end with it.
         control = sockets.control_dir(run_dir / "ssh")
@@ -486,7 +593,7 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
         finally:
             for problem in sockets.release(run_dir / "ssh"):
                 progress_out.write(f"warning: {problem}\n")
-        tighten_fetched_secrets(options, inventory)
+        tighten_fetched_secrets(fetched, missing)
         return result
 
 
@@ -550,13 +657,9 @@ def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[.
         bindir = str(Path(sys.executable).parent)
         if (Path(bindir) / "ansible-playbook").is_file() and bindir not in os.environ.get("PATH", "").split(os.pathsep):
             os.environ["PATH"] = f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"
-        if cmdline:
-            kwargs["cmdline"] = " ".join(cmdline)
         if options.limit:
             # The validate play runs on the controller whatever the limit.
             kwargs["limit"] = f"{options.limit},{VALIDATE_HOST}"
-        if extravars:
-            kwargs["extravars"] = extravars
         if options.forks:
             kwargs["forks"] = options.forks
         # Runner asks cancel_callback each time it wakes (its pexpect timeout, 5 s by default); it
@@ -566,11 +669,20 @@ def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[.
             (run_dir / "env").mkdir(mode=runs.RUN_DIR_MODE, exist_ok=True)
             runs.write_private(run_dir / "env" / "settings", json.dumps({"pexpect_timeout": CANCEL_POLL_S}) + "\n")
         runner_error: OSError | None = None
+        vars_file: Path | None = None
         try:
+            if extravars:
+                vars_file = write_extra_vars(run_dir, extravars)
+                cmdline += ["-e", f"@{vars_file}"]
+            if cmdline:
+                kwargs["cmdline"] = " ".join(shlex.quote(w) for w in cmdline)
             result = runner(**kwargs)
         except OSError as exc:
             # ansible-runner writes its own artifacts into the run folder: a full disk stops it there.
             runner_error, result = exc, None
+        finally:
+            if vars_file is not None:
+                vars_file.unlink(missing_ok=True)
         interrupted = stops.interrupted
         if interrupted:
             # Runner SIGKILLed ansible-playbook's process group; Mitogen's multiplexer has a

@@ -31,6 +31,7 @@ import os
 import secrets
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -183,14 +184,28 @@ def private_umask() -> Iterator[None]:
         os.umask(old)
 
 
-def chmod_private(path: Path) -> bool:
-    """Make an existing file 0600 (its folder 0700); False when there is no such file."""
+def _chmod_nofollow(path: Path, mode: int, kind: int) -> bool:
     try:
-        os.chmod(path, RUN_FILE_MODE)
-        os.chmod(path.parent, RUN_DIR_MODE)
-    except FileNotFoundError:
-        return False
-    return True
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False  # missing, or a link
+    try:
+        if stat.S_IFMT(os.fstat(fd).st_mode) != kind:
+            return False
+        os.fchmod(fd, mode)
+        return True
+    finally:
+        os.close(fd)
+
+
+def chmod_file_private(path: Path) -> bool:
+    """An existing regular file 0600, never through a link; False when there is none."""
+    return _chmod_nofollow(path, RUN_FILE_MODE, stat.S_IFREG)
+
+
+def chmod_dir_private(path: Path) -> bool:
+    """An existing folder 0700, never through a link; False when there is none."""
+    return _chmod_nofollow(path, RUN_DIR_MODE, stat.S_IFDIR)
 
 
 # --- writing under a full disk ------------------------------------------------------------

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shlex
 import signal
 import stat
 import subprocess
@@ -97,15 +98,31 @@ def _event(n: int, kind: str, stdout: str = "", **data: Any) -> dict[str, Any]:
     return {"uuid": f"e{n}", "counter": n, "event": kind, "stdout": stdout, "event_data": data}
 
 
+def extra_vars_given(kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """The extra vars a runner call carries: ``-e @FILE`` in its cmdline, FILE read now (it is
+    removed once the run ends); None without one."""
+    words = shlex.split(kwargs.get("cmdline", ""))
+    files = [words[i + 1][1:] for i, w in enumerate(words[:-1]) if w == "-e" and words[i + 1].startswith("@")]
+    if not files:
+        return None
+    assert len(files) == 1 and "extravars" not in kwargs
+    path = Path(files[0])
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    return data
+
+
 class FakeRunner:
     """Replays events into the handler the way ansible_runner.run does."""
 
     def __init__(self, events: list[dict[str, Any]], rc: int, status: str) -> None:
         self.events, self.rc, self.status = events, rc, status
         self.kwargs: dict[str, Any] = {}
+        self.extravars: dict[str, Any] | None = None
 
     def __call__(self, **kwargs: Any) -> SimpleNamespace:
         self.kwargs = kwargs
+        self.extravars = extra_vars_given(kwargs)
         for event in self.events:
             kwargs["event_handler"](event)
         return SimpleNamespace(rc=self.rc, status=self.status, stats=None)
@@ -167,8 +184,7 @@ def test_heavy_sets_the_extra_var(tmp_path: Path, inventory_file: Path) -> None:
     runner = FakeRunner([_event(1, "playbook_on_stats", **STATS)], rc=0, status="successful")
     options = ConvergeOptions(inventory=inventory_file, heavy=True, runs_dir=tmp_path)
     assert converge(options, progress_out=io.StringIO(), runner=runner).exit_code() == 0
-    assert runner.kwargs["extravars"] == {"gpucluster_heavy_packages": True}
-    assert "cmdline" not in runner.kwargs
+    assert runner.extravars == {"gpucluster_heavy_packages": True}
 
 
 def test_load_inventory_names_each_problem(tmp_path: Path) -> None:
@@ -211,8 +227,10 @@ def test_extra_vars_reach_the_runner_with_heavy(tmp_path: Path, inventory_file: 
     options = ConvergeOptions(inventory=inventory_file, heavy=True, runs_dir=tmp_path,
                               extra_vars={"upgrade_rolling_components": ["driver"], "token": "s3cret"})
     result = converge(options, progress_out=io.StringIO(), runner=runner)
-    assert runner.kwargs["extravars"] == {"upgrade_rolling_components": ["driver"], "token": "s3cret",
-                                          "gpucluster_heavy_packages": True}
+    assert runner.extravars == {"upgrade_rolling_components": ["driver"], "token": "s3cret",
+                                "gpucluster_heavy_packages": True}
+    assert "s3cret" not in runner.kwargs["cmdline"]
+    assert not list(result.run_dir.rglob(converge_module.EXTRA_VARS_FILE)), "the extra vars file outlived the run"
     summary = (result.run_dir / "summary.json").read_text()
     # The summary names the extra vars but never holds their values (one may be a secret).
     assert json.loads(summary)["extra_vars"] == ["token", "upgrade_rolling_components"]
@@ -312,6 +330,36 @@ def test_a_fetched_admin_conf_is_private(tmp_path: Path, inventory_file: Path) -
     converge(ConvergeOptions(inventory=inventory_file, playbook=playbook, runs_dir=tmp_path / "runs"),
              progress_out=io.StringIO(), runner=Fetching([_event(1, "playbook_on_stats", **STATS)], 0, "successful"))
     assert _mode(admin) == 0o600 and _mode(admin.parent) == 0o700
+
+
+def test_a_fetch_into_a_shared_folder_tightens_the_file_alone(tmp_path: Path, inventory_file: Path) -> None:
+    """`-e kubernetes_control_plane_kubeconfig_fetch_dest=/tmp/admin.conf` made /tmp 0700: only a
+    folder the converge made is closed; the file is 0600, and a link in its place is not followed."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    dest = shared / "admin.conf"
+    other = tmp_path / "someone-elses"
+    other.write_text("x\n")
+    other.chmod(0o644)
+
+    class Fetching(FakeRunner):
+        def __call__(self, **kwargs: Any) -> SimpleNamespace:
+            dest.write_text("apiVersion: v1\n")
+            dest.chmod(0o644)
+            return super().__call__(**kwargs)
+
+    options = ConvergeOptions(inventory=inventory_file, runs_dir=tmp_path / "runs",
+                              extra_vars={"kubernetes_control_plane_kubeconfig_fetch_dest": str(dest)})
+    converge(options, progress_out=io.StringIO(), runner=Fetching([_event(1, "playbook_on_stats", **STATS)], 0,
+                                                                  "successful"))
+    assert _mode(dest) == 0o600 and stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    dest.unlink()
+    dest.symlink_to(other)
+
+    converge(options, progress_out=io.StringIO(), runner=FakeRunner([_event(1, "playbook_on_stats", **STATS)], 0,
+                                                                    "successful"))
+    assert _mode(other) == 0o644 and stat.S_IMODE(shared.stat().st_mode) == 0o1777
 
 
 def _full_disk(monkeypatch: pytest.MonkeyPatch, inside: Path) -> None:
@@ -440,7 +488,7 @@ def _cli_converge(tmp_path: Path, inventory_file: Path, monkeypatch: pytest.Monk
 def test_the_debug_switch_lifts_no_log(tmp_path: Path, inventory_file: Path, monkeypatch: pytest.MonkeyPatch,
                                        args: list[str], env: dict[str, str]) -> None:
     runner = _cli_converge(tmp_path, inventory_file, monkeypatch, args, env)
-    assert runner.kwargs["extravars"]["gpucluster_debug_no_log"] is True
+    assert runner.extravars is not None and runner.extravars["gpucluster_debug_no_log"] is True
     assert runner.kwargs["envvars"]["GPUCLUSTER_DEBUG_NO_LOG"] == "1"
 
 
@@ -510,6 +558,85 @@ def test_debug_no_log_shows_the_cause_of_a_real_failure(tmp_path: Path) -> None:
     _, err = shown.communicate(timeout=180)
     assert shown.returncode == 1
     assert "Join with a token: rc 3: join refused, token expired" in err, err[-2000:]
+
+
+SECRETS_PLAYBOOK = """\
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: Record what a task sees of its environment and of the process list
+      ansible.builtin.shell: env > {out}/env.txt; ps -eww -o args > {out}/ps.txt
+      changed_when: false
+    - name: The extra vars arrived
+      ansible.builtin.assert:
+        that: [from_file == "{from_file}", typed == "{typed}"]
+"""
+
+
+def test_no_secret_of_the_controller_or_of_extra_vars_reaches_the_run_folder_or_the_process_list(
+        tmp_path: Path) -> None:
+    """`gpucluster up` runs converge with the cloud's credentials in its environment; an extra var
+    may be a secret. A real ansible-playbook sees neither the credentials nor, on any process's
+    command line, an extra var's value; the run folder holds neither once the run ended."""
+    aws, pulumi_token = "AKIAcontrollerSecret" + os.urandom(6).hex(), "pul-" + os.urandom(8).hex()
+    from_file, typed = "fileSecret" + os.urandom(6).hex(), "typedSecret" + os.urandom(6).hex()
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    playbook = tmp_path / "secrets.yml"
+    playbook.write_text(SECRETS_PLAYBOOK.format(out=seen, from_file=from_file, typed=typed))
+    vars_file = tmp_path / "vars.yml"
+    vars_file.write_text(yaml.safe_dump({"from_file": from_file}))
+    runs_dir = tmp_path / "runs"
+    env = dict(os.environ, PYTHONPATH=str(REPO), AWS_SECRET_ACCESS_KEY=aws, PULUMI_ACCESS_TOKEN=pulumi_token,
+               ANSIBLE_NET_PASSWORD=aws, **{runs.STATE_DIR_ENV: str(tmp_path / "state")})
+    proc = subprocess.run([sys.executable, "-m", "gpucluster", "converge", "-i", str(_local_inventory(tmp_path)),
+                           "--playbook", str(playbook), "--runs-dir", str(runs_dir), "-e", f"@{vars_file}",
+                           "-e", f"typed={typed}"], cwd=tmp_path, env=env, text=True, capture_output=True,
+                          timeout=180, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    task_env = (seen / "env.txt").read_text()
+    assert "PATH=" in task_env and "ANSIBLE_" in task_env
+    for secret in (aws, pulumi_token, from_file, typed):
+        assert secret not in task_env
+    # The operator typed one value on gpucluster's own command line; no other process shows it.
+    processes = [line for line in (seen / "ps.txt").read_text().splitlines() if " -m gpucluster converge " not in line]
+    assert any("ansible-playbook" in line for line in processes)
+    assert not [line for line in processes if from_file in line or typed in line]
+    run_dir = next(runs_dir.glob("*-converge"))
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert any(p.name == "command" for p in files), "ansible-runner's command artifact is kept"
+    for path in files:
+        text = path.read_text(errors="replace")
+        for secret in (aws, pulumi_token, from_file, typed):
+            assert secret not in text, f"{secret[:12]}... in {path.relative_to(run_dir)}"
+    assert not (run_dir / converge_module.EXTRA_VARS_FILE).exists()
+
+
+def test_ansible_playbook_keeps_only_the_allowlisted_environment() -> None:
+    inherited = {"PATH": "/usr/bin", "HOME": "/root", "SSH_AUTH_SOCK": "/run/agent", "LC_ALL": "C.UTF-8",
+                 "AWS_SECRET_ACCESS_KEY": "x", "ARM_CLIENT_SECRET": "x", "PULUMI_CONFIG_PASSPHRASE": "x",
+                 "OCI_CLI_KEY_FILE": "/k", "ANSIBLE_STRATEGY": "linear", "ANSIBLE_NET_PASSWORD": "x",
+                 "ANSIBLE_PRIVATE_KEY_FILE": "/k", "GPUCLUSTER_STATE_DIR": "/s", "GPUCLUSTER_API_TOKEN": "x"}
+    # ansible-runner's environment: the inherited one, plus its own settings and ours.
+    env = {**inherited, "ANSIBLE_STDOUT_CALLBACK": "awx_display", "ANSIBLE_CONFIG": "/repo/ansible.cfg"}
+    kept = converge_module.ansible_env(env, inherited)
+    assert sorted(kept) == ["ANSIBLE_CONFIG", "ANSIBLE_PRIVATE_KEY_FILE", "ANSIBLE_STDOUT_CALLBACK",
+                            "ANSIBLE_STRATEGY", "GPUCLUSTER_STATE_DIR", "HOME", "LC_ALL", "PATH", "SSH_AUTH_SOCK"]
+    # A value we set over an inherited one is ours, whatever its name.
+    assert converge_module.ansible_env({"ANSIBLE_SSH_ARGS": "-o X=1"}, {"ANSIBLE_SSH_ARGS": "-o Y=2"}) == \
+        {"ANSIBLE_SSH_ARGS": "-o X=1"}
+
+
+def test_extra_vars_from_a_file(tmp_path: Path) -> None:
+    good = tmp_path / "vars.yml"
+    good.write_text("token: s3cret\ncomponents: [driver]\n")
+    assert parse_extra_vars([f"@{good}", "n=3"]) == {"token": "s3cret", "components": ["driver"], "n": 3}
+    bad = tmp_path / "bad.yml"
+    bad.write_text("- a list\n")
+    with pytest.raises(InputError) as err:
+        parse_extra_vars([f"@{bad}", f"@{tmp_path / 'missing.yml'}"])
+    text = "\n".join(err.value.lines())
+    assert "bad.yml: expected a mapping" in text and "missing.yml: cannot read it" in text
 
 
 def test_ctrl_c_stops_ansible_playbook_and_keeps_the_recap(tmp_path: Path) -> None:
