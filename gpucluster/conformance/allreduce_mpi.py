@@ -22,10 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from gpucluster.conformance.bandwidth import AllReduceRun, point
-from gpucluster.conformance.remote import Remote, quote
+from gpucluster.conformance.remote import Remote, make_folder_script, quote
 from gpucluster.conformance.verdict import shorten
 
-SCRIPT_PATH = "/var/tmp/gpucluster-allreduce-mpi.py"
+# The node script's name in the measurement's private folder on each node (remote.node_folder_path):
+# never a fixed path in /var/tmp, which another local user could take first.
+SCRIPT_NAME = "gpucluster-allreduce-mpi.py"
 
 # Runs on the nodes with Debian's python3 and mpi4py: standard library only (no numpy).
 # float32 sums of small integers are exact, so a correct result is known bit for bit.
@@ -119,6 +121,12 @@ class MpiSettings:
     python: str = "python3"
     mpirun: str = "mpirun"
     ssh_key: str | None = None  # on the launcher: the run's key mpirun's ssh uses to reach the others
+    folder: str = ""  # the measurement's private folder, the same path on every node: the script is there
+
+
+def script_path(folder: str) -> str:
+    """Where :data:`NODE_SCRIPT` lies on every node of a measurement (``folder``: its private folder)."""
+    return f"{folder}/{SCRIPT_NAME}"
 
 
 def sizes_up_to(large_bytes: int, start: int = 1024, factor: int = 4) -> tuple[int, ...]:
@@ -163,7 +171,7 @@ def mpirun_argv(launch_ips: list[str], fabric_cidr: str, settings: MpiSettings,
         # this cut a 1 KiB all-reduce from ~20 ms to ~3 ms and raised large-size busbw ~30 %.
         "--mca", "mpi_yield_when_idle", "1",
         "--mca", "plm_rsh_args", rsh,
-        settings.python, SCRIPT_PATH,
+        settings.python, script_path(settings.folder),
         ",".join(str(s) for s in settings.sizes), str(settings.iters), str(settings.warmup), str(settings.budget_s),
         f"{deadline_s(settings):.3f}",
     ]
@@ -224,12 +232,14 @@ def parse_output(text: str, label: str, nodes: tuple[str, ...], expected_sizes: 
     return run
 
 
-def ship_script(remotes: list[Remote]) -> list[str]:
-    """Copy the node script to each node, nodes in parallel; returns problems (one line per node)."""
+def ship_script(remotes: list[Remote], folder: str) -> list[str]:
+    """Make the measurement's private ``folder`` on each node and copy the node script into it,
+    nodes in parallel, one command each; returns problems (one line per node)."""
+    path = script_path(folder)
 
     def one(r: Remote) -> str | None:
-        res = r.run(f"cat > {SCRIPT_PATH}", stdin=NODE_SCRIPT, timeout=30)
-        return None if res.ok else f"{r.name}: cannot write {SCRIPT_PATH}: {res.stderr.strip()[:200]}"
+        res = r.run(f"{make_folder_script(folder)} && cat > {quote([path])}", stdin=NODE_SCRIPT, timeout=30)
+        return None if res.ok else f"{r.name}: cannot write {path}: {res.stderr.strip()[:200]}"
 
     if not remotes:
         return []

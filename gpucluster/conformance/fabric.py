@@ -37,7 +37,11 @@ from gpucluster.conformance.remote import (
     SshRemote,
     TaggedRemote,
     kill_measurement,
+    make_folders,
     new_measurement_tag,
+    node_folder_path,
+    remove_folder_script,
+    remove_folders,
     revoke_script,
 )
 from gpucluster.hostkeys import HostKeyPolicy
@@ -240,10 +244,13 @@ class Fabric:
             found = pool.map(lambda n: key.grant(self.remote(n.name), source, budget + GRANT_SLACK_S), peers)
         return [p for p in found if p]
 
-    def _end(self, nodes: list[NodeInfo], tag: str) -> tuple[dict[str, int | str], list[str]]:
-        """Kill what is left of the measurement on every node and take its key back, one
-        command per node; (node -> processes killed, or why not), and a note when any was."""
-        kills = kill_measurement([self.remote(n.name) for n in nodes], tag, extra=revoke_script(self.run_id, tag))
+    def _end(self, nodes: list[NodeInfo], tag: str,
+             folder: str | None = None) -> tuple[dict[str, int | str], list[str]]:
+        """Kill what is left of the measurement on every node, take its key back and remove its
+        private ``folder``, one command per node; (node -> processes killed, or why not), and a
+        note when any was."""
+        extra = revoke_script(self.run_id, tag) + (f"; {remove_folder_script(folder)}" if folder else "")
+        kills = kill_measurement([self.remote(n.name) for n in nodes], tag, extra=extra)
         left = [f"{n} {k}" for n, k in kills.items() if k != 0]
         return kills, [f"processes of the run killed on its nodes: {', '.join(left)}"] if left else []
 
@@ -318,14 +325,20 @@ class Fabric:
         cidr = self.control_cidr(nodes)
         verdict = self.verdict_bytes(nodes)
         nccl = self.engine(nodes) == "nccl-tests"
+        # The measurement's files (the MPI script, nccl-tests' JSON) on its nodes: a private folder
+        # at one path on every node, removed with the measurement's other remains in _end.
+        folder = node_folder_path(self.run_id)
+        remotes = [self.remote(n) for n in names]
         if nccl:
             first = 8 if sweep else verdict
             sizes = tuple(first << i for i in range((2 * verdict // first).bit_length()) if first << i <= 2 * verdict)
+            unshipped = make_folders(remotes, folder)
         else:
             sizes = allreduce_mpi.sizes_up_to(verdict) if sweep else allreduce_mpi.ramp_to(verdict)
-            unshipped = allreduce_mpi.ship_script([self.remote(n) for n in names])
-            if unshipped:
-                return AllReduceRun("mpi-cpu", label, names, 0, status="incomplete", notes=unshipped)
+            unshipped = allreduce_mpi.ship_script(remotes, folder)
+        if unshipped:
+            remove_folders(remotes, folder)
+            return AllReduceRun(self.engine(nodes), label, names, 0, status="incomplete", notes=unshipped)
         budget = self.budget(nodes, sizes, floor_key)
         progress.note(f"all-reduce {label.replace(':', ' ', 1).replace('+', '/').replace('@', ' on ')} "
                       f"({self.engine(nodes)}, sizes up to {_size(2 * verdict)})", budget_s=budget)
@@ -342,16 +355,17 @@ class Fabric:
             if nccl:
                 run, log = run_nccl_tests.run_inter(launcher, names, ips, nodes[0].gpu_count, cidr,
                                                 self.inv.fabric.get("socket_ifname") or nodes[0].fabric_interface,
-                                                2 * verdict, label, min_bytes=sizes[0], ssh_key=key, timeout_s=budget)
+                                                2 * verdict, label, min_bytes=sizes[0], ssh_key=key, timeout_s=budget,
+                                                folder=folder)
             else:
                 settings = allreduce_mpi.MpiSettings(sizes=sizes, iters=self.options.mpi_iters,
                                                      budget_s=self.options.mpi_budget_s, timeout_s=budget,
-                                                     ssh_key=key)
+                                                     ssh_key=key, folder=folder)
                 run, log = allreduce_mpi.run_allreduce(launcher, names, ips, cidr, settings, label,
                                                        self.data_cidrs(nodes, rail))
         finally:
             self._remove_key(nodes[0], run_key, key)
-            _, killed = self._end(nodes, tag)
+            _, killed = self._end(nodes, tag, folder)
         run.budget_s = budget
         if launcher.timed_out and run.status == "incomplete":
             run.status = "cut"

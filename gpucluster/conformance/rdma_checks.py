@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpucluster.conformance.pairs import ring_pairs
-from gpucluster.conformance.remote import Remote, quote
+from gpucluster.conformance.remote import Remote, node_folder, quote
 from gpucluster.conformance.run_ib_write_bw import gid_args
 from gpucluster.parsers import parse_run
 from gpucluster.render.platform import RDMA_KINDS, platform_devices
@@ -178,7 +178,8 @@ def gdr_pairs(gpus: int, hcas: list[str], peer_hcas: list[str], topo: Mapping[st
     return [(i, here.get(i, hcas[i]), there.get(i, peer_hcas[i])) for i in range(min(gpus, len(hcas), len(peer_hcas)))]
 
 
-GDR_SERVER_LOG = "/var/tmp/gpucluster-gdr-server.log"
+# The server's log, in a private folder of the run on the server (remote.node_folder).
+GDR_SERVER_LOG = "gdr-server.log"
 # How long the client waits for the server's port (s).
 GDR_LISTEN_WAIT_S = 20
 
@@ -203,14 +204,16 @@ def run_gdr_pair(server: Remote, client: Remote, server_ip: str, gpu: int, devic
     port = GDR_PORT + gpu
     # The client starts once the server listens (CUDA's start-up on the server can take seconds),
     # at most GDR_LISTEN_WAIT_S later; a server that never listens leaves the client to say why.
-    server.run(f"(timeout {bound} {srv} > {GDR_SERVER_LOG} 2>&1 &); "
-               f"for i in $(seq {GDR_LISTEN_WAIT_S * 4}); do ss -Hltn 'sport = :{port}' | grep -q . && break; "
-               "sleep 0.25; done; true", timeout=GDR_LISTEN_WAIT_S + 30)
-    cli = quote([*gdr_args(device, gpu, dmabuf[1], seconds, gid_index=gid_index), server_ip])
-    res = client.run(f"timeout {bound} {cli} 2>&1", timeout=bound + 30)
-    parsed = parse_run("ib_write_bw", res.stdout, res.rc)
-    if not parsed.get("rows") or parsed.get("status") != "ok":
-        said = server.run(f"tail -c 300 {GDR_SERVER_LOG} 2>/dev/null", timeout=30).stdout.strip()
-        parsed["notes"] = [*parsed.get("notes", []), f"output (rc {res.rc}): {res.stdout.strip()[-200:]}",
-                           *([f"server: {said}"] if said else [])]
+    with node_folder([server]) as folder:
+        log = quote([f"{folder}/{GDR_SERVER_LOG}"])
+        server.run(f"(timeout {bound} {srv} > {log} 2>&1 &); "
+                   f"for i in $(seq {GDR_LISTEN_WAIT_S * 4}); do ss -Hltn 'sport = :{port}' | grep -q . && break; "
+                   "sleep 0.25; done; true", timeout=GDR_LISTEN_WAIT_S + 30)
+        cli = quote([*gdr_args(device, gpu, dmabuf[1], seconds, gid_index=gid_index), server_ip])
+        res = client.run(f"timeout {bound} {cli} 2>&1", timeout=bound + 30)
+        parsed = parse_run("ib_write_bw", res.stdout, res.rc)
+        if not parsed.get("rows") or parsed.get("status") != "ok":
+            said = server.run(f"tail -c 300 {log} 2>/dev/null", timeout=30).stdout.strip()
+            parsed["notes"] = [*parsed.get("notes", []), f"output (rc {res.rc}): {res.stdout.strip()[-200:]}",
+                               *([f"server: {said}"] if said else [])]
     return {**parsed, "gpu": gpu, "hca": device, "peer_hca": peer_device}

@@ -23,14 +23,17 @@ inventory's private key never leaves the controller and no SSH agent is forwarde
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import ipaddress
 import os
+import re
+import secrets
 import shlex
 import shutil
 import subprocess
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -231,6 +234,99 @@ def kill_measurement(remotes: Sequence[Remote], tag: str, grace_s: int = 2,
         return dict(pool.map(one, remotes))
 
 
+# --- the run's private folders on the nodes ----------------------------------------------------
+#
+# A file at a fixed name in /var/tmp (the MPI all-reduce script, the burn script, a tool's log or
+# output) is a name any local user of the node can take first: a link, or a file of theirs that
+# they rewrite between our write and root running it. Each use gets a folder of its own instead,
+# ``/var/tmp/gpucluster-<run id>.<64 random bits>``, made by ``mkdir -m 700`` and then checked to
+# be this user's folder, mode 0700, no link (anything another user put at the name first, a file,
+# a folder or a link, is refused by name): ``mktemp -d`` with the random part drawn by the
+# controller, so that the nodes of one measurement share the path (mpirun starts the script by one
+# path on every rank). /var/tmp is sticky: once made, no other user can move it away. The use
+# removes it when it ends; what a run killed outright left, the session's cleanup removes on every
+# node by the run's id (:func:`cleanup_script`).
+
+NODE_FOLDER_PARENT = "/var/tmp"
+NODE_FOLDER_PREFIX = "gpucluster-"
+_HEX_ID = re.compile(r"^[0-9a-f]{6,32}$")
+
+
+class NodeFolderError(Exception):
+    """A node on which the run's private folder could not be made: one line per node."""
+
+
+def node_folder_path(run_id: str = "") -> str:
+    """A new private folder's path for the run ``run_id`` (default: this process's run)."""
+    run = run_id or os.environ.get(RUN_ID_ENV, "")
+    run = run if _HEX_ID.match(run) else "norun"
+    return f"{NODE_FOLDER_PARENT}/{NODE_FOLDER_PREFIX}{run}.{secrets.token_hex(8)}"
+
+
+def make_folder_script(path: str) -> str:
+    """POSIX sh: make ``path`` this user's private folder, or fail naming what is in its place.
+    Only a folder of this user's, mode 0700 and no link, is taken as made: another node of the
+    measurement made it where nodes share /var/tmp (test nodes on one host)."""
+    q = shlex.quote(path)
+    return (f"umask 077; mkdir -m 700 -- {q} 2>/dev/null; "
+            f'if test -d {q} && test ! -h {q} && test -O {q} && test "$(stat -c %a -- {q})" = 700; then :; '
+            f'else echo "cannot make the private folder {path}: $(ls -ld -- {q} 2>&1)" >&2; exit 1; fi')
+
+
+def remove_folder_script(path: str) -> str:
+    """POSIX sh: remove ``path`` if it is this user's folder and no link (never what another put there)."""
+    q = shlex.quote(path)
+    return f"if test -d {q} && test ! -h {q} && test -O {q}; then rm -rf -- {q}; fi"
+
+
+def remove_run_folders_script(run_id: str) -> str:
+    """POSIX sh: remove every private folder of the run ``run_id`` on the node (what a run killed
+    before its own cleanup left); prints ``folders N``."""
+    if not _HEX_ID.match(run_id):
+        return "echo 'folders 0'"
+    pattern = f"{NODE_FOLDER_PARENT}/{NODE_FOLDER_PREFIX}{run_id}.*"
+    return (f'n=0; for d in {pattern}; do if test -d "$d" && test ! -h "$d" && test -O "$d"; then '
+            'rm -rf -- "$d" && n=$((n+1)); fi; done; echo "folders $n"')
+
+
+def make_folders(remotes: Sequence[Remote], path: str) -> list[str]:
+    """``path`` made on every node at once; one problem line per node where it could not be."""
+
+    def one(remote: Remote) -> str | None:
+        res = remote.run(make_folder_script(path), timeout=30)
+        return None if res.ok else f"{remote.name}: {_last_words(res)}"
+
+    if not remotes:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(remotes))) as pool:
+        return [p for p in pool.map(one, remotes) if p is not None]
+
+
+def remove_folders(remotes: Sequence[Remote], path: str) -> None:
+    def one(remote: Remote) -> None:
+        with contextlib.suppress(OSError):
+            remote.run(remove_folder_script(path), timeout=30)
+
+    if remotes:
+        with ThreadPoolExecutor(max_workers=min(16, len(remotes))) as pool:
+            list(pool.map(one, remotes))
+
+
+@contextlib.contextmanager
+def node_folder(remotes: Sequence[Remote], run_id: str = "") -> Iterator[str]:
+    """A private folder of the run, at one path on every one of ``remotes``, for the files one
+    use puts there; removed from every node when the block ends. NodeFolderError (one line per
+    node) when a node cannot make it: something already holds the name there."""
+    path = node_folder_path(run_id)
+    problems = make_folders(remotes, path)
+    try:
+        if problems:
+            raise NodeFolderError("; ".join(problems))
+        yield path
+    finally:
+        remove_folders(remotes, path)
+
+
 # --- the run's own key for node-to-node logins -------------------------------------------------
 
 
@@ -345,9 +441,10 @@ def delete_local_keys(folder: Path) -> None:
 
 
 def cleanup_script(*run_ids: str) -> str:
-    """Kill everything the runs started on the node, then take back their keys; one ``killed N``
-    and one ``revoked ...`` line per run."""
-    return "; ".join(f"{kill_script(f'{RUN_TAG}={r}')}; {revoke_script(r)}" for r in run_ids)
+    """Kill everything the runs started on the node, then take back their keys and remove their
+    private folders; one ``killed N``, one ``revoked ...`` and one ``folders N`` line per run."""
+    return "; ".join(f"{kill_script(f'{RUN_TAG}={r}')}; {revoke_script(r)}; {remove_run_folders_script(r)}"
+                     for r in run_ids)
 
 
 def _last_words(res: CommandResult) -> str:
@@ -385,7 +482,10 @@ def _said(out: str, word: str) -> str:
 def _cleaned(out: str) -> str:
     killed = [x.split()[1] for x in out.splitlines() if x.startswith("killed ")]
     total = str(sum(int(k) for k in killed)) if killed and all(k.isdigit() for k in killed) else "?"
-    return f"{total} process(es) of the run killed; run key removed ({_said(out, 'revoked')})"
+    folders = [x.split()[1] for x in out.splitlines() if x.startswith("folders ")]
+    removed = str(sum(int(f) for f in folders)) if folders and all(f.isdigit() for f in folders) else "?"
+    return (f"{total} process(es) of the run killed; run key removed ({_said(out, 'revoked')}); "
+            f"{removed} private folder(s) removed")
 
 
 def cleanup_nodes(remotes: Sequence[Remote], run_id: str | Sequence[str],

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpucluster.conformance import progress
-from gpucluster.conformance.remote import Remote
+from gpucluster.conformance.remote import Remote, node_folder, quote
 from gpucluster.parsers import parse
 
 DEFAULT_DIR = "/opt/gpu-burn"
-SAMPLES_PATH = "/var/tmp/gpucluster-burn-smi.csv"
+# The sampler's file, in a private folder of the run on the node (remote.node_folder).
+SAMPLES_NAME = "burn-smi.csv"
 XID_COUNT = "journalctl -k -b --no-pager 2>/dev/null | grep -c 'NVRM: Xid' || true"
 # Bits of clocks_event_reasons that mean the GPU slowed down for a fault, not by choice.
 _BAD_THROTTLE = {0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
@@ -30,9 +31,14 @@ class Telemetry:
     throttle: dict[int, list[str]] = field(default_factory=dict)
 
 
-def sampler_command(seconds: float) -> str:
+def samples_path(folder: str) -> str:
+    return f"{folder}/{SAMPLES_NAME}"
+
+
+def sampler_command(seconds: float, folder: str) -> str:
+    """nvidia-smi sampling in the background into ``folder`` (a private folder of the run)."""
     return (f"timeout {int(seconds) + 5} nvidia-smi --query-gpu=index,temperature.gpu,clocks_event_reasons.active "
-            f"--format=csv,noheader,nounits -l 1 > {SAMPLES_PATH} 2>/dev/null &")
+            f"--format=csv,noheader,nounits -l 1 > {quote([samples_path(folder)])} 2>/dev/null &")
 
 
 def parse_samples(text: str) -> Telemetry:
@@ -63,9 +69,10 @@ def xid_count(remote: Remote) -> int | None:
 
 def run_gpu_burn(remote: Remote, seconds: int, install_dir: str = DEFAULT_DIR) -> tuple[dict[str, Any], Telemetry, str]:
     """Run gpu-burn (FP32) for ``seconds``; returns the parsed result, telemetry and the raw log."""
-    cmd = f"{sampler_command(seconds)} cd {install_dir} && ./gpu_burn {int(seconds)} 2>&1"
     progress.note(f"gpu-burn on {getattr(remote, 'name', 'a node')} for {int(seconds)} s", budget_s=seconds + 180)
-    res = remote.run(cmd, timeout=seconds + 180)
-    parsed = parse("gpu-burn", res.stdout)
-    tel = parse_samples(remote.run(f"cat {SAMPLES_PATH}", timeout=30).stdout)
+    with node_folder([remote]) as folder:
+        cmd = f"{sampler_command(seconds, folder)} cd {install_dir} && ./gpu_burn {int(seconds)} 2>&1"
+        res = remote.run(cmd, timeout=seconds + 180)
+        parsed = parse("gpu-burn", res.stdout)
+        tel = parse_samples(remote.run(f"cat {quote([samples_path(folder)])}", timeout=30).stdout)
     return parsed, tel, res.stdout

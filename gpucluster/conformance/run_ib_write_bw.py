@@ -31,7 +31,8 @@ def run_pair(server: Remote, client: Remote, server_ip: str, device: str, peer_d
     """Server in the background on ``server``, client on ``client``; the client's output is the figure."""
     port = 18515
     srv = quote([*args(peer_device, seconds, gid_index=gid_index), "-p", str(port)])
-    server.run(f"(timeout {seconds + 30} {srv} > /var/tmp/gpucluster-ibwb-server.log 2>&1 &)", timeout=30)
+    # The server's own output is never read (the client's is the figure): no file for it.
+    server.run(f"(timeout {seconds + 30} {srv} > /dev/null 2>&1 &)", timeout=30)
     res = client.run("sleep 1; " + quote([*args(device, seconds, gid_index=gid_index), "-p", str(port), server_ip])
                      + " 2>&1",
                      timeout=seconds + 60)

@@ -9,24 +9,31 @@ from __future__ import annotations
 
 from gpucluster.conformance.allreduce_mpi import last_error_line, rsh_args
 from gpucluster.conformance.bandwidth import AllReduceRun, from_nccl_result
-from gpucluster.conformance.remote import Remote, quote
+from gpucluster.conformance.remote import Remote, node_folder, quote
 from gpucluster.parsers import NotToolOutput, parse
 
 DEFAULT_DIR = "/opt/nccl-tests/build"
-JSON_PATH = "/var/tmp/gpucluster-nccl-tests.json"
+# -J's file, in a private folder of the run on the node (remote.node_folder): never a fixed name in
+# /var/tmp, which another local user could make a link first.
+JSON_NAME = "nccl-tests.json"
+
+
+def json_path(folder: str) -> str:
+    return f"{folder}/{JSON_NAME}"
 
 
 def binary(install_dir: str = DEFAULT_DIR) -> str:
     return f"{install_dir}/all_reduce_perf"
 
 
-def perf_args(max_bytes: int, gpus_per_rank: int, json_out: bool, min_bytes: int = 8) -> list[str]:
+def perf_args(max_bytes: int, gpus_per_rank: int, json_out: str | None, min_bytes: int = 8) -> list[str]:
+    """all_reduce_perf's arguments; ``json_out``: where -J writes its JSON (None: no -J)."""
     # -c 1: check results (so #wrong is real); sizes 8 B..max by x2 as nccl-tests' docs run it
     # (the pair runs start at the verdict's large size: they are judged there only).
     args = ["-b", str(min_bytes), "-e", str(max_bytes), "-f", "2", "-g", str(gpus_per_rank), "-c", "1", "-w", "5",
             "-n", "20"]
     if json_out:
-        args += ["-J", JSON_PATH]
+        args += ["-J", json_out]
     return args
 
 
@@ -46,11 +53,13 @@ def _parse(log: str, label: str, nodes: tuple[str, ...], json_text: str | None) 
 
 def run_intra(remote: Remote, gpus: int, max_bytes: int, install_dir: str = DEFAULT_DIR,
               timeout_s: float = 600) -> tuple[AllReduceRun, str]:
-    """All GPUs of one node in one process (``-g gpus``)."""
+    """All GPUs of one node in one process (``-g gpus``); its JSON in a private folder of the run."""
     use_json = supports_json(remote, install_dir)
-    cmd = quote([binary(install_dir), *perf_args(max_bytes, gpus, use_json)]) + " 2>&1"
-    res = remote.run(cmd, timeout=timeout_s)
-    json_text = remote.run(f"cat {JSON_PATH}", timeout=30).stdout if use_json and res.ok else None
+    with node_folder([remote]) as folder:
+        out = json_path(folder) if use_json else None
+        cmd = quote([binary(install_dir), *perf_args(max_bytes, gpus, out)]) + " 2>&1"
+        res = remote.run(cmd, timeout=timeout_s)
+        json_text = remote.run(f"cat {quote([out])}", timeout=30).stdout if out and res.ok else None
     run = _parse(res.stdout, f"intra:{remote.name}", (remote.name,), json_text)
     if res.rc != 0:
         run.notes.append(f"all_reduce_perf exited {res.rc}: {last_error_line(res.stdout)}")
@@ -59,7 +68,7 @@ def run_intra(remote: Remote, gpus: int, max_bytes: int, install_dir: str = DEFA
 
 
 def mpirun_argv(launch_ips: list[str], gpus_per_node: int, fabric_cidr: str, socket_ifname: str | None,
-                max_bytes: int, install_dir: str, json_out: bool, min_bytes: int = 8,
+                max_bytes: int, install_dir: str, json_out: str | None, min_bytes: int = 8,
                 ssh_key: str | None = None) -> list[str]:
     """One rank per GPU; NCCL_ALGO=Ring so the figure qualifies the network, not NVLS/tree tricks.
 
@@ -82,13 +91,15 @@ def mpirun_argv(launch_ips: list[str], gpus_per_node: int, fabric_cidr: str, soc
 def run_inter(launcher: Remote, nodes: tuple[str, ...], launch_ips: list[str], gpus_per_node: int,
               fabric_cidr: str, socket_ifname: str | None, max_bytes: int, label: str,
               install_dir: str = DEFAULT_DIR, timeout_s: float = 600, min_bytes: int = 8,
-              ssh_key: str | None = None) -> tuple[AllReduceRun, str]:
-    use_json = supports_json(launcher, install_dir)
-    argv = mpirun_argv(launch_ips, gpus_per_node, fabric_cidr, socket_ifname, max_bytes, install_dir, use_json,
+              ssh_key: str | None = None, folder: str | None = None) -> tuple[AllReduceRun, str]:
+    """``folder``: the measurement's private folder on its nodes, where -J writes (none: no JSON,
+    the table is read)."""
+    out = json_path(folder) if folder and supports_json(launcher, install_dir) else None
+    argv = mpirun_argv(launch_ips, gpus_per_node, fabric_cidr, socket_ifname, max_bytes, install_dir, out,
                        min_bytes, ssh_key)
     cmd = quote(argv) + " 2>&1"
     res = launcher.run(cmd, timeout=timeout_s)
-    json_text = launcher.run(f"cat {JSON_PATH}", timeout=30).stdout if use_json and res.ok else None
+    json_text = launcher.run(f"cat {quote([out])}", timeout=30).stdout if out and res.ok else None
     run = _parse(res.stdout, label, nodes, json_text)
     if res.rc != 0:
         run.notes.append(f"mpirun exited {res.rc}: {last_error_line(res.stdout)}")

@@ -9,9 +9,11 @@ import pytest
 
 from gpucluster.conformance import burn_torch, run_gpu_burn
 from gpucluster.conformance.gpu_checks import burn_problems, gpu_burn_rows
+from gpucluster.conformance.remote import node_folder, quote
 
 pytestmark = pytest.mark.gpu
-TORCH_SCRIPT = "/var/tmp/gpucluster-burn-torch.py"
+# The burn script's name in a private folder of the run on the node, never a fixed path in /var/tmp.
+TORCH_SCRIPT = "burn_torch.py"
 
 
 @pytest.mark.check("GC-BURN-001")
@@ -40,9 +42,12 @@ def test_gpu_burn(node, burn_options, fabric):
         if node.run("python3 -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)'").rc == 0:
             engines.append("burn_torch")
             src = Path(burn_torch.__file__).read_text(encoding="utf-8")
-            assert remote.run(f"cat > {TORCH_SCRIPT}", stdin=src, timeout=30).ok, f"cannot write {TORCH_SCRIPT}"
-            res = remote.run(f"{run_gpu_burn.sampler_command(seconds * 3)} python3 {TORCH_SCRIPT} --seconds {seconds} "
-                             "--peak-seconds 5", timeout=seconds * 3 + 300)
+            with node_folder([remote]) as folder:
+                script = quote([f"{folder}/{TORCH_SCRIPT}"])
+                assert remote.run(f"cat > {script}", stdin=src, timeout=30).ok, f"cannot write {script}"
+                res = remote.run(f"{run_gpu_burn.sampler_command(seconds * 3, folder)} python3 {script} "
+                                 f"--seconds {seconds} --peak-seconds 5", timeout=seconds * 3 + 300)
+                samples = remote.run(f"cat {quote([run_gpu_burn.samples_path(folder)])}").stdout
             last = res.stdout.strip().splitlines()[-1:] or ["{}"]
             try:
                 out = json.loads(last[0])
@@ -52,7 +57,7 @@ def test_gpu_burn(node, burn_options, fabric):
                 last_err = (res.stderr.strip().splitlines() or [""])[-1]
                 problems.append(f"burn_torch: {out.get('status')} {out.get('reason', '')} {last_err}".rstrip())
             rows += [dict(x, engine="burn_torch") for x in out.get("results", [])]
-            tel = run_gpu_burn.parse_samples(remote.run(f"cat {run_gpu_burn.SAMPLES_PATH}").stdout)
+            tel = run_gpu_burn.parse_samples(samples)
             node.figure("burn_torch_max_temp_c", max(tel.max_temp_c.values(), default=None))
             problems += [f"GPU {i} throttled: {', '.join(t)}" for i, t in tel.throttle.items() if t]
         if not engines:
@@ -67,8 +72,8 @@ def test_gpu_burn(node, burn_options, fabric):
             node.figure(f"tflops_{r['engine']}_{r['device']}_{r['precision']}", round(r["tflops"], 2))
         if r.get("matmul_peak_tflops") is not None:
             node.figure(f"matmul_peak_tflops_{r['device']}_{r['precision']}", round(r["matmul_peak_tflops"], 2))
+    for precision in sorted({str(r["precision"]) for r in rows if floors.get(r["precision"]) is not None}):
+        node.figure(f"burn_floor_tflops_{precision}", floors[precision])  # beside each figure in the reports
     problems += burn_problems(rows, floors, node.profile["gpu"].get("burn_peak_tflops") or {})
     assert rows, "the burn produced no per-GPU results"
     assert not problems, "; ".join(problems)
-    for precision in sorted({str(r["precision"]) for r in rows if floors.get(r["precision"]) is not None}):
-        node.figure(f"burn_floor_tflops_{precision}", floors[precision])  # beside each figure in the reports

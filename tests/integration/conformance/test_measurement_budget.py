@@ -70,7 +70,7 @@ def left_on(stack: Path, node: str, tag: str) -> list[str]:
     """Processes on the node carrying the measurement's tag, or running what it ran."""
     script = (f"for d in /proc/[0-9]*; do grep -qzx -- '{MEASURE_TAG}={tag}' $d/environ 2>/dev/null && "
               "echo tagged $(tr '\\0' ' ' < $d/cmdline | cut -c1-80); done; "
-              f"pgrep -a -f 'orted|{allreduce_mpi.SCRIPT_PATH}' | grep -v pgrep || true")
+              f"pgrep -a -f 'orted|{allreduce_mpi.SCRIPT_NAME}' | grep -v pgrep || true")
     res = ssh(stack, node, script)
     assert res.returncode == 0, res.stderr[-1000:]
     return [x for x in res.stdout.splitlines() if x.strip()]

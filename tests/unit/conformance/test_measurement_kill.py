@@ -138,7 +138,7 @@ def test_an_allreduce_ends_by_killing_its_tag_on_every_node(tmp_path: Path, monk
         seen["killed"] = (sorted(r.name for r in remotes), tag, "revoked" in extra)
         return {"gpu-1": 1, "gpu-2": 3}
 
-    monkeypatch.setattr(allreduce_mpi, "ship_script", lambda remotes: [])
+    monkeypatch.setattr(allreduce_mpi, "ship_script", lambda remotes, folder: [])
     monkeypatch.setattr(allreduce_mpi, "run_allreduce", fake_run)
     monkeypatch.setattr(fabric_mod, "kill_measurement", fake_kill)
     monkeypatch.setattr(fab, "_grant",

@@ -263,7 +263,7 @@ class _Remote:
             out, rc = self.client_out, self.rc
         elif "GPUCLUSTER_MEASUREMENT" in command and "export" not in command:
             out = "killed 0\n"
-        return SimpleNamespace(rc=rc, stdout=out, stderr="")
+        return SimpleNamespace(rc=rc, stdout=out, stderr="", ok=rc == 0)
 
 
 def test_gpudirect_rdma_runs_between_the_node_and_its_peer_per_gpu_and_names_a_slow_pair():
@@ -308,6 +308,11 @@ def test_gpudirect_rdma_runs_between_the_node_and_its_peer_per_gpu_and_names_a_s
     assert "--use_cuda=1" in clients[1] and clients[1].endswith(" 10.0.0.2 2>&1")
     # The client has no nvidia-peermem (DMA-BUF), the peer has it.
     assert "--use_cuda_dmabuf" in clients[0] and "--use_cuda_dmabuf" not in servers[0]
+    # The server's log lies in a private folder made for it (never a fixed name in /var/tmp), removed after.
+    made = [c for c in there.ran if "mkdir -m 700 -- /var/tmp/gpucluster-" in c]
+    assert len(made) == 2 and "/var/tmp/gpucluster-gdr" not in " ".join(there.ran)
+    folder = made[0].split("mkdir -m 700 -- ", 1)[1].split()[0]
+    assert f"> {folder}/gdr-server.log" in servers[0] and any(f"rm -rf -- {folder}" in c for c in there.ran)
     platform["floors"]["rdma_write_bw_gbps"] = 380.0
     with pytest.raises(AssertionError, match=r"GPU 0 / mlx5_0 -> gpu-2 mlx5_0: 181.46 Gb/s under the floor 380"):
         suite.test_gpudirect_rdma(node, fabric)

@@ -26,6 +26,7 @@ import yaml
 
 from gpucluster import hostkeys, runs
 from gpucluster.conformance import allreduce_mpi, run_nccl_tests
+from gpucluster.conformance import fabric as fabric_module
 from gpucluster.conformance.bandwidth import AllReduceRun
 from gpucluster.conformance.fabric import Fabric
 from gpucluster.conformance.nodes import load_inventory
@@ -193,7 +194,7 @@ def test_fabric_never_copies_the_inventory_key_and_takes_the_run_key_back(
                               if (homes / n / ".ssh" / "authorized_keys").exists() else "" for n in names}
         return AllReduceRun("mpi-cpu", label, names, len(names), status="ok"), ""
 
-    monkeypatch.setattr(allreduce_mpi, "ship_script", lambda remotes: [])
+    monkeypatch.setattr(allreduce_mpi, "ship_script", lambda remotes, folder: [])
     monkeypatch.setattr(allreduce_mpi, "run_allreduce", fake_run)
     fabric = Fabric(inv, run_dir, cfg, hostkeys.policy_for(inv.target, inv.cluster_name), "feedfacecafe")
     fabric.inter_node()
@@ -556,14 +557,18 @@ def test_nccl_tests_launcher_gets_the_run_key_and_gives_it_back(tmp_path: Path,
     monkeypatch.setattr(fabric, "engine", lambda nodes: "nccl-tests")
     monkeypatch.setattr(fabric, "_place_key", lambda launcher, key: placed.append("put") or "/root/.ssh/run-key")
     monkeypatch.setattr(fabric, "_remove_key", lambda launcher, key, path: placed.append(f"removed {path}"))
+    made: list[str] = []
+    monkeypatch.setattr(fabric_module, "make_folders", lambda remotes, folder: made.append(folder) or [])
     seen: dict[str, Any] = {}
 
     def fake_inter(launcher: Any, names: tuple[str, ...], *args: Any, ssh_key: str | None = None,
-                   **kwargs: Any) -> tuple[AllReduceRun, str]:
-        seen["ssh_key"] = ssh_key
+                   folder: str | None = None, **kwargs: Any) -> tuple[AllReduceRun, str]:
+        seen["ssh_key"], seen["folder"] = ssh_key, folder
         return AllReduceRun("nccl-tests", "x", names, 16, status="ok"), ""
 
     monkeypatch.setattr(run_nccl_tests, "run_inter", fake_inter)
     fabric._allreduce([n for n in inv.nodes if n.name in ("gpu-1", "gpu-2")], "inter")
     assert seen["ssh_key"] == "/root/.ssh/run-key"
+    # nccl-tests' JSON goes to the measurement's private folder on its nodes, never a fixed name.
+    assert made == [seen["folder"]] and str(seen["folder"]).startswith("/var/tmp/gpucluster-")
     assert placed == ["put", "removed /root/.ssh/run-key"]

@@ -43,7 +43,7 @@ def test_pair_runs_ramp_to_the_verdict_sizes_only(tmp_path, monkeypatch):
         seen.append(settings.sizes)
         return AllReduceRun("mpi-cpu", label, names, len(names)), ""
 
-    monkeypatch.setattr(allreduce_mpi, "ship_script", lambda remotes: [])
+    monkeypatch.setattr(allreduce_mpi, "ship_script", lambda remotes, folder: [])
     monkeypatch.setattr(allreduce_mpi, "run_allreduce", fake_run)
     fabric = Fabric(inv, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(inv.target, inv.cluster_name), "")
     nodes = [n for n in inv.nodes if n.name in ("gpu-1", "gpu-2")]
@@ -56,9 +56,9 @@ def test_pair_runs_ramp_to_the_verdict_sizes_only(tmp_path, monkeypatch):
 
 
 def test_nccl_tests_pairs_start_at_the_large_size():
-    args = run_nccl_tests.perf_args(1 << 25, 1, False, min_bytes=1 << 24)
+    args = run_nccl_tests.perf_args(1 << 25, 1, None, min_bytes=1 << 24)
     assert args[args.index("-b") + 1] == str(1 << 24) and args[args.index("-e") + 1] == str(1 << 25)
-    assert run_nccl_tests.perf_args(1 << 25, 1, False)[1] == "8"
+    assert run_nccl_tests.perf_args(1 << 25, 1, None)[1] == "8"
 
 
 def test_bytecode_goes_to_a_cache_when_writing_is_off(tmp_path):
