@@ -174,6 +174,7 @@ def ensure_host(progress: Progress) -> None:
     ensure_sysctls(progress)
     packages = missing_packages()
     if not packages:
+        quiet_system_proxy(progress, installed=False)
         return
     progress(f"installing host prerequisites: {' '.join(packages)}")
     env = {"DEBIAN_FRONTEND": "noninteractive"}
@@ -196,3 +197,32 @@ def ensure_host(progress: Progress) -> None:
     still = missing_packages()
     if still:
         raise LabError(f"host prerequisites still missing after install: {' '.join(still)}")
+    quiet_system_proxy(progress, installed=PREREQUISITES["apt-cacher-ng"] in packages)
+
+
+# Debian's apt-cacher-ng package enables a system-wide service that, once started (at the next
+# boot), listens on port 3142 on every address and proxies for anyone who reaches it. The lab
+# runs its own per lab, bound to its bridge address (gpucluster/lab/proxy.py), and needs no other.
+SYSTEM_PROXY_UNIT = "apt-cacher-ng.service"
+
+
+def quiet_system_proxy(progress: Progress, *, installed: bool) -> None:
+    """Disable the system-wide apt-cacher-ng service where the lab ``installed`` the package;
+    where it was there before, say that it is enabled and that the lab does not need it."""
+    systemctl = which("systemctl")
+    if systemctl is None:
+        return
+    state = run([systemctl, "is-enabled", SYSTEM_PROXY_UNIT], "systemctl is-enabled", check=False).stdout.strip()
+    if state != "enabled":
+        return
+    if not installed:
+        progress(f"warning: {SYSTEM_PROXY_UNIT} is enabled: at the next boot it listens on every address. "
+                 f"The lab runs its own proxy and does not need it: `systemctl disable --now {SYSTEM_PROXY_UNIT}` "
+                 "unless something else does")
+        return
+    if run([systemctl, "disable", SYSTEM_PROXY_UNIT], "systemctl disable", check=False).returncode != 0:
+        progress(f"warning: could not disable {SYSTEM_PROXY_UNIT}, which listens on every address once started")
+        return
+    # Stopped too where one runs (policy-rc.d kept the install from starting it; an older lab did not).
+    run([systemctl, "stop", SYSTEM_PROXY_UNIT], "systemctl stop", check=False)
+    progress(f"disabled Debian's system-wide {SYSTEM_PROXY_UNIT} (the lab runs its own on its bridge address)")

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import re
+import tempfile
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpucluster.lab import process
+from gpucluster.lab import confined, process
 from gpucluster.lab.host import LabError, run, which
 from gpucluster.lab.layout import LabLayout, NodeLayout
 from gpucluster.lab.network import NETNS_DIR
@@ -68,18 +68,10 @@ def hosts_text(plan: LabLayout) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(path: Path, text: str, mode: int = 0o644) -> bool:
-    try:
-        if path.read_text() == text and (path.stat().st_mode & 0o777) == mode:
-            return False
-    except (FileNotFoundError, UnicodeDecodeError):
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.is_symlink():
-        path.unlink()
-    path.write_text(text)
-    os.chmod(path, mode)
-    return True
+def _write(root: Path, rel: str, text: str, mode: int = 0o644) -> bool:
+    """Make ``rel`` inside the node's ``root`` hold ``text`` with ``mode``; False when it did.
+    Inside the root whatever links the node planted (:mod:`gpucluster.lab.confined`)."""
+    return confined.write(root, rel, text.encode("utf-8"), mode)
 
 
 # What a converge manages carries this (playbooks/group_vars/all.yml's ansible_managed).
@@ -89,47 +81,55 @@ _CONVERGE_MARK = "Managed by gpucluster (Ansible)"
 _CONVERGE_BLOCK_MARK = "# BEGIN gpucluster "
 
 
-def _seed(path: Path, text: str, mode: int = 0o644) -> bool:
+def _seed(root: Path, rel: str, text: str, mode: int = 0o644) -> bool:
     """Write a file the node's converge takes over later: once it carries the converge's
     mark, the lab leaves it alone, so `lab up` and `gpucluster converge` never undo each
     other and a rerun of either changes nothing."""
-    try:
-        current = path.read_text()
-        if _CONVERGE_MARK in current or _CONVERGE_BLOCK_MARK in current:
-            return False
-    except (FileNotFoundError, UnicodeDecodeError):
-        pass
-    return _write(path, text, mode)
+    current = confined.read_text(root, rel)
+    if current is not None and (_CONVERGE_MARK in current or _CONVERGE_BLOCK_MARK in current):
+        return False
+    return _write(root, rel, text, mode)
 
 
 def ensure_files(plan: LabLayout, node: NodeLayout, authorized_key: str, disks: list[str]) -> tuple[bool, str]:
-    """Write the node's identity and configuration into its overlay; return (changed, host public key)."""
+    """Write the node's identity and configuration into its overlay; return (changed, host public key).
+    Every path is resolved inside the node's root: a link the node planted never leads out of it."""
     root = root_dir(plan, node)
     changed = False
-    changed |= _write(root / "etc/hostname", node.name + "\n")
-    changed |= _seed(root / "etc/hosts", hosts_text(plan))
-    machine_id = root / "etc/machine-id"
-    if not machine_id.read_text().strip():
-        changed |= _write(machine_id, uuid.uuid4().hex + "\n", 0o444)
-    ssh_dir = root / "root/.ssh"
-    ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    changed |= _write(ssh_dir / "authorized_keys", authorized_key + "\n", 0o600)
-    host_key = root / "etc/ssh/ssh_host_ed25519_key"
-    if not host_key.exists():
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{node.name}", "-f", str(host_key)],
-            f"{node.name}: ssh host key")
+    changed |= _write(root, "etc/hostname", node.name + "\n")
+    changed |= _seed(root, "etc/hosts", hosts_text(plan))
+    if not (confined.read_text(root, "etc/machine-id") or "").strip():
+        changed |= _write(root, "etc/machine-id", uuid.uuid4().hex + "\n", 0o444)
+    confined.make_dir(root, "root/.ssh", 0o700)
+    changed |= _write(root, "root/.ssh/authorized_keys", authorized_key + "\n", 0o600)
+    host_key = "etc/ssh/ssh_host_ed25519_key"
+    if not confined.exists(root, host_key) or not confined.exists(root, host_key + ".pub"):
+        _new_host_key(root, host_key, node.name)
         changed = True
     apt_proxy = (f'// gpucluster lab: apt goes through the proxy on the management bridge.\n'
                  f'Acquire::http::Proxy "{plan.proxy_url}";\n'
                  # A fetch the proxy could not complete (a mirror's hiccup on a cold cache) is tried again.
                  'Acquire::Retries "3";\n')
-    changed |= _write(root / "etc/apt/apt.conf.d/01gpucluster-proxy", apt_proxy)
+    changed |= _write(root, "etc/apt/apt.conf.d/01gpucluster-proxy", apt_proxy)
     # No DNS server is reachable from a node: names come from /etc/hosts, apt goes through the proxy.
-    changed |= _write(root / "etc/resolv.conf", "# gpucluster lab: no DNS; names are in /etc/hosts.\n")
-    changed |= _write(root / "etc/gpucluster/data-disks.json", json.dumps(disks) + "\n")
+    changed |= _write(root, "etc/resolv.conf", "# gpucluster lab: no DNS; names are in /etc/hosts.\n")
+    changed |= _write(root, "etc/gpucluster/data-disks.json", json.dumps(disks) + "\n")
     for f in node.files:
-        changed |= _write(root / f.path.lstrip("/"), f.content, f.mode)
-    return changed, host_key.with_suffix(".pub").read_text().strip()
+        changed |= _write(root, f.path.lstrip("/"), f.content, f.mode)
+    public = confined.read_text(root, host_key + ".pub")
+    if public is None:
+        raise LabError(f"{node.name}: {host_key}.pub is not a file")
+    return changed, public.strip()
+
+
+def _new_host_key(root: Path, rel: str, name: str) -> None:
+    """An ed25519 host key made on the host, in a folder of its own, then put inside the node."""
+    with tempfile.TemporaryDirectory(prefix="gpucluster-hostkey-") as tmp:
+        key = Path(tmp) / "key"
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}", "-f", str(key)],
+            f"{name}: ssh host key")
+        confined.write(root, rel, key.read_bytes(), 0o600)
+        confined.write(root, rel + ".pub", key.with_suffix(".pub").read_bytes(), 0o644)
 
 
 def _loops_for(file: Path) -> list[str]:

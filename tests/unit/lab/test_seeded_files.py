@@ -9,9 +9,9 @@ from gpucluster.lab import node
 
 def test_seed_writes_a_new_file_and_rewrites_its_own(tmp_path: Path) -> None:
     hosts = tmp_path / "hosts"
-    assert node._seed(hosts, "10.0.0.10\tgpu-1\n") is True
-    assert node._seed(hosts, "10.0.0.10\tgpu-1\n") is False
-    assert node._seed(hosts, "10.0.0.11\tgpu-2\n") is True
+    assert node._seed(tmp_path, "hosts", "10.0.0.10\tgpu-1\n") is True
+    assert node._seed(tmp_path, "hosts", "10.0.0.10\tgpu-1\n") is False
+    assert node._seed(tmp_path, "hosts", "10.0.0.11\tgpu-2\n") is True
     assert hosts.read_text() == "10.0.0.11\tgpu-2\n"
 
 
@@ -19,7 +19,7 @@ def test_seed_leaves_a_converged_file_alone(tmp_path: Path) -> None:
     hosts = tmp_path / "hosts"
     converged = f"# {node._CONVERGE_MARK}: local edits are overwritten on the next converge.\n10.0.0.10 gpu-1\n"
     hosts.write_text(converged)
-    assert node._seed(hosts, "something the lab would write\n") is False
+    assert node._seed(tmp_path, "hosts", "something the lab would write\n") is False
     assert hosts.read_text() == converged
 
 
@@ -35,7 +35,7 @@ def test_seed_leaves_a_file_holding_the_converges_block_alone(tmp_path: Path) ->
     converged = ("127.0.0.1\tlocalhost\n10.0.0.10\tgpu-1\n"
                  f"{node._CONVERGE_BLOCK_MARK}lab\n10.0.0.10 gpu-1\n# END gpucluster lab\n")
     hosts.write_text(converged)
-    assert node._seed(hosts, "something the lab would write\n") is False
+    assert node._seed(tmp_path, "hosts", "something the lab would write\n") is False
     assert hosts.read_text() == converged
 
 
