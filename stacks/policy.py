@@ -26,12 +26,21 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from pulumi import UNKNOWN
 
 from gpucluster.plan import PolicyResult, Resource
 
-from .components.common import MANAGEMENT_PORTS, TAG_DISK_ENCRYPTION, TAG_IMAGE, TAG_PURPOSE, TAG_ROLES
+from .components.common import (
+    MANAGEMENT_PORT_RANGES,
+    MANAGEMENT_PORTS,
+    TAG_DISK_ENCRYPTION,
+    TAG_IMAGE,
+    TAG_PURPOSE,
+    TAG_ROLES,
+)
 
 AWS_INSTANCE = "aws:ec2/instance:Instance"
 AWS_LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -161,9 +170,13 @@ def gpu_placement(resources: Sequence[Resource]) -> PolicyResult:
 #
 # "Open to the world" is judged by how much of the internet a port's sources cover, not by how
 # they are spelled: 0.0.0.0/1 plus 128.0.0.0/1 (in one rule or two) is the world, so is any
-# public /8, and so is ::/0. For each management port, the sources of every inbound allow rule
-# that reaches it (over the whole stack: what one rule opens, another cannot close) are united,
-# space that is not routed on the internet is taken out, and the rest is counted.
+# public block larger than one organisation's (a /16, a /48), and so is ::/0. For each management
+# port, and for each port of a management range, the sources of every inbound allow rule that
+# reaches it (over the whole stack: what one rule opens, another cannot close) are united, space
+# that is not routed on the internet is taken out, and the rest is counted. A source the rule
+# cannot count (a value unknown until another resource exists, a prefix list or service tag it
+# cannot expand, a rule naming no source) fails the rule where it reaches a management port: what
+# cannot be counted cannot be shown closed.
 
 # IANA IPv4 Special-Purpose Address Registry (RFC 6890 and successors): not reachable from the
 # internet, so a rule admitting them admits nobody from outside.
@@ -188,56 +201,159 @@ _NOT_INTERNET_V4 = tuple(
 )
 # IPv6 global unicast space (IANA IPv6 Address Space registry).
 _INTERNET_V6 = ipaddress.IPv6Network("2000::/3")
-# A port is open to the world when its sources cover at least a /8's worth of internet IPv4
-# addresses (1/256 of the space: 16.7 million hosts), or a /32's worth of global IPv6 (a whole
-# provider's allocation).
-WORLD_V4 = 2**24
-WORLD_V6 = 2**96
+# A port is open to the world when its sources cover more internet addresses than one
+# organisation holds: more than a /16's worth of IPv4 (65,536 addresses; a /15, a /9, 0.0.0.0/0
+# all fail) or more than a /48's worth of global IPv6 (a site's allocation, RFC 6177). An office's
+# /24 or a site's /48 passes; a provider's or a country's range does not.
+WORLD_V4 = 2**16
+WORLD_V6 = 2**80
 _ALL_V4 = ipaddress.IPv4Network("0.0.0.0/0")
 _ALL_V6 = ipaddress.IPv6Network("::/0")
 # Source names that mean "anyone": Azure NSG wildcards and service tags ("*", "Any", "Internet";
-# "AzureCloud" is every Azure datacenter's public range, i.e. anyone with an Azure VM). Other
-# service tags (VirtualNetwork, AzureLoadBalancer) and OCI service CIDR labels are not the world.
+# "AzureCloud" is every Azure datacenter's public range, i.e. anyone with an Azure VM).
 _WORLD_NAMES = {"*", "any", "internet", "azurecloud"}
+# Azure service tags that name no internet address: the virtual network's own space and the
+# platform's load-balancer probe address (Microsoft Learn, "Virtual network service tags").
+# Every other tag names public ranges the rule cannot count, and fails where it reaches a
+# management port.
+_AZURE_PRIVATE_TAGS = {"virtualnetwork", "azureloadbalancer"}
+# OCI source types that name no internet address: another NSG's VNICs, and the Oracle Services
+# Network's service CIDR labels (Oracle's own services, not other tenants).
+_OCI_NAMED_SOURCES = {"NETWORK_SECURITY_GROUP", "SERVICE_CIDR_BLOCK"}
 
 _AWS_NO_PORTS = {"icmp", "icmpv6", "1", "58"}
 _AZURE_NO_PORTS = {"icmp"}
 
+AWS_SG = "aws:ec2/securityGroup:SecurityGroup"
+AWS_DEFAULT_SG = "aws:ec2/defaultSecurityGroup:DefaultSecurityGroup"
+AWS_SG_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
+AWS_INGRESS_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+AWS_PREFIX_LIST = "aws:ec2/managedPrefixList:ManagedPrefixList"
+AWS_PREFIX_LIST_ENTRY = "aws:ec2/managedPrefixListEntry:ManagedPrefixListEntry"
+AZURE_NSG = "azure:network/networkSecurityGroup:NetworkSecurityGroup"
+AZURE_NSG_RULE = "azure:network/networkSecurityRule:NetworkSecurityRule"
+OCI_NSG_RULE = "oci:Core/networkSecurityGroupSecurityRule:NetworkSecurityGroupSecurityRule"
+OCI_SECURITY_LIST = "oci:Core/securityList:SecurityList"
+OCI_DEFAULT_SECURITY_LIST = "oci:Core/defaultSecurityList:DefaultSecurityList"
+
+
+def _azure_native(type_: str, noun: str) -> bool:
+    """``azure-native:network:<noun>``, or ``azure-native:network/<API version>:<noun>``."""
+    package, _, rest = type_.partition(":")
+    module, _, name = rest.partition(":")
+    return package == "azure-native" and module.split("/")[0] == "network" and name == noun
+
 
 @dataclass(frozen=True)
 class _Ingress:
-    """One inbound allow rule: who (sources), to which ports."""
+    """One inbound allow rule: who (sources: CIDRs, or names meaning anyone), to which ports, and
+    the sources it names that cannot be counted, each with why."""
 
     resource: Resource
     sources: tuple[str, ...]
     low: int
     high: int
+    unresolved: tuple[str, ...] = ()
+
+
+@dataclass
+class _Sources:
+    """Sources of one rule as they are read: counted ones, named sets with no internet address
+    (security groups, the virtual network), and the ones that cannot be counted."""
+
+    cidrs: list[str] = field(default_factory=list)
+    named: int = 0
+    unresolved: list[str] = field(default_factory=list)
+
+    def given(self) -> bool:
+        return bool(self.cidrs or self.named or self.unresolved)
+
+    def cidr(self, value: Any, field_name: str) -> None:
+        if value is None or value == "":
+            return
+        if value == UNKNOWN:
+            self.unresolved.append(f"{field_name} is not known until another resource exists")
+        elif not isinstance(value, str):
+            self.unresolved.append(f"{field_name} {value!r} is not an address block")
+        else:
+            try:
+                ipaddress.ip_network(value.strip(), strict=False)
+            except ValueError:
+                self.unresolved.append(f"{field_name} {value!r} is not an address block")
+            else:
+                self.cidrs.append(value.strip())
+
+    def ingress(self, r: Resource, low: int, high: int) -> _Ingress:
+        unresolved = list(self.unresolved)
+        if not self.given():
+            unresolved.append("the rule names no source")
+        return _Ingress(r, tuple(self.cidrs), low, high, tuple(unresolved))
+
+
+class _PrefixLists:
+    """AWS managed prefix lists of the stack, by id, with the CIDRs of their entries (inline, and
+    ``ManagedPrefixListEntry`` resources). A reference is matched by id where ids are known (the
+    mocks); where they are not (the program's gate, where a list's id is unknown or only known
+    once created) it stands for every list of the stack, so a list that opens a port to the
+    world is found whichever rule names it. A list the stack does not hold cannot be counted."""
+
+    def __init__(self, resources: Sequence[Resource]) -> None:
+        lists = [r for r in resources if r.type == AWS_PREFIX_LIST]
+        entries = [r for r in resources if r.type == AWS_PREFIX_LIST_ENTRY]
+        self.ids_known = bool(lists) and all(r.id for r in lists)
+        self.by_id: dict[str, list[Any]] = {}
+        self.every: list[Any] = []
+        for r in lists:
+            cidrs = [_mapping(e).get("cidr") for e in _list(r.inputs.get("entries"))]
+            cidrs += [e.inputs.get("cidr") for e in entries if r.id and e.inputs.get("prefixListId") == r.id]
+            self.by_id[r.id] = cidrs
+            self.every += cidrs
+        self.every += [e.inputs.get("cidr") for e in entries]
+        self.held = bool(lists or entries)
+
+    def add(self, value: Any, out: _Sources) -> None:
+        if value is None or value == "":
+            return
+        if self.ids_known and value in self.by_id:
+            cidrs = self.by_id[value]
+        elif not self.ids_known and self.held:
+            cidrs = self.every
+        else:
+            out.unresolved.append(f"prefix list {value!r} is not one of the stack's, so its entries cannot be counted")
+            return
+        for cidr in cidrs:
+            out.cidr(cidr, f"prefix list {value!r} entry")
+        out.named += 1
 
 
 def _ingress(resources: Sequence[Resource]) -> Iterable[_Ingress]:
+    prefix_lists = _PrefixLists(resources)
     for r in resources:
         inp = r.inputs
-        if r.type == "aws:ec2/securityGroup:SecurityGroup":
+        if r.type in (AWS_SG, AWS_DEFAULT_SG):
             for rule in _list(inp.get("ingress")):
-                yield from _aws_rule(r, _mapping(rule), _mapping(rule).get("protocol"))
-        elif r.type == "aws:ec2/securityGroupRule:SecurityGroupRule" and inp.get("type") == "ingress":
-            yield from _aws_rule(r, inp, inp.get("protocol"))
-        elif r.type == "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule":
+                yield from _aws_rule(r, _mapping(rule), _mapping(rule).get("protocol"), prefix_lists)
+        elif r.type == AWS_SG_RULE and inp.get("type") == "ingress":
+            yield from _aws_rule(r, inp, inp.get("protocol"), prefix_lists)
+        elif r.type == AWS_INGRESS_RULE:
             rule = {
-                "cidrBlocks": [inp.get("cidrIpv4"), inp.get("cidrIpv6")],
+                "cidrBlocks": [inp.get("cidrIpv4")],
+                "ipv6CidrBlocks": [inp.get("cidrIpv6")],
+                "prefixListIds": [inp.get("prefixListId")],
+                "sourceSecurityGroupId": inp.get("referencedSecurityGroupId"),
                 "fromPort": inp.get("fromPort"),
                 "toPort": inp.get("toPort"),
             }
-            yield from _aws_rule(r, rule, inp.get("ipProtocol"))
-        elif r.type == "azure:network/networkSecurityGroup:NetworkSecurityGroup":
+            yield from _aws_rule(r, rule, inp.get("ipProtocol"), prefix_lists)
+        elif r.type == AZURE_NSG or _azure_native(r.type, "NetworkSecurityGroup"):
             for rule in _list(inp.get("securityRules")):
                 yield from _azure_rule(r, _mapping(rule))
-        elif r.type == "azure:network/networkSecurityRule:NetworkSecurityRule":
+        elif r.type == AZURE_NSG_RULE or _azure_native(r.type, "SecurityRule"):
             yield from _azure_rule(r, inp)
-        elif r.type == "oci:Core/networkSecurityGroupSecurityRule:NetworkSecurityGroupSecurityRule":
+        elif r.type == OCI_NSG_RULE:
             if str(inp.get("direction", "")).upper() == "INGRESS":
                 yield from _oci_rule(r, inp)
-        elif r.type == "oci:Core/securityList:SecurityList":
+        elif r.type in (OCI_SECURITY_LIST, OCI_DEFAULT_SECURITY_LIST):
             for rule in _list(inp.get("ingressSecurityRules")):
                 yield from _oci_rule(r, _mapping(rule))
 
@@ -246,13 +362,30 @@ def _strings(values: Iterable[Any]) -> tuple[str, ...]:
     return tuple(v for v in values if isinstance(v, str) and v)
 
 
-def _aws_rule(r: Resource, rule: Mapping[str, Any], protocol: Any) -> Iterable[_Ingress]:
-    sources = _strings([*_list(rule.get("cidrBlocks")), *_list(rule.get("ipv6CidrBlocks"))])
+def _port(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _aws_rule(r: Resource, rule: Mapping[str, Any], protocol: Any, prefix_lists: _PrefixLists) -> Iterable[_Ingress]:
     proto = str(protocol).lower()
+    if proto in _AWS_NO_PORTS:  # for ICMP, from/to_port are a type and a code
+        return
+    found = _Sources()
+    for key in ("cidrBlocks", "ipv6CidrBlocks"):
+        for value in _list(rule.get(key)):
+            found.cidr(value, key)
+    for value in _list(rule.get("prefixListIds")):
+        prefix_lists.add(value, found)
+    # Another group's members, or the group's own: instances inside the VPC, no internet address.
+    groups = [*_list(rule.get("securityGroups")), rule.get("sourceSecurityGroupId")]
+    found.named += sum(1 for g in groups if g not in (None, "")) + (1 if _true(rule.get("self")) else 0)
     if proto in ("-1", "all"):
-        yield _Ingress(r, sources, 0, 65535)
-    elif proto not in _AWS_NO_PORTS:  # for ICMP, from/to_port are a type and a code
-        yield _Ingress(r, sources, int(rule.get("fromPort") or 0), int(rule.get("toPort") or 0))
+        yield found.ingress(r, 0, 65535)
+    else:
+        yield found.ingress(r, _port(rule.get("fromPort"), 0), _port(rule.get("toPort"), 65535))
 
 
 def _azure_ports(spec: Any) -> tuple[int, int]:
@@ -268,27 +401,45 @@ def _azure_rule(r: Resource, rule: Mapping[str, Any]) -> Iterable[_Ingress]:
         return
     if str(rule.get("protocol", "*")).lower() in _AZURE_NO_PORTS:
         return
-    sources = _strings([rule.get("sourceAddressPrefix"), *_list(rule.get("sourceAddressPrefixes"))])
+    found = _Sources()
+    for value in [rule.get("sourceAddressPrefix"), *_list(rule.get("sourceAddressPrefixes"))]:
+        name = value.strip().lower() if isinstance(value, str) else ""
+        if name in _WORLD_NAMES or name.startswith("azurecloud."):
+            found.cidrs.append(value)
+        elif name in _AZURE_PRIVATE_TAGS:
+            found.named += 1
+        elif isinstance(value, str) and value and value != UNKNOWN and not any(c.isdigit() for c in value[:1]) \
+                and ":" not in value:
+            found.unresolved.append(f"service tag {value!r} names public ranges the rule cannot count")
+        else:
+            found.cidr(value, "sourceAddressPrefix")
+    # Application security groups: the network's own VMs.
+    found.named += len(_list(rule.get("sourceApplicationSecurityGroupIds")))
+    found.named += len(_list(rule.get("sourceApplicationSecurityGroups")))
     for spec in [rule.get("destinationPortRange"), *_list(rule.get("destinationPortRanges"))]:
         if isinstance(spec, str | int):
             low, high = _azure_ports(spec)
-            yield _Ingress(r, sources, low, high)
+            yield found.ingress(r, low, high)
 
 
 def _oci_rule(r: Resource, rule: Mapping[str, Any]) -> Iterable[_Ingress]:
-    sources = _strings([rule.get("source")])
     protocol = str(rule.get("protocol")).lower()
-    if protocol == "all":
-        yield _Ingress(r, sources, 0, 65535)
+    if protocol not in ("all", "6", "17"):  # ICMP (1) and ICMPv6 (58) reach no port
         return
-    if protocol not in ("6", "17"):  # ICMP (1) and ICMPv6 (58) reach no port
+    found = _Sources()
+    if str(rule.get("sourceType") or "CIDR_BLOCK").upper() in _OCI_NAMED_SOURCES:
+        found.named += 1 if rule.get("source") not in (None, "") else 0
+    else:
+        found.cidr(rule.get("source"), "source")
+    if protocol == "all":
+        yield found.ingress(r, 0, 65535)
         return
     opts = _mapping(rule.get("tcpOptions") if protocol == "6" else rule.get("udpOptions"))
     ports = _mapping(opts.get("destinationPortRange"))
     if not ports:
-        yield _Ingress(r, sources, 0, 65535)
+        yield found.ingress(r, 0, 65535)
         return
-    yield _Ingress(r, sources, int(ports.get("min", 0)), int(ports.get("max", 65535)))
+    yield found.ingress(r, _port(ports.get("min"), 0), _port(ports.get("max"), 65535))
 
 
 def _networks_of(sources: Iterable[str]) -> tuple[list[ipaddress.IPv4Network], list[ipaddress.IPv6Network]]:
@@ -303,7 +454,7 @@ def _networks_of(sources: Iterable[str]) -> tuple[list[ipaddress.IPv4Network], l
         try:
             net = ipaddress.ip_network(text, strict=False)
         except ValueError:
-            continue  # a service tag, an NSG or prefix-list id: a named set, not the internet
+            continue  # counted as unresolved where it was read
         if isinstance(net, ipaddress.IPv4Network):
             v4.append(net)
         else:
@@ -334,7 +485,43 @@ def internet_coverage(sources: Iterable[str]) -> tuple[int, int]:
 
 def is_world(sources: Iterable[str]) -> bool:
     count4, count6 = internet_coverage(sources)
-    return count4 >= WORLD_V4 or count6 >= WORLD_V6
+    return count4 > WORLD_V4 or count6 > WORLD_V6
+
+
+def _management_ports() -> list[tuple[int, int, str]]:
+    """(first port, last port, what listens) of every management port and range."""
+    single = [(port, port, service) for port, service in MANAGEMENT_PORTS.items()]
+    ranges = [(low, high, service) for (low, high), service in MANAGEMENT_PORT_RANGES.items()]
+    return sorted(single + ranges)
+
+
+def _ports_name(low: int, high: int) -> str:
+    return f"port {low}" if low == high else f"ports {low}-{high}"
+
+
+def _port_offenders(rules: list[_Ingress], low: int, high: int, service: str) -> list[str]:
+    reaching = [i for i in rules if i.low <= high and i.high >= low]
+    out = [f"{_ports_name(low, high)} ({service}) via {_label(i.resource)}: {why}"
+           for i in reaching for why in i.unresolved]
+    # Which rules reach a port changes only where one starts: the widest union of sources over the
+    # range is found at the range's first port or at a rule's first port inside it.
+    for port in sorted({low} | {i.low for i in reaching if low <= i.low <= high}):
+        here = [i for i in reaching if i.low <= port <= i.high]
+        sources = sorted({s for i in here for s in i.sources})
+        count4, count6 = internet_coverage(sources)
+        if count4 <= WORLD_V4 and count6 <= WORLD_V6:
+            continue
+        via = sorted({_label(i.resource) for i in here if any(internet_coverage(i.sources))})
+        public = [s for s in sources if any(internet_coverage([s]))]
+        if count4 > WORLD_V4:
+            share = f"{count4:,} internet IPv4 addresses ({count4 / 2**32:.1%} of IPv4)"
+        else:
+            share = f"over 2^{count6.bit_length() - 1} global IPv6 addresses"
+        at = "" if low == high else f" (port {port} and on)"
+        out.append(f"{_ports_name(low, high)} ({service}){at} reachable from {share} via {', '.join(via)}: "
+                   f"{', '.join(public)}")
+        break
+    return out
 
 
 def no_public_management_ports(resources: Sequence[Resource]) -> PolicyResult:
@@ -342,30 +529,18 @@ def no_public_management_ports(resources: Sequence[Resource]) -> PolicyResult:
     rules = list(_ingress(resources))
     if not rules:
         return PolicyResult(rule, "n/a", "no inbound security rules")
-    offenders = []
-    for port, service in sorted(MANAGEMENT_PORTS.items()):
-        reaching = [i for i in rules if i.low <= port <= i.high]
-        sources = sorted({s for i in reaching for s in i.sources})
-        count4, count6 = internet_coverage(sources)
-        if count4 >= WORLD_V4 or count6 >= WORLD_V6:
-            via = sorted({_label(i.resource) for i in reaching if any(internet_coverage(i.sources))})
-            public = [s for s in sources if any(internet_coverage([s]))]
-            if count4 >= WORLD_V4:
-                share = f"{count4:,} internet IPv4 addresses ({count4 / 2**32:.1%} of IPv4)"
-            else:
-                share = f"over 2^{count6.bit_length() - 1} global IPv6 addresses"
-            offenders.append(
-                f"port {port} ({service}) reachable from {share} via {', '.join(via)}: {', '.join(public)}"
-            )
+    offenders = [o for low, high, service in _management_ports() for o in _port_offenders(rules, low, high, service)]
     if offenders:
         return PolicyResult(
             rule,
             "fail",
-            "management port(s) open to the internet (a /8's worth of addresses or more)",
+            "management port(s) open to the internet (more than a /16's or a /48's worth of addresses) "
+            "or reached from a source the rule cannot count",
             tuple(offenders),
         )
     return PolicyResult(
-        rule, "pass", f"{len(rules)} inbound rule(s); no management port reachable from a /8's worth of the internet"
+        rule, "pass", f"{len(rules)} inbound rule(s); no management port reachable from more than a /16's worth "
+        "of the internet, every source counted"
     )
 
 
@@ -736,13 +911,20 @@ class Rule:
 
 
 _INGRESS_TYPES = (
-    "aws:ec2/securityGroup:SecurityGroup",
-    "aws:ec2/securityGroupRule:SecurityGroupRule",
-    "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
-    "azure:network/networkSecurityGroup:NetworkSecurityGroup",
-    "azure:network/networkSecurityRule:NetworkSecurityRule",
-    "oci:Core/networkSecurityGroupSecurityRule:NetworkSecurityGroupSecurityRule",
-    "oci:Core/securityList:SecurityList",
+    AWS_SG,
+    AWS_DEFAULT_SG,
+    AWS_SG_RULE,
+    AWS_INGRESS_RULE,
+    AWS_PREFIX_LIST,
+    AWS_PREFIX_LIST_ENTRY,
+    AZURE_NSG,
+    AZURE_NSG_RULE,
+    # azure-native's NetworkSecurityGroup and SecurityRule, whatever API version the token names.
+    ":NetworkSecurityGroup",
+    ":SecurityRule",
+    OCI_NSG_RULE,
+    OCI_SECURITY_LIST,
+    OCI_DEFAULT_SECURITY_LIST,
 )
 
 RULES: tuple[Rule, ...] = (
@@ -755,8 +937,9 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "no-public-management-port",
-        "No management port MAY be reachable from a /8's worth of the internet "
-        "(or a /32's worth of IPv6), whatever rules and CIDRs combine to open it.",
+        "No management port or range (Ceph's daemons, Kubernetes NodePorts) MAY be reachable from more "
+        "than a /16's worth of the internet (or a /48's worth of IPv6), whatever rules, CIDRs and prefix "
+        "lists combine to open it; a source the rule cannot count fails it.",
         no_public_management_ports,
         "stack",
         _INGRESS_TYPES,

@@ -56,6 +56,15 @@ MANAGEMENT_PORTS: dict[int, str] = {
     9400: "DCGM exporter",
     10250: "kubelet",
 }
+# Port ranges of the same kind. Ceph's OSD, manager and MDS daemons bind in 6800-7300 (the
+# ms_bind_port_min/ms_bind_port_max defaults: Ceph's "Network Configuration Reference",
+# https://docs.ceph.com/en/latest/rados/configuration/network-config-ref/); Kubernetes NodePort
+# services take 30000-32767 (kube-apiserver's --service-node-port-range default; kubeadm's "Ports
+# and Protocols", https://kubernetes.io/docs/reference/networking/ports-and-protocols/).
+MANAGEMENT_PORT_RANGES: dict[tuple[int, int], str] = {
+    (6800, 7300): "Ceph OSD, manager and MDS daemons",
+    (30000, 32767): "Kubernetes NodePort services",
+}
 
 
 def pool_kind(pool: NodePool) -> PoolKind:

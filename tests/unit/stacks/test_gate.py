@@ -108,10 +108,10 @@ def test_a_security_group_open_to_both_halves_of_the_internet_stops_the_program(
     assert not [n for t, n in mocks.created if t == policy.AWS_INSTANCE]
 
 
-def test_two_oci_rules_that_together_open_ssh_to_a_slash_eight_stop_the_second(tmp_path: Path) -> None:
-    # Each admin CIDR is a /9 of public space, below the threshold alone; OCI gets one NSG rule
-    # per CIDR and port, and the second rule for port 22 makes the union a /8.
-    path = write_stack(tmp_path, "oci-h100", {"target.admin_cidrs": ["11.0.0.0/9", "11.128.0.0/9"]})
+def test_two_oci_rules_that_together_open_ssh_to_a_slash_fifteen_stop_the_second(tmp_path: Path) -> None:
+    # Each admin CIDR is a /16 of public space, at the threshold alone; OCI gets one NSG rule
+    # per CIDR and port, and the second rule for port 22 makes the union a /15.
+    path = write_stack(tmp_path, "oci-h100", {"target.admin_cidrs": ["11.0.0.0/16", "11.1.0.0/16"]})
     mocks = PlanMocks()
     with pytest.raises(pulumi.RunError) as err:
         run_program(load_spec(path), mocks=mocks)
@@ -119,6 +119,50 @@ def test_two_oci_rules_that_together_open_ssh_to_a_slash_eight_stop_the_second(t
     rules = [n for t, n in mocks.created if t.endswith("NetworkSecurityGroupSecurityRule")]
     assert "oci-h100-nsg-admin-0-22" in rules
     assert "oci-h100-nsg-admin-1-22" not in rules
+
+
+def test_a_node_port_range_open_to_the_world_stops_the_program() -> None:
+    """Kubernetes' NodePorts (and Ceph's daemon ports) are management ports: a group that opens
+    them to the internet is refused before it exists."""
+    mocks = PlanMocks()
+    node_ports = {"protocol": "tcp", "fromPort": 30000, "toPort": 32767, "cidrBlocks": ["0.0.0.0/0"]}
+    opened = setting("aws:ec2/securityGroup:SecurityGroup", lambda p: p.update(ingress=[*p["ingress"], node_ports]),
+                     lambda a: a.name == "aws-h100-sg")
+    with pytest.raises(pulumi.RunError) as err:
+        run_program(cluster_of("aws-h100"), mutate=opened, mocks=mocks)
+    assert "ports 30000-32767 (Kubernetes NodePort services)" in str(err.value)
+    assert "aws-h100-sg" not in {name for _, name in mocks.created}
+
+
+def test_a_source_unknown_while_the_program_runs_stops_it(tmp_path: Path) -> None:
+    """During `pulumi preview` a source computed from another resource is unknown: the gate cannot
+    count it, so it refuses the rule rather than letting it pass."""
+    path = write_stack(tmp_path, "oci-h100", {"target.admin_cidrs": ["198.51.100.0/24"]})
+    mocks = PlanMocks()
+    unknown = setting(policy.OCI_NSG_RULE, lambda p: p.update(source=pulumi.UNKNOWN),
+                      lambda a: a.name.endswith("-admin-0-22"))
+    with pytest.raises(pulumi.RunError) as err:
+        run_program(load_spec(path), mutate=unknown, mocks=mocks)
+    assert "port 22 (SSH) via NetworkSecurityGroupSecurityRule oci-h100-nsg-admin-0-22: source is not known" \
+        in str(err.value)
+    assert "oci-h100-nsg-admin-0-22" not in {name for _, name in mocks.created}
+
+
+def test_a_prefix_list_the_gate_cannot_match_by_id_is_judged_by_every_list_of_the_stack() -> None:
+    """In the gate no resource has an id: a rule naming a prefix list stands for every list the
+    stack holds, and one holding 0.0.0.0/0 refuses it."""
+    gate = PolicyGate()
+
+    def judge(type_: str, name: str, props: dict[str, Any]) -> None:
+        gate.judge(pulumi.ResourceTransformArgs(custom=True, type_=type_, name=name, props=props,
+                                                opts=pulumi.ResourceOptions()))
+
+    judge(policy.AWS_PREFIX_LIST, "admins", {"addressFamily": "IPv4", "maxEntries": 2,
+                                             "entries": [{"cidr": "198.51.100.0/24"}]})
+    rule = {"type": "ingress", "protocol": "tcp", "fromPort": 22, "toPort": 22, "prefixListIds": [pulumi.UNKNOWN]}
+    judge(policy.AWS_SG_RULE, "ssh", rule)
+    with pytest.raises(pulumi.RunError, match="no-public-management-port"):
+        judge(policy.AWS_PREFIX_LIST_ENTRY, "anyone", {"prefixListId": pulumi.UNKNOWN, "cidr": "0.0.0.0/0"})
 
 
 def test_a_rule_that_needs_the_whole_stack_fails_the_program_once_everything_registered() -> None:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pulumi
 import pytest
 
 from gpucluster.plan import Plan, Resource
 from stacks import policy
-from stacks.components.common import MANAGEMENT_PORTS, TAG_DISK_ENCRYPTION
+from stacks.components.common import MANAGEMENT_PORT_RANGES, MANAGEMENT_PORTS, TAG_DISK_ENCRYPTION
 from tests.unit.stacks.conftest import plan_of
 
 AWS_SG = "aws:ec2/securityGroup:SecurityGroup"
@@ -95,12 +96,20 @@ def test_two_halves_of_the_internet_fail_together_across_two_rules() -> None:
     assert "SecurityGroupRule lower" in result.offenders[0] and "SecurityGroupRule upper" in result.offenders[0]
 
 
-def test_coverage_is_a_union_two_public_slash_nines_make_a_slash_eight() -> None:
-    # Neither /9 alone reaches the threshold (a /8's worth of internet addresses); together they do.
-    low, high = aws_rule("low", ["11.0.0.0/9"], 6443), aws_rule("high", ["11.128.0.0/9"], 6443)
+def test_coverage_is_a_union_two_public_slash_sixteens_make_a_slash_fifteen() -> None:
+    # Neither /16 alone passes the threshold (more than a /16's worth of internet addresses); together they do.
+    low, high = aws_rule("low", ["11.0.0.0/16"], 6443), aws_rule("high", ["11.1.0.0/16"], 6443)
     assert policy.no_public_management_ports([low]).status == "pass"
     assert policy.no_public_management_ports([high]).status == "pass"
     assert policy.no_public_management_ports([low, high]).status == "fail"
+
+
+def test_a_public_slash_nine_is_the_world() -> None:
+    """The threshold was a /8: SSH from a public /9 (8 million addresses) passed."""
+    result = policy.no_public_management_ports([aws_rule("nine", ["11.0.0.0/9"], 22)])
+    assert result.status == "fail" and "port 22 (SSH) reachable from 8,388,608" in result.offenders[0]
+    assert policy.no_public_management_ports([aws_rule("v6", ["2a00::/48"], 22, v6=True)]).status == "pass"
+    assert policy.no_public_management_ports([aws_rule("v6", ["2a00::/47"], 22, v6=True)]).status == "fail"
 
 
 def test_any_public_slash_eight_fails_and_private_space_does_not() -> None:
@@ -142,6 +151,126 @@ def test_every_management_port_open_to_the_world_fails_on_every_cloud(port: int)
         result = policy.no_public_management_ports([r])
         assert result.status == "fail", (r.type, port)
         assert f"port {port} " in result.offenders[0]
+
+
+@pytest.mark.parametrize(("low", "high", "probe"), [(6800, 7300, 7000), (30000, 32767, 31080)])
+def test_ceph_daemon_ports_and_node_ports_are_management_ports(low: int, high: int, probe: int) -> None:
+    """Ceph's OSD, manager and MDS ports and Kubernetes' NodePorts were not management ports to it."""
+    assert MANAGEMENT_PORT_RANGES[(low, high)]
+    one = policy.no_public_management_ports([aws_rule("one", ["0.0.0.0/0"], probe)])
+    assert one.status == "fail" and f"ports {low}-{high}" in one.offenders[0]
+    whole = res(AWS_SG_RULE, "whole", {"type": "ingress", "protocol": "tcp", "fromPort": low - 10, "toPort": high + 10,
+                                       "cidrBlocks": ["0.0.0.0/0"]})
+    assert policy.no_public_management_ports([whole]).status == "fail"
+    # Two halves of the internet on different ports of the range never meet at one port.
+    apart = [aws_rule("a", ["0.0.0.0/1"], low + 1), aws_rule("b", ["128.0.0.0/1"], low + 2)]
+    result = policy.no_public_management_ports(apart)
+    assert result.status == "fail" and len([o for o in result.offenders if f"ports {low}-{high}" in o]) == 1
+    office = policy.no_public_management_ports([aws_rule("office", ["198.51.100.0/24", "10.0.0.0/8"], probe)])
+    assert office.status == "pass"
+
+
+def test_default_security_groups_and_lists_are_read() -> None:
+    aws = res(policy.AWS_DEFAULT_SG, "default",
+              {"ingress": [{"protocol": "tcp", "fromPort": 22, "toPort": 22, "cidrBlocks": ["0.0.0.0/0"]}]})
+    oci = res(policy.OCI_DEFAULT_SECURITY_LIST, "default",
+              {"ingressSecurityRules": [{"protocol": "6", "source": "0.0.0.0/0",
+                                         "tcpOptions": {"destinationPortRange": {"min": 22, "max": 22}}}]})
+    for r in (aws, oci):
+        result = policy.no_public_management_ports([r])
+        assert result.status == "fail" and "port 22 (SSH)" in result.offenders[0], r.type
+        assert policy.RULES[1].reads_type(r.type)
+    # AWS's own default: the group admits its members only.
+    members = res(policy.AWS_DEFAULT_SG, "default", {"ingress": [{"protocol": "-1", "fromPort": 0, "toPort": 0,
+                                                                   "self": True}]})
+    assert policy.no_public_management_ports([members]).status == "pass"
+
+
+@pytest.mark.parametrize("token", ["azure-native:network:NetworkSecurityGroup",
+                                   "azure-native:network/v20230901:NetworkSecurityGroup"])
+def test_azure_native_security_groups_and_rules_are_read(token: str) -> None:
+    nsg = res(token, "nsg", {"securityRules": [azure_rule("ssh", ["*"], 22)]})
+    assert policy.no_public_management_ports([nsg]).status == "fail"
+    rule_token = token.replace("NetworkSecurityGroup", "SecurityRule")
+    rule = res(rule_token, "r", {"direction": "Inbound", "access": "Allow", "protocol": "Tcp",
+                                 "sourceAddressPrefix": "Internet", "destinationPortRanges": ["6443", "30000-32767"]})
+    result = policy.no_public_management_ports([rule])
+    assert result.status == "fail" and len(result.offenders) == 2
+    rule_reads = policy.RULES[1]
+    assert rule_reads.reads_type(token) and rule_reads.reads_type(rule_token)
+    vnet = res(token, "v", {"securityRules": [azure_rule("v", ["VirtualNetwork"], "*", protocol="*")]})
+    assert policy.no_public_management_ports([vnet]).status == "pass"
+
+
+def _prefix_list(name: str, cidrs: list[str], id_: str = "") -> Resource:
+    return Resource(type=policy.AWS_PREFIX_LIST, name=name, id=id_, urn="", parent=None, custom=True,
+                    inputs={"addressFamily": "IPv4", "maxEntries": 5, "entries": [{"cidr": c} for c in cidrs]})
+
+
+def test_a_prefix_list_holding_the_world_fails() -> None:
+    """Prefix lists holding 0.0.0.0/0 passed: a reference was a named set the rule did not count."""
+    by_list = res(AWS_SG_RULE, "pl", {"type": "ingress", "protocol": "tcp", "fromPort": 22, "toPort": 22,
+                                      "prefixListIds": ["pl-world"]})
+    world, office = _prefix_list("world", ["0.0.0.0/0"], "pl-world"), _prefix_list("office", ["198.51.100.0/24"],
+                                                                                   "pl-office")
+    # Under the mocks ids are known: the reference is matched by id.
+    result = policy.no_public_management_ports([world, office, by_list])
+    assert result.status == "fail" and "0.0.0.0/0" in result.offenders[0]
+    to_office = res(AWS_INGRESS, "o", {"ipProtocol": "tcp", "fromPort": 22, "toPort": 22, "prefixListId": "pl-office"})
+    assert policy.no_public_management_ports([world, office, to_office]).status == "pass"
+    # A separate entry resource opens the list to the world.
+    entry = res(policy.AWS_PREFIX_LIST_ENTRY, "e", {"prefixListId": "pl-office", "cidr": "0.0.0.0/0"})
+    assert policy.no_public_management_ports([world, office, entry, to_office]).status == "fail"
+    # In the program's gate, ids are unknown: a reference stands for every list of the stack.
+    unknown_id = res(AWS_INGRESS, "u", {"ipProtocol": "tcp", "fromPort": 22, "toPort": 22,
+                                        "prefixListId": pulumi.UNKNOWN})
+    assert policy.no_public_management_ports([_prefix_list("w", ["0.0.0.0/0"]), unknown_id]).status == "fail"
+    assert policy.no_public_management_ports([_prefix_list("o", ["198.51.100.0/24"]), unknown_id]).status == "pass"
+
+
+@pytest.mark.parametrize(("rule", "why"), [
+    (aws_rule("unknown", [pulumi.UNKNOWN], 22), "not known until another resource exists"),
+    (aws_rule("typo", ["0.0.0.0/O"], 22), "is not an address block"),
+    (res(AWS_SG_RULE, "outside", {"type": "ingress", "protocol": "tcp", "fromPort": 22, "toPort": 22,
+                                  "prefixListIds": ["pl-0123456789abcdef0"]}), "not one of the stack's"),
+    (res(AZURE_NSG, "tag", {"securityRules": [azure_rule("t", ["Storage"], 22)]}), "service tag 'Storage'"),
+    (res(AZURE_NSG_RULE, "none", {"direction": "Inbound", "access": "Allow", "protocol": "Tcp",
+                                  "destinationPortRange": "22"}), "names no source"),
+    (oci_rule("unknown", pulumi.UNKNOWN, 6443), "not known until another resource exists"),
+])
+def test_a_source_the_rule_cannot_count_fails(rule: Resource, why: str) -> None:
+    """A source it could not resolve was skipped, so the rule passed."""
+    result = policy.no_public_management_ports([rule])
+    assert result.status == "fail", result
+    assert why in result.offenders[0]
+    # Where it reaches no management port, it does not matter.
+    elsewhere = dataclasses.replace(rule, inputs=_moved(rule.inputs, 8080))
+    assert policy.no_public_management_ports([elsewhere]).status == "pass"
+
+
+def _moved(inputs: dict[str, Any], port: int) -> dict[str, Any]:
+    out = dict(inputs)
+    if "fromPort" in out:
+        out.update(fromPort=port, toPort=port)
+    if "tcpOptions" in out:
+        out["tcpOptions"] = {"destinationPortRange": {"min": port, "max": port}}
+    if "destinationPortRange" in out:
+        out["destinationPortRange"] = str(port)
+    if "securityRules" in out:
+        out["securityRules"] = [dict(r, destinationPortRange=str(port)) for r in out["securityRules"]]
+    return out
+
+
+def test_sources_that_name_no_internet_address_pass() -> None:
+    groups = res(AWS_SG_RULE, "g", {"type": "ingress", "protocol": "tcp", "fromPort": 22, "toPort": 22,
+                                    "sourceSecurityGroupId": "sg-123"})
+    oci_nsg = res(OCI_NSG_RULE, "n", {"direction": "INGRESS", "protocol": "6", "source": "ocid1.nsg.oc1..x",
+                                      "sourceType": "NETWORK_SECURITY_GROUP",
+                                      "tcpOptions": {"destinationPortRange": {"min": 22, "max": 22}}})
+    asg = res(AZURE_NSG_RULE, "a", {"direction": "Inbound", "access": "Allow", "protocol": "Tcp",
+                                    "sourceApplicationSecurityGroupIds": ["/subscriptions/x/asg"],
+                                    "destinationPortRange": "22"})
+    assert policy.no_public_management_ports([groups, oci_nsg, asg]).status == "pass"
 
 
 def test_the_stacks_management_ports_include_what_the_roles_listen_on() -> None:
