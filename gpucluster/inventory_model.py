@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpucluster.errors import InputError
 from gpucluster.inventory import SCHEMA_VERSION, parse_inventory_text
 from gpucluster.spec.loader import validation_problems
-from gpucluster.spec.models import Cidr, IfName, IPv4, OsId
+from gpucluster.spec.models import Cidr, IfName, IPv4, Name, OsId
 
 SCHEMA_VAR = "gpucluster_inventory_schema"
 _REGENERATE = "write the inventory again with `gpucluster inventory` (or `gpucluster lab up`)"
@@ -40,6 +40,15 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True, strict=True)
 
 
+# What reaches the SSH client (verify's ssh_config, ssh's and Ansible's command lines): the shapes
+# the stack outputs already have (gpucluster/outputs.py), so that a hand-edited inventory cannot
+# put a space, a newline or a leading '-' there and with it an option of its own (ProxyCommand).
+SshHost = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$",
+                               description="a host name, an IPv4 or an IPv6 address")]
+SshLogin = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$", description="a login name")]
+KeyFile = Annotated[str, Field(pattern=r"^~?[A-Za-z0-9_./+@-]{1,4096}$", description="a private key's path")]
+
+
 class InventoryRail(BaseModel):
     """An addressed compute rail (gpucluster.outputs.OutputRail): interface, address, subnet."""
 
@@ -50,18 +59,18 @@ class InventoryRail(BaseModel):
 
 
 class InventoryHost(_Open):
-    ansible_host: str = Field(min_length=1)
-    ansible_user: str = "root"
+    ansible_host: SshHost
+    ansible_user: SshLogin = "root"
     ansible_port: int = Field(22, ge=1, le=65535)
-    ansible_ssh_private_key_file: str | None = None
-    gpucluster_node_name: str
+    ansible_ssh_private_key_file: KeyFile | None = None
+    gpucluster_node_name: Name
     gpucluster_pool: str
     gpucluster_roles: list[str] = Field(min_length=1)
     gpucluster_profile: str
     gpucluster_platform: str
-    gpucluster_management_ip: str
-    gpucluster_fabric_ip: str | None
-    gpucluster_fabric_interface: str | None = None
+    gpucluster_management_ip: IPv4
+    gpucluster_fabric_ip: IPv4 | None
+    gpucluster_fabric_interface: IfName | None = None
     # Inventories written before rails were exported have none.
     gpucluster_rails: list[InventoryRail] = Field(default_factory=list)
     gpucluster_os: Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
@@ -126,7 +135,7 @@ class InventoryVars(_Open):
 
 class InventoryGroup(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    hosts: dict[str, None] = Field(default_factory=dict)
+    hosts: dict[Name, None] = Field(default_factory=dict)
 
 
 class Inventory(BaseModel):
@@ -134,7 +143,7 @@ class Inventory(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     vars: InventoryVars
-    hosts: dict[str, InventoryHost] = Field(min_length=1)
+    hosts: dict[Name, InventoryHost] = Field(min_length=1)
     children: dict[str, InventoryGroup] = Field(default_factory=dict)
 
     def groups(self) -> dict[str, tuple[str, ...]]:
