@@ -34,6 +34,8 @@ def _stack(gpu_nodes: int, directory: Path) -> Path:
                 "availability_zone": "us-east-1a",
                 "ami_id": "ami-0123456789abcdef0",
                 "admin_cidrs": ["203.0.113.0/24"],
+                # The NAT gateway's public subnet (egress nat, the default).
+                "public_cidr": "10.0.128.0/24",
             },
             "gpucluster:node_pools": [
                 {"name": "gpu", "count": gpu_nodes, "roles": ["gpu"], "profile": "h100-sxm-8"},

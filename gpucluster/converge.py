@@ -448,7 +448,8 @@ def limited_hosts(inventory: Mapping[str, Any], limit: str | None) -> set[str] |
     return chosen
 
 
-def probe_host_keys(inventory: Mapping[str, Any], policy: hostkeys.HostKeyPolicy, limit: str | None = None) -> None:
+def probe_host_keys(inventory: Mapping[str, Any], policy: hostkeys.HostKeyPolicy, limit: str | None = None,
+                    jump: tuple[hostkeys.Jump, Path] | None = None) -> None:
     """First contact records each node's key; a node whose key changed stops the run (InputError).
 
     Unreachable nodes are left to Ansible, which reports them in its recap. With a ``--limit``
@@ -459,11 +460,17 @@ def probe_host_keys(inventory: Mapping[str, Any], policy: hostkeys.HostKeyPolicy
     found = hostkeys.probe(
         [(name, t[1]) for name, t in targets.items()],
         lambda name: hostkeys.direct_argv(targets[name][1], targets[name][2], targets[name][3], targets[name][4],
-                                          policy),
+                                          policy, jump=jump),
         policy)
     changed = [f"{name}: {r.message}" for name, r in sorted(found.items()) if r.status == "host_key_changed"]
     if changed:
         raise InputError(changed, source="host keys")
+
+
+def _cfg_ssh_args(cfg: Path = ANSIBLE_CFG) -> str:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(cfg, encoding="utf-8")
+    return parser.get("ssh_connection", "ssh_args", fallback="")
 
 
 def ansible_ssh_args(policy: hostkeys.HostKeyPolicy, cfg: Path = ANSIBLE_CFG) -> str:
@@ -581,15 +588,21 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
         runner = run_ansible
     with runs.cluster_lock(options.inventory, "gpucluster converge") as lock, runs.private_umask():
         policy = hostkeys.policy_for_inventory(inventory)
+        # Through a bastion: Ansible's ssh, and the probe's, reach it as the inventory says
+        # (ProxyJump), with its login and host key policy from a config file ssh hands on to it.
+        jump = hostkeys.jump_of(inventory)
+        through = None if jump is None else (jump, hostkeys.jump_config_for(
+            str(((inventory.get("all") or {}).get("vars") or {}).get("gpucluster_cluster_name", "")), jump, policy))
         if policy.checked:
-            probe_host_keys(inventory, policy, options.limit)
+            probe_host_keys(inventory, policy, options.limit, through)
         fetched = fetched_secrets(options, inventory)
         missing = {p.parent for p in fetched if not os.path.lexists(p.parent)}
         run_dir = new_run_dir(options.runs_dir, options.label)
         # Ansible's SSH masters listen in a folder this run made and checked, and end with it.
         control = sockets.control_dir(run_dir / "ssh")
         try:
-            result = _converge(options, progress_out, runner, run_dir, policy, lock, control)
+            result = _converge(options, progress_out, runner, run_dir, policy, lock, control,
+                               through[1] if through else None)
         finally:
             for problem in sockets.release(run_dir / "ssh"):
                 progress_out.write(f"warning: {problem}\n")
@@ -598,7 +611,8 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
 
 
 def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[..., Any], run_dir: Path,
-              policy: hostkeys.HostKeyPolicy, lock: Path, control: Path) -> ConvergeResult:
+              policy: hostkeys.HostKeyPolicy, lock: Path, control: Path,
+              jump_config: Path | None = None) -> ConvergeResult:
     cmdline: list[str] = []
     if options.check:
         cmdline.append("--check")
@@ -617,6 +631,11 @@ def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[.
     if policy.checked:
         envvars["ANSIBLE_HOST_KEY_CHECKING"] = "True"
         envvars["ANSIBLE_SSH_ARGS"] = ansible_ssh_args(policy)
+    if jump_config is not None:
+        # The hosts' ansible_ssh_common_args name the bastion (ProxyJump); ssh hands this file on
+        # to the jump connection, which takes the bastion's login and host key policy from it.
+        base = envvars.get("ANSIBLE_SSH_ARGS") or _cfg_ssh_args()
+        envvars["ANSIBLE_SSH_ARGS"] = f"{base} -F {shlex.quote(str(jump_config))}".strip()
     if options.debug_no_log:
         extravars[DEBUG_NO_LOG_VAR] = True
         envvars[DEBUG_NO_LOG_ENV] = "1"

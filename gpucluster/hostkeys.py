@@ -19,7 +19,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +86,71 @@ def policy_for_inventory(data: dict[str, Any]) -> HostKeyPolicy:
     """The policy for a parsed inventory (``all.vars.gpucluster_target`` and the cluster's name)."""
     all_vars = ((data.get("all") or {}).get("vars") or {}) if isinstance(data, dict) else {}
     return policy_for(str(all_vars.get("gpucluster_target", "")), str(all_vars.get("gpucluster_cluster_name", "")))
+
+
+# --- through a bastion -----------------------------------------------------------------------
+
+JUMP_CONFIG = "jump_ssh_config"
+
+
+@dataclass(frozen=True)
+class Jump:
+    """The bastion every connection to the nodes goes through (the inventory's gpucluster_access),
+    and the key the controller logs in to it with (the nodes' key; None: the SSH agent's keys).
+
+    ssh reaches it as ssh's ProxyJump does: a second ``ssh -W`` to the bastion, which reads the
+    same ``-F`` file as the first ("the configuration file specified with -F is passed to the
+    jump host": ssh(1), -J; OpenSSH's ssh.c builds its ProxyCommand with ``-F <file>``). Its host
+    key is held to the cluster's policy like a node's, and its login to :meth:`config_lines`.
+    """
+
+    host: str
+    user: str
+    port: int = 22
+    key_file: str | None = None
+
+    @property
+    def spec(self) -> str:
+        """``user@host:port``: ProxyJump's and ``-J``'s form."""
+        return f"{self.user}@{self.host}:{self.port}"
+
+    def config_lines(self) -> list[str]:
+        """The bastion's ``Host`` block (after a ``Host *`` block holding the host key policy)."""
+        lines = [f"Host {self.host}", f"  User {self.user}", f"  Port {self.port}"]
+        if self.key_file:
+            lines += [f"  IdentityFile {self.key_file}", "  IdentitiesOnly yes"]
+        return lines
+
+
+def jump_of(data: Mapping[str, Any]) -> Jump | None:
+    """The bastion of a parsed inventory (``all.vars.gpucluster_access``), with the key its hosts
+    log in with; None when the nodes are reached directly."""
+    root = (data.get("all") or {}) if isinstance(data, Mapping) else {}
+    access = (root.get("vars") or {}).get("gpucluster_access") or {}
+    bastion = access.get("bastion") if access.get("mode") == "bastion" else None
+    if not isinstance(bastion, Mapping):
+        return None
+    hosts = [hv for hv in (root.get("hosts") or {}).values() if isinstance(hv, Mapping)]
+    keys = {hv.get("ansible_ssh_private_key_file") for hv in hosts}
+    key = next(iter(keys)) if len(keys) == 1 else None
+    return Jump(str(bastion["host"]), str(bastion["user"]), int(bastion.get("port", 22)), key)
+
+
+def write_jump_config(path: Path, jump: Jump, policy: HostKeyPolicy) -> Path:
+    """An ssh_config for reaching the nodes through ``jump``: the host key policy for every host
+    (the bastion's key recorded and checked like a node's) and the bastion's login. Given to ssh
+    with ``-F`` beside ``-o ProxyJump=<jump.spec>``, the jump connection reads it too."""
+    lines = ["# Written by gpucluster: how ssh reaches the cluster's bastion.", "Host *"]
+    lines += [f"  {key} {value}" for key, value in policy.ssh_options()]
+    lines += ["  BatchMode yes", "  ForwardAgent no", "  ServerAliveInterval 15", *jump.config_lines()]
+    path.parent.mkdir(parents=True, exist_ok=True, mode=runs.RUN_DIR_MODE)
+    runs.write_private(path, "\n".join(lines) + "\n")
+    return path
+
+
+def jump_config_for(cluster_name: str, jump: Jump, policy: HostKeyPolicy) -> Path:
+    """:func:`write_jump_config` in the cluster's own state folder (beside its known_hosts)."""
+    return write_jump_config(runs.cluster_state_dir(cluster_name) / JUMP_CONFIG, jump, policy)
 
 
 # --- probing ---------------------------------------------------------------------------------
@@ -157,10 +222,13 @@ def probe(nodes: Sequence[tuple[str, str]], argv_for: Callable[[str], list[str]]
 
 
 def direct_argv(address: str, port: int, user: str | None, key_file: str | None, policy: HostKeyPolicy,
-                command: str = "true") -> list[str]:
-    """An ssh command line that needs no config file (converge's probe, before Ansible connects)."""
+                command: str = "true", jump: tuple[Jump, Path] | None = None) -> list[str]:
+    """An ssh command line for converge's probe, before Ansible connects: no config file, or
+    through ``jump`` (the bastion and its :func:`write_jump_config` file)."""
     argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={PROBE_CONNECT_TIMEOUT_S}",
             "-o", "ConnectionAttempts=1", "-o", "LogLevel=ERROR", *policy.ssh_flags(), "-p", str(port)]
+    if jump is not None:
+        argv += ["-F", str(jump[1]), "-o", f"ProxyJump={jump[0].spec}"]
     if user:
         argv += ["-l", user]
     if key_file:

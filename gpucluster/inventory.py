@@ -17,7 +17,9 @@ from typing import Any
 import yaml
 
 from gpucluster.errors import InputError
-from gpucluster.outputs import StackOutputs, load_outputs
+from gpucluster.outputs import OutputAccess, StackOutputs, access_outputs, egress_outputs, load_outputs
+from gpucluster.render.proxy import proxy_env
+from gpucluster.render.sources import resolved_sources
 from gpucluster.spec import load_spec
 from gpucluster.spec.cluster import Cluster
 from gpucluster.spec.loader import capped
@@ -87,6 +89,7 @@ def _consistency(cluster: Cluster, outputs: StackOutputs, source: str) -> None:
             have = ", ".join(r.interface for r in node.rails) or "none"
             problems.append(f"{where}.rails: {have}, but the stack file plans "
                             f"{', '.join(r.interface for r in planned.rails)} (bring the target up again)")
+    problems += _reach_consistency(cluster, outputs)
     missing = [n.name for n in cluster.nodes if n.name not in seen]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
@@ -95,12 +98,45 @@ def _consistency(cluster: Cluster, outputs: StackOutputs, source: str) -> None:
         raise InputError(capped(problems), source=source)
 
 
+def _reach_consistency(cluster: Cluster, outputs: StackOutputs) -> list[str]:
+    """The access path and egress the outputs carry are the stack file's: outputs of an older spec
+    would send converge through a bastion, or a proxy, that is no longer the cluster's."""
+    problems = []
+    want = access_outputs(cluster, outputs.nodes[0].ssh_user if outputs.nodes else "", None)
+    have = outputs.access
+    if have.mode != want["mode"] or have.created != want["created"]:
+        said = f"{have.mode!r}" + (" (a bastion the stack made)" if have.created else "")
+        meant = f"{want['mode']!r}" + (" (a bastion the stack makes)" if want["created"] else "")
+        problems.append(f"outputs.access.mode: {said} but the stack file's access is {meant} "
+                        "(bring the target up again)")
+    elif want["bastion"] is not None and have.bastion is not None:
+        # An existing bastion is the spec's; a created one's address is the target's to say.
+        for key in ("host", "user", "port", "source_cidr"):
+            if getattr(have.bastion, key) != want["bastion"][key]:
+                problems.append(f"outputs.access.bastion.{key}: {getattr(have.bastion, key)!r} but the stack file "
+                                f"says {want['bastion'][key]!r} (bring the target up again)")
+    if outputs.egress.model_dump() != egress_outputs(cluster):
+        problems.append(f"outputs.egress: {outputs.egress.mode} with other settings than the stack file's "
+                        f"{egress_outputs(cluster)['mode']} (bring the target up again)")
+    return problems
+
+
+def jump_args(access: OutputAccess) -> str | None:
+    """Ansible's standard form of the way in: ``-o ProxyJump=user@host:port`` (ansible_ssh_common_args,
+    which ssh, sftp and scp all take), or None when the nodes are reached directly."""
+    if access.bastion is None:
+        return None
+    b = access.bastion
+    return f"-o ProxyJump={b.user}@{b.host}:{b.port}"
+
+
 def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "outputs") -> dict[str, Any]:
     """The inventory as data; raises InputError when outputs and spec disagree."""
     _consistency(cluster, outputs, source)
     hosts: dict[str, dict[str, Any]] = {}
     osd_by_pool = {p.name: list(p.osd_devices) for p in cluster.spec.node_pools if p.osd_devices}
     groups: dict[str, dict[str, Any]] = {role: {"hosts": {}} for role in ROLE_GROUPS}
+    jump = jump_args(outputs.access)
     for node in outputs.nodes:
         host: dict[str, Any] = {
             "ansible_host": node.management_ip,
@@ -109,6 +145,8 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
         }
         if outputs.ssh_private_key_file:
             host["ansible_ssh_private_key_file"] = outputs.ssh_private_key_file
+        if jump is not None:
+            host["ansible_ssh_common_args"] = jump
         host.update(
             {
                 "gpucluster_node_name": node.name,
@@ -166,6 +204,13 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
         "gpucluster_conformance": spec["conformance"],
         # Where the stack admits SSH from (a controller, a CI runner): the node firewall admits it too.
         "gpucluster_admin_cidrs": list(getattr(cluster.spec.target, "admin_cidrs", [])),
+        # The way in (the nodes' firewall admits a bastion's source) and out: the proxy as every
+        # process the roles run takes it (the playbooks' environment), and each download's URL.
+        "gpucluster_access": outputs.access.model_dump(),
+        "gpucluster_egress": outputs.egress.model_dump(),
+        "gpucluster_proxy_env": proxy_env(outputs.egress.model_dump(), spec["fabric"], spec["kubernetes"]),
+        "gpucluster_sources": resolved_sources({str(k): v for k, v in outputs.egress.mirrors.items()},
+                                               resolved["software"]),
         "gpucluster_capabilities": outputs.capabilities.model_dump(),
         # fabric.ofed: the RDMA stack rdma_fabric installs and nvidia_driver's peermem follows.
         "gpucluster_ofed_flavour": cluster.spec.fabric.ofed,

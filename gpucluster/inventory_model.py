@@ -26,13 +26,26 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpucluster.errors import InputError
 from gpucluster.inventory import SCHEMA_VERSION, parse_inventory_text
 from gpucluster.spec.loader import validation_problems
-from gpucluster.spec.models import Cidr, IfName, IPv4, Name, OsId
+from gpucluster.spec.models import (
+    Cidr,
+    HostName,
+    HttpUrl,
+    IfName,
+    IPv4,
+    MirrorKey,
+    Name,
+    NoProxyEntry,
+    OsId,
+    ProxyUrl,
+    SshUser,
+)
 
 SCHEMA_VAR = "gpucluster_inventory_schema"
 _REGENERATE = "write the inventory again with `gpucluster inventory` (or `gpucluster lab up`)"
 
-__all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryCapabilities", "InventoryConformance",
-           "InventoryGroup", "InventoryHost", "InventoryRail", "InventoryVars", "read_inventory", "validate_inventory"]
+__all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryAccess", "InventoryBastion",
+           "InventoryCapabilities", "InventoryConformance", "InventoryEgress", "InventoryGroup", "InventoryHost",
+           "InventoryRail", "InventoryVars", "read_inventory", "validate_inventory"]
 
 
 class _Open(BaseModel):
@@ -63,6 +76,9 @@ class InventoryHost(_Open):
     ansible_user: SshLogin = "root"
     ansible_port: int = Field(22, ge=1, le=65535)
     ansible_ssh_private_key_file: KeyFile | None = None
+    # The way in, as Ansible takes it: "-o ProxyJump=user@host:port" behind a bastion, and nothing else.
+    ansible_ssh_common_args: Annotated[str, Field(
+        pattern=r"^-o ProxyJump=[a-z_][a-z0-9_-]{0,31}@[A-Za-z0-9][A-Za-z0-9.-]{0,252}:[0-9]{1,5}$")] | None = None
     gpucluster_node_name: Name
     gpucluster_pool: str
     gpucluster_roles: list[str] = Field(min_length=1)
@@ -112,6 +128,41 @@ class InventoryConformance(BaseModel):
     fleet_margin: float = Field(ge=0.0, le=0.5)
 
 
+class InventoryBastion(BaseModel):
+    """gpucluster.outputs.OutputBastion as the inventory carries it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    host: HostName
+    user: SshUser
+    port: int = Field(ge=1, le=65535)
+    source_cidr: Cidr | None
+
+
+class InventoryAccess(BaseModel):
+    """How converge and verify reach the nodes (gpucluster.outputs.OutputAccess)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    mode: Literal["direct", "bastion"]
+    bastion: InventoryBastion | None
+    created: bool = False
+
+    def jump(self) -> str | None:
+        """``user@host:port`` of the bastion (ssh's ProxyJump), or None."""
+        b = self.bastion
+        return f"{b.user}@{b.host}:{b.port}" if b is not None else None
+
+
+class InventoryEgress(BaseModel):
+    """How the nodes reach what they download (gpucluster.outputs.OutputEgress)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    mode: Literal["nat", "proxy", "none"]
+    http_proxy: ProxyUrl | None
+    https_proxy: ProxyUrl | None
+    no_proxy: list[NoProxyEntry]
+    mirrors: dict[MirrorKey, HttpUrl]
+
+
 class InventoryVars(_Open):
     gpucluster_inventory_schema: Literal[3]
     gpucluster_cluster_name: str
@@ -127,6 +178,11 @@ class InventoryVars(_Open):
     # Inventories written before it was exported admit SSH from the management network alone.
     gpucluster_admin_cidrs: list[Cidr] = Field(default_factory=list)
     gpucluster_capabilities: InventoryCapabilities
+    # Inventories written before they were exported: reached directly, routing out on their own.
+    gpucluster_access: InventoryAccess = InventoryAccess(mode="direct", bastion=None, created=False)
+    gpucluster_egress: InventoryEgress | None = None
+    gpucluster_proxy_env: dict[str, str] = Field(default_factory=dict)
+    gpucluster_sources: dict[str, str] = Field(default_factory=dict)
     gpucluster_nodes: list[dict[str, Any]]
     gpucluster_ofed_flavour: Literal["inbox", "doca"]
     gpucluster_gpu_mode: Literal["operator", "device_plugin", "none"]

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import re
@@ -15,12 +16,29 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpucluster.errors import InputError
 from gpucluster.spec.cluster import MAX_NODES, Cluster
 from gpucluster.spec.loader import MAX_DEPTH, MAX_INT_DIGITS, capped, read_bounded, validation_problems
-from gpucluster.spec.models import AbsPath, Cidr, CrushBucketName, FabricType, IfName, IPv4, Name, OsId, Role
+from gpucluster.spec.models import (
+    AbsPath,
+    Bastion,
+    Cidr,
+    CrushBucketName,
+    FabricType,
+    HostName,
+    HttpUrl,
+    IfName,
+    IPv4,
+    MirrorKey,
+    Name,
+    NoProxyEntry,
+    OsId,
+    ProxyUrl,
+    Role,
+    SshUser,
+)
 
 SCHEMA_VERSION = 1
 # 50,000 nodes (MAX_NODES) as `pulumi stack output --json` prints them come to about 20 MB.
@@ -124,6 +142,76 @@ def target_capabilities(cluster: Cluster) -> Capabilities:
     return LAB_CAPABILITIES if cluster.spec.target.kind == "lab" else Capabilities()
 
 
+class OutputBastion(_Out):
+    """The jump host every SSH connection to the nodes goes through."""
+
+    host: HostName
+    user: SshUser
+    port: int = Field(22, ge=1, le=65535)
+    # Where the nodes see its connections come from: their firewall admits SSH from here.
+    source_cidr: Cidr | None = None
+
+
+class OutputAccess(_Out):
+    """How the controller reaches the nodes: directly, or through ``bastion``."""
+
+    mode: Literal["direct", "bastion"] = "direct"
+    bastion: OutputBastion | None = None
+    # The stack made the bastion (it goes with the stack: `down` forgets its host key), or it existed.
+    created: bool = False
+
+    @model_validator(mode="after")
+    def _bastion_named(self) -> OutputAccess:
+        if (self.mode == "bastion") != (self.bastion is not None):
+            raise ValueError("a bastion is named exactly when mode is bastion")
+        return self
+
+
+class OutputEgress(_Out):
+    """How the nodes reach what they download (the spec's ``target.egress``; a target without
+    one routes out through its own network: ``nat``)."""
+
+    mode: Literal["nat", "proxy", "none"] = "nat"
+    http_proxy: ProxyUrl | None = None
+    https_proxy: ProxyUrl | None = None
+    no_proxy: list[NoProxyEntry] = Field(default_factory=list)
+    mirrors: dict[MirrorKey, HttpUrl] = Field(default_factory=dict)
+
+
+def bastion_source_cidr(bastion: Bastion) -> str | None:
+    """Where an existing bastion's connections to the nodes come from: its ``source_cidr``, else
+    its host where that is an IPv4 address (the spec rules require one of them)."""
+    if bastion.source_cidr:
+        return bastion.source_cidr
+    try:
+        return f"{ipaddress.IPv4Address(bastion.host or '')}/32"
+    except ValueError:
+        return None
+
+
+def access_outputs(cluster: Cluster, ssh_user: str, bastion_address: tuple[str, str | None] | None) -> dict[str, Any]:
+    """The access path as the outputs carry it: from the spec, with a created bastion's public and
+    private addresses (``bastion_address``) as the target assigned them."""
+    access = getattr(cluster.spec.target, "access", None)
+    if access is None or access.mode == "direct" or access.bastion is None:
+        return {"mode": "direct", "bastion": None, "created": False}
+    bastion = access.bastion
+    if bastion.create:
+        if bastion_address is None:
+            return {"mode": "bastion", "bastion": None, "created": True}
+        public, private = bastion_address
+        return {"mode": "bastion", "bastion": {"host": public, "user": ssh_user, "port": 22,
+                                               "source_cidr": f"{private}/32" if private else None},
+                "created": True}
+    return {"mode": "bastion", "bastion": {"host": bastion.host, "user": bastion.user, "port": bastion.port,
+                                           "source_cidr": bastion_source_cidr(bastion)}, "created": False}
+
+
+def egress_outputs(cluster: Cluster) -> dict[str, Any]:
+    egress = getattr(cluster.spec.target, "egress", None)
+    return (egress.model_dump() if egress is not None else OutputEgress().model_dump())
+
+
 class StackOutputs(_Out):
     schema_version: Literal[1] = 1
     cluster_name: Name
@@ -135,6 +223,9 @@ class StackOutputs(_Out):
     capabilities: Capabilities = Capabilities()
     # A key file path as Ansible reads it: absolute, or relative, or under ~; no Jinja or shell syntax.
     ssh_private_key_file: str | None = Field(None, pattern=r"^~?[A-Za-z0-9_./+@-]{1,4096}$")
+    # Outputs written before targets exported them: reached directly, routing out on their own.
+    access: OutputAccess = OutputAccess()
+    egress: OutputEgress = OutputEgress()
 
 
 def build_outputs(
@@ -148,6 +239,7 @@ def build_outputs(
     failure_domains: dict[str, str] | None = None,
     ssh_private_key_file: str | None = None,
     capabilities: Capabilities | None = None,
+    bastion_address: tuple[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """The outputs mapping a target exports, from the spec plus what the target assigned.
 
@@ -156,6 +248,7 @@ def build_outputs(
     ``fabric_interfaces`` names a node's fabric interface where it differs from the
     cluster-wide ``fabric_interface`` (storage VMs without the GPU nodes' HCAs, say).
     ``capabilities`` defaults to what the spec's target's nodes can do (:func:`target_capabilities`).
+    ``bastion_address``: the public and private address of a bastion the target created.
     """
     nodes = []
     for node in cluster.nodes:
@@ -198,6 +291,8 @@ def build_outputs(
         },
         "ssh_private_key_file": ssh_private_key_file,
         "capabilities": (capabilities or target_capabilities(cluster)).model_dump(),
+        "access": access_outputs(cluster, ssh_user, bastion_address),
+        "egress": egress_outputs(cluster),
     }
 
 

@@ -217,11 +217,21 @@ class PlanMocks:
         if typ == "aws:ec2/instance:Instance":
             state.setdefault("privateIp", self._aws_instance_ip(inputs))
             state["arn"] = f"arn:aws:ec2:mock:000000000000:instance/{id_}"
+            if inputs.get("associatePublicIpAddress") is True:
+                state.setdefault("publicIp", _public_address(args.name))
+        elif typ == "azure:network/publicIp:PublicIp":
+            state["ipAddress"] = _public_address(args.name)
         elif typ == "azure:network/networkInterface:NetworkInterface":
             configs = inputs.get("ipConfigurations") or [{}]
-            state["privateIpAddress"] = configs[0].get("privateIpAddress")
+            subnet = self.by_id.get(configs[0].get("subnetId") or "", ("", {}))[1]
+            dynamic = (subnet.get("addressPrefixes") or [None])[0]
+            state["privateIpAddress"] = configs[0].get("privateIpAddress") or (
+                self._allocate(str(dynamic)) if dynamic else None)
         elif typ == "oci:Core/instance:Instance":
-            state["privateIp"] = (inputs.get("createVnicDetails") or {}).get("privateIp")
+            vnic = inputs.get("createVnicDetails") or {}
+            state["privateIp"] = vnic.get("privateIp") or self._oci_instance_ip(vnic)
+            if str(vnic.get("assignPublicIp")).lower() == "true":
+                state["publicIp"] = _public_address(args.name)
         elif typ.startswith("aws:"):
             state.setdefault("arn", f"arn:aws:mock:::{id_}")
         if args.custom:
@@ -244,8 +254,20 @@ class PlanMocks:
                 return self._allocate(str(cidr))
         return None
 
+    def _oci_instance_ip(self, vnic: Mapping[str, Any]) -> str | None:
+        subnet_id = vnic.get("subnetId")
+        if subnet_id in self.by_id:
+            cidr = self.by_id[subnet_id][1].get("cidrBlock")
+            if cidr:
+                return self._allocate(str(cidr))
+        return None
+
     def call(self, args: Any) -> dict[str, Any]:
         token: str = args.token
+        if token == "oci:Core/getServices:getServices":
+            return {"services": [{"id": "ocid1.service.oc1..mockall",
+                                  "cidrBlock": "all-mock-services-in-oracle-services-network",
+                                  "name": "All Mock Services In Oracle Services Network"}]}
         if token == "aws:ec2/getAmi:getAmi":
             name = str((args.args.get("filters") or [{}])[0].get("values", ["ami"])[0])
             return {"id": "ami-" + _digest(name), "imageId": "ami-" + _digest(name), "name": name}
@@ -256,6 +278,11 @@ class PlanMocks:
 
 def _digest(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def _public_address(name: str) -> str:
+    """A made-up public address (RFC 5737's TEST-NET-2, which no real host has) for a resource."""
+    return f"198.51.100.{int(_digest(name), 16) % 254 + 1}"
 
 
 def _pulumi_mocks(mocks: PlanMocks) -> pulumi.runtime.Mocks:

@@ -668,14 +668,19 @@ def on_lab(cluster: Cluster) -> bool:
 
 def _node_hosts(outputs_file: Path) -> list[str]:
     """The nodes' addresses as known_hosts names them (``addr``, or ``[addr]:port``), from the
-    stack outputs; none when there are no readable outputs."""
+    stack outputs, and a bastion the stack made (destroyed with them); none when there are no
+    readable outputs. An existing bastion outlives the stack: its key stays."""
     from gpucluster.outputs import parse_outputs
 
     try:
         parsed = parse_outputs(json.loads(outputs_file.read_text(encoding="utf-8")), str(outputs_file))
     except (OSError, ValueError, InputError):
         return []
-    return [n.management_ip if n.ssh_port == 22 else f"[{n.management_ip}]:{n.ssh_port}" for n in parsed.nodes]
+    hosts = [(n.management_ip, n.ssh_port) for n in parsed.nodes]
+    bastion = parsed.access.bastion
+    if bastion is not None and parsed.access.created:
+        hosts.append((bastion.host, bastion.port))
+    return [addr if port == 22 else f"[{addr}]:{port}" for addr, port in hosts]
 
 
 def tear_down(cluster: Cluster, stack_file: Path, out: TextIO, *,

@@ -888,6 +888,68 @@ def subnets_disjoint(resources: Sequence[Resource]) -> PolicyResult:
     return PolicyResult(rule, "pass", f"{len(gpu)} GPU and {len(storage)} storage subnet(s), none overlapping")
 
 
+# --- behind a bastion, the bastion is the only way in --------------------------------------------
+
+
+def _bastions(resources: Sequence[Resource]) -> list[Resource]:
+    return [r for r in resources if r.type.startswith("gpucluster:") and r.type.endswith(":Bastion")]
+
+
+def _from_outside(source: str, admin: Sequence[str]) -> bool:
+    """Whether an ingress source lies outside the cluster's private networks: a public block, or
+    one of the ranges the bastion admits from (admin_cidrs may be any range, a documentation one too)."""
+    try:
+        net = ipaddress.ip_network(source.strip(), strict=False)
+    except ValueError:
+        return source.strip().lower() in _WORLD_NAMES
+    for cidr in admin:
+        try:
+            if net.overlaps(ipaddress.ip_network(cidr, strict=False)):  # type: ignore[arg-type]
+                return True
+        except (ValueError, TypeError):
+            continue
+    return not net.is_private
+
+
+def bastion_only_entry(resources: Sequence[Resource]) -> PolicyResult:
+    """Where the stack creates a bastion (a ``gpucluster:<cloud>:Bastion`` component, whose props name
+    its ``adminCidrs``), no rule admits a management port from outside the private networks except
+    the bastion's own, and that one admits port 22 alone, from admin_cidrs alone. The bastion's rules
+    are its children, named ``<bastion>-...``."""
+    rule = "bastion-only-entry"
+    bastions = _bastions(resources)
+    if not bastions:
+        return PolicyResult(rule, "n/a", "no bastion in the stack: the nodes are reached directly")
+    offenders = []
+    judged = 0
+    for ingress in _ingress(resources):
+        ports = sorted(p for p in MANAGEMENT_PORTS if ingress.low <= p <= ingress.high)
+        if not ports:
+            continue
+        own = next((b for b in bastions if ingress.resource.name.startswith(f"{b.name}-")), None)
+        admin = [str(c) for b in ([own] if own else bastions) for c in _list(b.inputs.get("adminCidrs"))]
+        outside = [s for s in ingress.sources if _from_outside(s, admin)]
+        if not outside:
+            continue
+        judged += 1
+        shown = ", ".join(f"{p} ({MANAGEMENT_PORTS[p]})" for p in ports[:4]) + (" ..." if len(ports) > 4 else "")
+        if own is None:
+            offenders.append(f"{_label(ingress.resource)}: port {shown} from {', '.join(outside)}: behind a bastion "
+                             "only the bastion admits anyone from outside")
+            continue
+        if (ingress.low, ingress.high) != (22, 22):
+            offenders.append(f"{_label(ingress.resource)}: the bastion admits port {shown} from outside; SSH (22) only")
+        stray = [s for s in outside if s not in admin]
+        if stray:
+            offenders.append(f"{_label(ingress.resource)}: the bastion admits SSH from {', '.join(stray)}, "
+                             "not in admin_cidrs")
+    if offenders:
+        return PolicyResult(rule, "fail", "a management port reachable from outside other than the bastion's SSH "
+                            "from admin_cidrs", tuple(offenders))
+    return PolicyResult(rule, "pass", f"{len(bastions)} bastion(s); {judged} rule(s) admit anyone from outside, "
+                        "each the bastion's SSH from admin_cidrs")
+
+
 # --- the rule set ---------------------------------------------------------------------------------
 
 # When the program's gate can judge a rule:
@@ -981,6 +1043,13 @@ RULES: tuple[Rule, ...] = (
         "Azure's `latest` a failure.",
         image_pinned,
         "resource",
+    ),
+    Rule(
+        "bastion-only-entry",
+        "Where the stack creates a bastion, no management port MAY be reachable from outside the private "
+        "networks except the bastion's SSH (port 22), and that only from admin_cidrs.",
+        bastion_only_entry,
+        "complete",
     ),
 )
 

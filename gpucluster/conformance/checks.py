@@ -50,11 +50,14 @@ _CHECKS = (
     Check("GC-SYS-002", "SYS", "Firewall active",
           "An nftables ruleset MUST be loaded with an input chain that drops by default, and where the "
           "cluster's table is loaded it MUST admit SSH from exactly the networks the stack admits it from: "
-          "the management network and the target's admin_cidrs."),
+          "the management network, and the target's admin_cidrs or, behind a bastion, the bastion's source."),
     Check("GC-SYS-003", "SYS", "Required services",
           "Every service the node's roles require MUST be active."),
     Check("GC-SYS-004", "SYS", "node_exporter serving",
           "node_exporter MUST answer on port 9100 with its metrics, textfile collector included."),
+    Check("GC-SYS-005", "SYS", "Egress proxy",
+          "Where the spec's egress is a proxy, apt's configuration MUST carry it as the roles write it "
+          "(gpucluster.render.proxy), and where containerd runs its unit's environment MUST carry it too."),
     Check("GC-GPU-001", "GPU", "Driver loaded at the pinned version",
           "The NVIDIA kernel driver MUST be loaded and its version MUST equal the BOM's pin.", ("gpu",)),
     Check("GC-GPU-002", "GPU", "GPU count",

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from gpucluster.errors import InputError
+from gpucluster.hostkeys import Jump
 from gpucluster.inventory import parse_inventory_text
 from gpucluster.inventory_model import validate_inventory
 from gpucluster.render.platform import RDMA_KINDS, platform_rail_count
@@ -44,6 +45,8 @@ class NodeInfo:
     # gpucluster_capabilities): a node that cannot have its profile's GPUs or its platform's RDMA
     # devices (a lab, a platform twin) is expected without them, and the checks say why they skip.
     capabilities: dict[str, Any] = field(default_factory=dict)
+    # The bastion the controller reaches the node through (the inventory's gpucluster_access), or None.
+    jump: Jump | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -154,6 +157,8 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
             rails=tuple(r.model_dump() for r in hv.gpucluster_rails),
             management_ip=hv.gpucluster_management_ip,
             capabilities=inv.vars.gpucluster_capabilities.model_dump(),
+            jump=(Jump(bastion.host, bastion.user, bastion.port, hv.ansible_ssh_private_key_file)
+                  if (bastion := inv.vars.gpucluster_access.bastion) is not None else None),
         )
         for name, hv in inv.hosts.items()
     ]

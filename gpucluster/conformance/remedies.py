@@ -58,8 +58,9 @@ _REMEDIES = (
         "`policy drop`.",
         "Check `/etc/nftables.conf` with `nft -c -f /etc/nftables.conf`; a syntax error leaves no ruleset loaded.",
         "SSH sources differ: `nft list set inet gpucluster management_v4` must hold the management network and "
-        "the target's admin_cidrs (`gpucluster_admin_cidrs` in the inventory); regenerate the inventory after "
-        "changing admin_cidrs in the stack file.",
+        "the target's admin_cidrs (`gpucluster_admin_cidrs` in the inventory) or, behind a bastion, the bastion's "
+        "source (`gpucluster_access.bastion.source_cidr`); regenerate the inventory after changing admin_cidrs or "
+        "the access path in the stack file.",
         f"Rerun `{_CONVERGE.format(tag='common_firewall')}` to rewrite and reload the ruleset.",
     )),
     Remedy("GC-SYS-003", (
@@ -73,6 +74,15 @@ _REMEDIES = (
         "`curl -s http://MGMT_IP:9100/metrics | grep collector=\\\"textfile\\\"`: without the textfile collector, "
         "check `--collector.textfile.directory` against `monitoring_textfile_dir`.",
         f"Rerun `{_CONVERGE.format(tag='monitoring')}`.",
+    )),
+    Remedy("GC-SYS-005", (
+        "Run `apt-config dump | grep Proxy` and `systemctl show -p Environment containerd` on the node: both must "
+        "name the spec's `egress.http_proxy`/`https_proxy`.",
+        "A stale file: `/etc/apt/apt.conf.d/90gpucluster-proxy` and "
+        "`/etc/systemd/system/containerd.service.d/http-proxy.conf` are the roles'; another file of apt.conf.d "
+        "that sets Acquire::http::Proxy later in the order wins over it.",
+        f"Regenerate the inventory after changing `egress` in the stack file, then rerun "
+        f"`{_CONVERGE.format(tag='common_proxy,container_runtime')}`.",
     )),
     Remedy("GC-GPU-001", (
         "Run `cat /proc/driver/nvidia/version` and `dpkg -l | grep -E 'nvidia-(driver|kernel)'` on the node; "

@@ -18,7 +18,9 @@ and nothing else the run has going there.
 
 Nodes reach each other (mpirun's launcher starting the other ranks) with a key made for the run
 (:class:`RunKey`), authorised on the nodes for the run only and removed at its end; the
-inventory's private key never leaves the controller and no SSH agent is forwarded.
+inventory's private key never leaves the controller and no SSH agent is forwarded. Behind a
+bastion every command of a run, the run key's grant and its placement on the launcher included,
+takes the same path: each node's ``ProxyJump`` in the run's ssh_config.
 """
 
 from __future__ import annotations
@@ -94,9 +96,16 @@ def write_ssh_config(path: Path, nodes: list[NodeInfo], shared: Path | None = No
         "  ControlPersist 120",
     ]
     control = sockets.control_dir(shared or path.parent)
+    # Through a bastion: each node's ProxyJump names it, and ssh hands this file on to the jump
+    # connection, which takes the host key policy above and the bastion's login block.
+    bastions = {n.jump.host: n.jump for n in nodes if n.jump is not None}
+    for jump in bastions.values():
+        lines += jump.config_lines()
     for i, n in enumerate(nodes):
         lines += [f"Host {n.name}", f"  HostName {n.address}", f"  Port {n.port}", f"  User {n.user}",
                   f"  ControlPath {control}/{sockets.socket_name(i, n.name)}"]
+        if n.jump is not None:
+            lines.append(f"  ProxyJump {n.jump.spec}")
         if n.key_file:
             lines += [f"  IdentityFile {n.key_file}", "  IdentitiesOnly yes"]
     path.parent.mkdir(parents=True, exist_ok=True)

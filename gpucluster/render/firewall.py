@@ -1,10 +1,12 @@
 """Who may reach a node's SSH port, as the common role's nftables set ``management_v4`` admits
 it and the conformance suite (GC-SYS-002) reads it back: one function for both.
 
-The management network (the other nodes, and a controller inside it), and the target's
-``admin_cidrs``: the addresses the stack's security rules already admit SSH from, where the
-controller (a CI runner, an operator's desk) sits. Without them a controller in ``admin_cidrs``
-passes the cloud's rules and is then dropped by the node's own firewall in the middle of a run.
+The management network (the other nodes, and a controller inside it), then the way in the stack
+gives the controller: reached directly, the target's ``admin_cidrs`` (the addresses the stack's
+security rules already admit SSH from, where the controller sits: a CI runner, an operator's
+desk); through a bastion, the bastion's source alone (``gpucluster_access.bastion.source_cidr``),
+since the stack admits SSH to the nodes from nowhere else. Without them a controller the cloud's
+rules let in is dropped by the node's own firewall in the middle of a run.
 """
 
 from __future__ import annotations
@@ -15,10 +17,17 @@ from typing import Any
 __all__ = ["ssh_sources"]
 
 
-def ssh_sources(fabric: Mapping[str, Any], admin_cidrs: Sequence[str] | None = None) -> list[str]:
-    """The CIDRs admitted to SSH, in order, each once: the management network, then ``admin_cidrs``."""
+def ssh_sources(fabric: Mapping[str, Any], admin_cidrs: Sequence[str] | None = None,
+                access: Mapping[str, Any] | None = None) -> list[str]:
+    """The CIDRs admitted to SSH, in order, each once: the management network, then ``admin_cidrs``
+    (reached directly) or the bastion's source (``access``: the inventory's gpucluster_access)."""
+    bastion = (access or {}).get("bastion") if (access or {}).get("mode") == "bastion" else None
+    if bastion is not None:
+        extra = [str(bastion["source_cidr"])] if bastion.get("source_cidr") else []
+    else:
+        extra = [str(c) for c in admin_cidrs or []]
     out: list[str] = []
-    for cidr in [str(fabric["management_cidr"]), *(str(c) for c in admin_cidrs or [])]:
+    for cidr in [str(fabric["management_cidr"]), *extra]:
         if cidr not in out:
             out.append(cidr)
     return out

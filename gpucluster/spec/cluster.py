@@ -108,6 +108,24 @@ def rail_cidrs(spec: ClusterSpec) -> list[str]:
     return out
 
 
+def aws_vpc_cidr(spec: ClusterSpec) -> str:
+    """The VPC an AWS stack creates: ``target.vpc_cidr``, or the smallest network holding the
+    management, fabric and public CIDRs (which may be wider than the /16 AWS allows: the spec rules
+    say so)."""
+    target = spec.target
+    vpc = getattr(target, "vpc_cidr", None)
+    if vpc:
+        return str(vpc)
+    nets = [ipaddress.IPv4Network(spec.fabric.management_cidr), ipaddress.IPv4Network(spec.fabric.fabric_cidr)]
+    public = getattr(target, "public_cidr", None)
+    if public:
+        nets.append(ipaddress.IPv4Network(public))
+    net = nets[0]
+    while not all(n.subnet_of(net) for n in nets):
+        net = net.supernet()
+    return str(net)
+
+
 def spec_addressed(rail: Rail) -> bool:
     """Whether the spec plans the rail's addresses: a compute Ethernet rail with a subnet per rail
     (the lab's; a provider or the site addresses every other kind)."""

@@ -228,6 +228,113 @@ Token = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.+~:_-]{0,63}$")]
 HttpUrl = Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~+/%-]*)?$")]
 
 
+# --- reach and egress: how the controller gets in, how the nodes get out (cloud targets) ---------
+
+
+def _key_file(value: str) -> str:
+    # Absolute or under ~ (ssh and Ansible expand it): a relative path would depend on the folder
+    # converge happens to run from, and the key is never looked for anywhere else.
+    if not re.fullmatch(r"(/|~/)[A-Za-z0-9._+@-]+(/[A-Za-z0-9._+@-]+)*", value) or len(value) > 1024:
+        raise ValueError(f"{value!r} must be an absolute path or one under ~/, of letters, digits and . _ + @ -")
+    if any(part in (".", "..") for part in value.split("/")[1:]):
+        raise ValueError(f"{value!r} must not contain '.' or '..' components")
+    return value
+
+
+# A private key file on the controller: ssh's -i, Ansible's ansible_ssh_private_key_file.
+KeyFile = Annotated[str, AfterValidator(_key_file)]
+# A host name or an IPv4 address (each label a DNS label).
+HostName = Annotated[str, Field(pattern=r"^[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*$",
+                                max_length=253, description="a host name or IPv4 address")]
+SshUser = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$", description="a login name")]
+# A proxy's URL: scheme, host and port only (credentials in a URL would be a secret in the inventory).
+ProxyUrl = Annotated[str, Field(pattern=r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$",
+                                description="http(s)://host:port of a proxy")]
+# A no_proxy entry: a host, a domain suffix (.example.internal), an IPv4 address or network.
+NoProxyEntry = Annotated[str, Field(pattern=r"^(\.?[A-Za-z0-9][A-Za-z0-9-]{0,62}(\.[A-Za-z0-9][A-Za-z0-9-]{0,62})*"
+                                            r"|[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2})$",
+                                    max_length=253, description="a host, .domain, IPv4 address or CIDR")]
+# Each place the roles download from (gpucluster.render.sources.SOURCES says what each one serves).
+MirrorKey = Literal["os_archive", "nvidia", "container_toolkit", "doca", "efa_installer", "kubernetes",
+                    "container_registry", "ceph", "sources"]
+# The existing network a cloud stack joins: an AWS VPC (vpc-...), an Azure VNet (its resource ID) or
+# an OCI VCN (ocid1.vcn...), and its subnets; gpucluster.spec.rules checks each against the target.
+_AZURE_VNET = (r"/subscriptions/[0-9a-fA-F-]{36}/[Rr]esource[Gg]roups/[A-Za-z0-9_().-]{1,90}"
+               r"/providers/Microsoft\.Network/virtualNetworks/[A-Za-z0-9_.-]{1,80}")
+NetworkId = Annotated[str, Field(pattern=rf"^(vpc-[0-9a-f]{{8,17}}|ocid1\.vcn\.[a-z0-9][a-z0-9.-]{{0,250}}"
+                                         rf"|{_AZURE_VNET})$",
+                                 description="vpc-..., an Azure VNet resource ID or ocid1.vcn...")]
+SubnetId = Annotated[str, Field(pattern=rf"^(subnet-[0-9a-f]{{8,17}}|ocid1\.subnet\.[a-z0-9][a-z0-9.-]{{0,250}}"
+                                        rf"|{_AZURE_VNET}/subnets/[A-Za-z0-9_.-]{{1,80}})$",
+                                description="subnet-..., an Azure subnet resource ID or ocid1.subnet...")]
+
+
+class ExistingNetwork(_Model):
+    """A network the stack joins instead of creating one: it creates no VPC/VNet/VCN, no subnet and
+    no gateway there, only the cluster's own security rules and machines."""
+
+    id: NetworkId
+    # Every node's primary interface (and the storage nodes').
+    management_subnet_id: SubnetId
+    # AWS: the subnet of the GPU nodes' EFA interfaces (else the management subnet).
+    fabric_subnet_id: SubnetId | None = None
+    # A public subnet (a route to the internet) for a bastion the stack creates.
+    public_subnet_id: SubnetId | None = None
+
+
+class Egress(_Model):
+    """How the nodes reach what they download (packages, installers, container images).
+
+    ``nat``: the network routes out; a stack that creates the network creates the cloud's NAT (AWS
+    NAT gateway in a public subnet, Azure NAT gateway, OCI NAT and service gateways); a joined
+    network routes out through its own. ``proxy``: through an HTTP(S) proxy, which apt, pip,
+    downloads and containerd's image pulls all take. ``none``: nowhere; every source the roles
+    download from needs a mirror inside the network (``mirrors``). Mirrors are taken in every mode.
+    """
+
+    mode: Literal["nat", "proxy", "none"] = "nat"
+    http_proxy: ProxyUrl | None = None
+    https_proxy: ProxyUrl | None = None
+    # Beside these, the cluster's own networks, localhost and the metadata address never go through it.
+    no_proxy: list[NoProxyEntry] = Field(default_factory=list)
+    mirrors: dict[MirrorKey, HttpUrl] = Field(default_factory=dict)
+
+
+class Bastion(_Model):
+    """``create: true``: the stack makes a small instance with a public address, SSH only from the
+    target's admin_cidrs, and the nodes admit SSH from it alone. Otherwise an existing jump host:
+    ``host``, ``user``, ``port``, and ``source_cidr``, where the nodes see its connections come from
+    (default: ``host``, when that is an IPv4 address)."""
+
+    create: bool = False
+    instance_type: InstanceType | None = None
+    host: HostName | None = None
+    user: SshUser | None = None
+    port: int = Field(22, ge=1, le=65535)
+    source_cidr: Cidr | None = None
+
+
+class Access(_Model):
+    """How the controller (converge, verify, the MPI launcher's per-run key) reaches the nodes:
+    ``direct`` (the controller is inside the network, or admin_cidrs reach it) or through a bastion."""
+
+    mode: Literal["direct", "bastion"] = "direct"
+    bastion: Bastion | None = None
+
+
+class _CloudReach(_Model):
+    """What every cloud target says about reach and egress (README, "Reach and egress")."""
+
+    network: ExistingNetwork | None = None
+    # A public subnet the stack creates in the network it creates, for the NAT gateway (AWS) and a
+    # bastion it creates: inside the network, apart from the management and fabric networks.
+    public_cidr: Cidr | None = None
+    egress: Egress = Field(default_factory=Egress)
+    access: Access = Field(default_factory=Access)
+    # The private key converge and verify log in with; unset, the SSH agent's keys.
+    ssh_private_key_file: KeyFile | None = None
+
+
 # --- targets -----------------------------------------------------------------
 
 
@@ -254,7 +361,7 @@ _AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
 AmiId = Annotated[str, Field(pattern=r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$")]
 
 
-class AwsTarget(_Model):
+class AwsTarget(_CloudReach):
     kind: Literal["aws"]
     region: str = Field(pattern=_AWS_REGION)
     availability_zone: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d[a-z]$")
@@ -298,7 +405,7 @@ class AwsTarget(_Model):
         return self.ami_id or self.ami_ids.get(self.region)
 
 
-class AzureTarget(_Model):
+class AzureTarget(_CloudReach):
     kind: Literal["azure"]
     location: str = Field(pattern=r"^[a-z0-9]+$")
     resource_group: str = Field(pattern=r"^[A-Za-z0-9_().-]{0,89}[A-Za-z0-9_()-]$")
@@ -322,7 +429,7 @@ class AzureTarget(_Model):
     tags: dict[TagKey, TagValue] = Field(default_factory=dict)
 
 
-class OciTarget(_Model):
+class OciTarget(_CloudReach):
     kind: Literal["oci"]
     # uk-gov-london-1, eu-dcc-milan-1 as well as us-ashburn-1.
     region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+){1,3}-\d$")
@@ -367,6 +474,8 @@ class BaremetalTarget(_Model):
     dns_servers: list[IPv4] = Field(default_factory=list)
     ssh_user: str = Field("ubuntu", pattern=r"^[a-z_][a-z0-9_-]*$")
     ssh_public_key: SshPublicKey | None = None
+    # The private key converge and verify log in with; unset, the SSH agent's keys.
+    ssh_private_key_file: KeyFile | None = None
     nodes: list[BareMetalNode] = Field(min_length=1)
 
 

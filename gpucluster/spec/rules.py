@@ -8,20 +8,35 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 from collections import Counter
 from collections.abc import Mapping
+from pathlib import Path
 
 from gpucluster.render.devices import RDMA_KINDS
+from gpucluster.render.sources import Needs, needed_sources
 from gpucluster.spec.cluster import (
     FIRST_HOST_OFFSET,
     MAX_NODES,
+    aws_vpc_cidr,
     fabric_interface,
     node_names,
     pool_platform,
     rail_cidrs,
 )
-from gpucluster.spec.models import Bom, ClusterSpec, HardwareProfile, NodePool, Platform, TwinFile
-from gpucluster.spec.os import pool_os
+from gpucluster.spec.models import (
+    AwsTarget,
+    AzureTarget,
+    Bom,
+    ClusterSpec,
+    Egress,
+    HardwareProfile,
+    NodePool,
+    OciTarget,
+    Platform,
+    TwinFile,
+)
+from gpucluster.spec.os import ceph_source, pool_os
 
 NS = "gpucluster"
 
@@ -58,6 +73,7 @@ def semantic_problems(spec: ClusterSpec, bom: Bom, profiles: dict[str, HardwareP
     _storage(spec, placed, problems)
     _kubernetes(spec, bom, placed, problems)
     _twin(spec, twins or {}, problems)
+    _reach(spec, problems)
     return problems
 
 
@@ -235,6 +251,9 @@ def _networks(spec: ClusterSpec, node_count: int, problems: list[str]) -> None:
     if spec.kubernetes is not None and spec.kubernetes.enabled:
         nets["kubernetes.pod_cidr"] = ipaddress.IPv4Network(spec.kubernetes.pod_cidr)
         nets["kubernetes.service_cidr"] = ipaddress.IPv4Network(spec.kubernetes.service_cidr)
+    public = getattr(spec.target, "public_cidr", None)
+    if public:
+        nets["target.public_cidr"] = ipaddress.IPv4Network(public)
     try:
         for i, cidr in enumerate(rail_cidrs(spec)):
             nets[f"target.rails (rail {i}, after fabric.fabric_cidr)"] = ipaddress.IPv4Network(cidr)
@@ -451,16 +470,170 @@ def _kubernetes(spec: ClusterSpec, bom: Bom, placed: list[tuple[NodePool, str]],
             problems.append(f"{where}.api_vip: {vip} is not in fabric.management_cidr {spec.fabric.management_cidr}")
 
 
+# --- reach and egress ------------------------------------------------------------------------
+
+# The IDs a joined network's fields take on each cloud (gpucluster.spec.models.ExistingNetwork).
+_NETWORK_IDS: dict[str, tuple[str, str, str]] = {
+    "aws": ("vpc-", "subnet-", "a VPC ID (vpc-...)"),
+    "azure": ("/subscriptions/", "/subscriptions/", "a VNet resource ID (/subscriptions/.../virtualNetworks/...)"),
+    "oci": ("ocid1.vcn.", "ocid1.subnet.", "a VCN OCID (ocid1.vcn...)"),
+}
+# A created bastion, or AWS's NAT gateway, needs a subnet that routes to the internet.
+_PUBLIC_WHY = {"bastion": "the bastion the stack creates", "nat": "the NAT gateway (AWS puts it in a public subnet)"}
+
+
+def cluster_needs(spec: ClusterSpec) -> Needs:
+    """What of the spec decides which sources the roles download from (gpucluster.render.sources)."""
+    kube = spec.kubernetes is not None and spec.kubernetes.enabled
+    return Needs(gpu_nodes=any("gpu" in p.roles for p in spec.node_pools), fabric=spec.fabric.type,
+                 ofed=spec.fabric.ofed, kubernetes=kube,
+                 ceph_upstream=spec.storage is not None and ceph_source(spec) == "upstream")
+
+
+def _reach(spec: ClusterSpec, problems: list[str]) -> None:
+    """A joined network named as its cloud names it; a public subnet wherever something must face
+    the internet; an egress that can work; an access path that leads somewhere."""
+    target = spec.target
+    if not isinstance(target, AwsTarget | AzureTarget | OciTarget):
+        return
+    where = f"{NS}.target"
+    kind = target.kind
+    net = target.network
+    if net is not None:
+        vpc, subnet, what = _NETWORK_IDS[kind]
+        if not net.id.startswith(vpc):
+            problems.append(f"{where}.network.id: {net.id!r} is not {what}")
+        for key in ("management_subnet_id", "fabric_subnet_id", "public_subnet_id"):
+            value = getattr(net, key)
+            if value is None:
+                continue
+            if not value.startswith(subnet) or (kind == "azure" and not value.startswith(net.id + "/subnets/")):
+                shown = f"a subnet of {net.id}" if kind == "azure" else f"a {kind} subnet ID ({subnet}...)"
+                problems.append(f"{where}.network.{key}: {value!r} is not {shown}")
+        if net.fabric_subnet_id is not None and kind != "aws":
+            problems.append(f"{where}.network.fabric_subnet_id: only AWS puts the fabric (EFA) in a subnet; "
+                            f"{kind}'s fabric is the provider's")
+        if isinstance(target, AwsTarget) and target.vpc_cidr:
+            problems.append(f"{where}.vpc_cidr: the stack joins network.id {net.id} and creates no VPC; drop vpc_cidr")
+        if target.public_cidr:
+            problems.append(f"{where}.public_cidr: the stack joins network.id {net.id} and creates no subnet; "
+                            "name an existing public subnet in network.public_subnet_id")
+    public_for = []
+    bastion = target.access.bastion
+    if target.access.mode == "bastion" and bastion is not None and bastion.create:
+        public_for.append("bastion")
+    if kind == "aws" and target.egress.mode == "nat" and net is None:
+        public_for.append("nat")
+    for why in public_for:
+        if net is None and not target.public_cidr:
+            problems.append(f"{where}.public_cidr: {_PUBLIC_WHY[why]} needs a public subnet; name a CIDR for it "
+                            "inside the network, apart from management_cidr and fabric_cidr (a /28 is enough)")
+        elif net is not None and why == "bastion" and not net.public_subnet_id:
+            problems.append(f"{where}.network.public_subnet_id: {_PUBLIC_WHY[why]} needs a public subnet of "
+                            f"{net.id} (one that routes to the internet)")
+    if target.public_cidr and not public_for and net is None:
+        problems.append(f"{where}.public_cidr: nothing the stack creates needs a public subnet (no created "
+                        "bastion" + (", no NAT gateway" if kind == "aws" else "") + "); drop it")
+    if target.public_cidr and isinstance(target, AwsTarget) and net is None:
+        vpc_net = ipaddress.IPv4Network(aws_vpc_cidr(spec))
+        if target.vpc_cidr and not ipaddress.IPv4Network(target.public_cidr).subnet_of(vpc_net):
+            problems.append(f"{where}.public_cidr: {target.public_cidr} is not inside target.vpc_cidr {vpc_net}")
+        elif not target.vpc_cidr and vpc_net.prefixlen < 16:
+            problems.append(f"{where}.public_cidr: management, fabric and public CIDRs only fit in {vpc_net}, "
+                            "wider than the /16 an AWS VPC allows; set vpc_cidr or move the CIDRs closer")
+    _egress(spec, target.egress, problems)
+    _access(target, problems)
+
+
+def _egress(spec: ClusterSpec, egress: Egress, problems: list[str]) -> None:
+    where = f"{NS}.target.egress"
+    if egress.mode == "proxy":
+        for key in ("http_proxy", "https_proxy"):
+            if getattr(egress, key) is None:
+                problems.append(f"{where}.{key}: egress.mode proxy needs the proxy's URL for {key.split('_')[0]} "
+                                "(http://host:port; the same URL for both is fine)")
+    else:
+        for key in ("http_proxy", "https_proxy", "no_proxy"):
+            if getattr(egress, key):
+                problems.append(f"{where}.{key}: set, but egress.mode is {egress.mode}; the nodes take no proxy "
+                                "(set mode: proxy, or drop it)")
+    if egress.mode == "none":
+        missing = [s for s in needed_sources(cluster_needs(spec)) if s.key not in egress.mirrors]
+        for source in missing:
+            problems.append(f"{where}.mirrors.{source.key}: egress.mode none leaves the nodes no way out, and "
+                            f"the roles download {source.serves} from {source.upstream}; name a mirror inside "
+                            "the network")
+
+
+def _access(target: AwsTarget | AzureTarget | OciTarget, problems: list[str]) -> None:
+    where = f"{NS}.target.access"
+    access = target.access
+    bastion = access.bastion
+    if access.mode == "direct":
+        if bastion is not None:
+            problems.append(f"{where}.bastion: set, but access.mode is direct; set mode: bastion, or drop it")
+        return
+    if bastion is None:
+        problems.append(f"{where}.bastion: access.mode bastion needs one: {{create: true}} for a bastion the stack "
+                        "makes, or {host, user, port} of an existing one")
+        return
+    if bastion.create:
+        for key in ("host", "user", "source_cidr"):
+            if getattr(bastion, key) is not None:
+                problems.append(f"{where}.bastion.{key}: the stack creates this bastion and knows its address and "
+                                "user; drop it")
+        if not target.admin_cidrs:
+            problems.append(f"{NS}.target.admin_cidrs: empty, so the bastion the stack creates admits SSH from "
+                            "nowhere; list the ranges the controller connects from")
+        return
+    if bastion.instance_type is not None:
+        problems.append(f"{where}.bastion.instance_type: only a bastion the stack creates (create: true) has one")
+    for key in ("host", "user"):
+        if getattr(bastion, key) is None:
+            problems.append(f"{where}.bastion.{key}: an existing bastion needs its {key} (or create: true)")
+    if bastion.host is not None and bastion.source_cidr is None and not _is_ipv4(bastion.host):
+        problems.append(f"{where}.bastion.source_cidr: bastion {bastion.host} is named, not addressed; name the "
+                        "network its connections to the nodes come from (the nodes' firewall admits SSH from it)")
+
+
+def _is_ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
+
+
 # RFC 5737 and RFC 3849 set these aside for documentation: no real administrator is there.
 DOCUMENTATION_NETS = tuple(ipaddress.ip_network(n) for n in
                            ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"))
 
 
-def reachability_warnings(spec: ClusterSpec) -> list[str]:
+def _key_warnings(key_file: str | None, env: Mapping[str, str]) -> list[str]:
+    """The private key converge and verify log in with: the named file, else the SSH agent's keys."""
+    where = f"{NS}.target.ssh_private_key_file"
+    if key_file is None:
+        if not env.get("SSH_AUTH_SOCK"):
+            return [f"{where}: not set and no SSH agent here (SSH_AUTH_SOCK is empty), so converge and verify "
+                    "have no key to log in with; name the key file, or load the key into an agent (ssh-add)"]
+        return []
+    path = Path(key_file).expanduser()
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return [f"{where}: {key_file} does not exist on this machine; converge and verify log in with it"]
+    if mode & 0o077:
+        return [f"{where}: {key_file} is readable by others (mode {mode & 0o777:o}); ssh refuses such a key "
+                f"(chmod 600 {key_file})"]
+    return []
+
+
+def reachability_warnings(spec: ClusterSpec, env: Mapping[str, str] | None = None) -> list[str]:
     """What would leave the nodes of a valid spec unreachable over SSH from the controller.
 
-    Warnings, not problems: a key can also come from the image or a cloud key pair, and the
-    controller may sit inside the network. ``gpucluster spec validate`` prints them.
+    Warnings, not problems: a key can also come from the image or a cloud key pair, the controller
+    may sit inside the network, and the key may be loaded later (a CI job's agent). ``env``: this
+    process's environment by default. ``gpucluster spec validate`` prints them.
     """
     target = spec.target
     if target.kind == "lab":
@@ -469,7 +642,12 @@ def reachability_warnings(spec: ClusterSpec) -> list[str]:
     if target.ssh_public_key is None:
         out.append(f"{NS}.target.ssh_public_key: not set, so no key of yours is installed on the nodes; "
                    "converge and verify log in over SSH (set it, or make sure the image carries your key)")
+    out += _key_warnings(target.ssh_private_key_file, os.environ if env is None else env)
     if target.kind == "baremetal":
+        return out
+    bastion = target.access.bastion
+    if target.access.mode == "bastion" and bastion is not None and not bastion.create:
+        # An existing bastion: the controller reaches it from wherever it may; admin_cidrs play no part.
         return out
     if not target.admin_cidrs:
         out.append(f"{NS}.target.admin_cidrs: empty, so SSH reaches the nodes only from inside the "

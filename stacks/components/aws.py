@@ -11,11 +11,18 @@ import pulumi
 import pulumi_aws as aws
 
 from gpucluster.spec import Cluster, Node
+from gpucluster.spec.models import ExistingNetwork
 
 from .common import IMAGE_IGNORE_CHANGES, TAG_POOL, TAG_PURPOSE, TAG_ROLES, storage_facts
 
 # A partition placement group has at most 7 partitions per AZ.
 MAX_PARTITIONS = 7
+
+
+def _tcp(port: int, cidrs: Sequence[str], description: str) -> dict[str, Any]:
+    """A security group rule for TCP ``port`` and ``cidrs`` (inbound from them, or outbound to them)."""
+    return {"protocol": "tcp", "from_port": port, "to_port": port, "cidr_blocks": list(cidrs),
+            "description": description}
 
 
 @dataclass(frozen=True)
@@ -25,68 +32,55 @@ class FabricArgs:
     availability_zone: str
     management_cidr: str
     fabric_cidr: str
+    # Who reaches the nodes' admin ports: admin_cidrs directly, or (a bastion) no one from outside;
+    # SSH from the bastion is its own rule (Bastion), from an existing one's source (ssh_cidrs).
     admin_cidrs: tuple[str, ...]
     admin_ports: tuple[int, ...]
     tags: Mapping[str, str] = field(default_factory=dict)
+    # A public subnet (and the internet gateway it routes through): for the NAT gateway and a bastion.
+    public_cidr: str | None = None
+    # egress nat: a NAT gateway in the public subnet, the nodes' subnets routing 0.0.0.0/0 to it.
+    nat: bool = False
+    # An existing VPC to join: nothing of the network is created (no VPC, subnet, gateway or route).
+    network: ExistingNetwork | None = None
+    # Further sources of SSH to the nodes (an existing bastion's).
+    ssh_cidrs: tuple[str, ...] = ()
 
 
 class Fabric(pulumi.ComponentResource):
     """VPC, a management subnet (every node's primary interface, storage nodes), a GPU fabric subnet
-    (EFA interfaces), and one security group admitting all traffic from itself as EFA requires."""
+    (EFA interfaces), and one security group admitting all traffic from itself as EFA requires.
+
+    Egress: with ``nat``, a public subnet holding a NAT gateway (with its Elastic IP) behind an
+    internet gateway, and the nodes' subnets routing 0.0.0.0/0 to it ("To provide internet access
+    to instances in a private subnet, create a NAT gateway in a public subnet, then add a route
+    to the private subnet's route table that points internet-bound traffic to the NAT gateway":
+    Amazon VPC User Guide, NAT gateways, https://docs.aws.amazon.com/vpc/latest/userguide/
+    vpc-nat-gateway.html). Without it the nodes' route table has the VPC's local route only.
+    Joining an existing VPC (``network``) creates only the security group."""
 
     def __init__(self, name: str, args: FabricArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("gpucluster:aws:Fabric", name, {"vpcCidr": args.vpc_cidr}, opts)
+        super().__init__("gpucluster:aws:Fabric", name, {"vpcCidr": None if args.network else args.vpc_cidr}, opts)
         child = pulumi.ResourceOptions(parent=self)
         tags = dict(args.tags)
-        self.vpc = aws.ec2.Vpc(
-            f"{name}-vpc",
-            cidr_block=args.vpc_cidr,
-            enable_dns_hostnames=True,
-            enable_dns_support=True,
-            tags={**tags, "Name": f"{args.cluster_name}-vpc"},
-            opts=child,
-        )
-        self.management_subnet = aws.ec2.Subnet(
-            f"{name}-mgmt",
-            vpc_id=self.vpc.id,
-            cidr_block=args.management_cidr,
-            availability_zone=args.availability_zone,
-            tags={**tags, "Name": f"{args.cluster_name}-mgmt", TAG_PURPOSE: "management,storage"},
-            opts=child,
-        )
-        self.fabric_subnet = aws.ec2.Subnet(
-            f"{name}-efa",
-            vpc_id=self.vpc.id,
-            cidr_block=args.fabric_cidr,
-            availability_zone=args.availability_zone,
-            tags={**tags, "Name": f"{args.cluster_name}-efa", TAG_PURPOSE: "gpu"},
-            opts=child,
-        )
-        self.gateway = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, tags=tags, opts=child)
-        self.route_table = aws.ec2.RouteTable(
-            f"{name}-rt",
-            vpc_id=self.vpc.id,
-            routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": self.gateway.id}],
-            tags=tags,
-            opts=child,
-        )
-        aws.ec2.RouteTableAssociation(
-            f"{name}-rt-mgmt", subnet_id=self.management_subnet.id, route_table_id=self.route_table.id, opts=child
-        )
-        admin = [
-            {
-                "protocol": "tcp",
-                "from_port": port,
-                "to_port": port,
-                "cidr_blocks": list(args.admin_cidrs),
-                "description": f"admin access to port {port}",
-            }
-            for port in args.admin_ports
-            if args.admin_cidrs
-        ]
+        self.vpc: aws.ec2.Vpc | None = None
+        self.public_subnet_id: pulumi.Input[str] | None = None
+        self.nat_gateway: aws.ec2.NatGateway | None = None
+        if args.network is not None:
+            net = args.network
+            self.vpc_id: pulumi.Input[str] = net.id
+            self.management_subnet_id: pulumi.Input[str] = net.management_subnet_id
+            self.fabric_subnet_id: pulumi.Input[str] = net.fabric_subnet_id or net.management_subnet_id
+            self.public_subnet_id = net.public_subnet_id
+        else:
+            self._network(name, args, tags, child)
+        admin = [_tcp(port, args.admin_cidrs, f"admin access to port {port}")
+                 for port in args.admin_ports if args.admin_cidrs]
+        if args.ssh_cidrs:
+            admin.append(_tcp(22, args.ssh_cidrs, "SSH from the bastion"))
         self.security_group = aws.ec2.SecurityGroup(
             f"{name}-sg",
-            vpc_id=self.vpc.id,
+            vpc_id=self.vpc_id,
             description="gpucluster nodes: all traffic within the group (EFA), admin ports from admin_cidrs",
             ingress=[
                 {
@@ -117,7 +111,144 @@ class Fabric(pulumi.ComponentResource):
             tags={**tags, "Name": f"{args.cluster_name}-nodes"},
             opts=child,
         )
-        self.register_outputs({"vpcId": self.vpc.id, "securityGroupId": self.security_group.id})
+        self.register_outputs({"vpcId": self.vpc_id, "securityGroupId": self.security_group.id})
+
+    def _network(self, name: str, args: FabricArgs, tags: dict[str, str], child: pulumi.ResourceOptions) -> None:
+        self.vpc = aws.ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block=args.vpc_cidr,
+            enable_dns_hostnames=True,
+            enable_dns_support=True,
+            tags={**tags, "Name": f"{args.cluster_name}-vpc"},
+            opts=child,
+        )
+        self.vpc_id = self.vpc.id
+        self.management_subnet = aws.ec2.Subnet(
+            f"{name}-mgmt",
+            vpc_id=self.vpc.id,
+            cidr_block=args.management_cidr,
+            availability_zone=args.availability_zone,
+            tags={**tags, "Name": f"{args.cluster_name}-mgmt", TAG_PURPOSE: "management,storage"},
+            opts=child,
+        )
+        self.management_subnet_id = self.management_subnet.id
+        self.fabric_subnet = aws.ec2.Subnet(
+            f"{name}-efa",
+            vpc_id=self.vpc.id,
+            cidr_block=args.fabric_cidr,
+            availability_zone=args.availability_zone,
+            tags={**tags, "Name": f"{args.cluster_name}-efa", TAG_PURPOSE: "gpu"},
+            opts=child,
+        )
+        self.fabric_subnet_id = self.fabric_subnet.id
+        routes: list[dict[str, Any]] = []
+        if args.public_cidr:
+            self.gateway = aws.ec2.InternetGateway(f"{name}-igw", vpc_id=self.vpc.id, tags=tags, opts=child)
+            self.public_subnet = aws.ec2.Subnet(
+                f"{name}-public",
+                vpc_id=self.vpc.id,
+                cidr_block=args.public_cidr,
+                availability_zone=args.availability_zone,
+                # A bastion asks for its public address itself; nothing else launched here gets one.
+                map_public_ip_on_launch=False,
+                tags={**tags, "Name": f"{args.cluster_name}-public", TAG_PURPOSE: "public"},
+                opts=child,
+            )
+            self.public_subnet_id = self.public_subnet.id
+            public_rt = aws.ec2.RouteTable(
+                f"{name}-public-rt",
+                vpc_id=self.vpc.id,
+                routes=[{"cidr_block": "0.0.0.0/0", "gateway_id": self.gateway.id}],
+                tags={**tags, "Name": f"{args.cluster_name}-public"},
+                opts=child,
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-public-rt", subnet_id=self.public_subnet.id, route_table_id=public_rt.id, opts=child)
+            if args.nat:
+                eip = aws.ec2.Eip(f"{name}-nat-eip", domain="vpc", tags={**tags, "Name": f"{args.cluster_name}-nat"},
+                                  opts=child)
+                self.nat_gateway = aws.ec2.NatGateway(
+                    f"{name}-nat",
+                    allocation_id=eip.id,
+                    subnet_id=self.public_subnet.id,
+                    tags={**tags, "Name": f"{args.cluster_name}-nat"},
+                    # "the NAT gateway ... must have an internet gateway attached to the VPC" first.
+                    opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[self.gateway])),
+                )
+                routes.append({"cidr_block": "0.0.0.0/0", "nat_gateway_id": self.nat_gateway.id})
+        self.route_table = aws.ec2.RouteTable(
+            f"{name}-rt",
+            vpc_id=self.vpc.id,
+            routes=routes,
+            tags={**tags, "Name": f"{args.cluster_name}-nodes"},
+            opts=child,
+        )
+        for suffix, subnet in (("mgmt", self.management_subnet), ("efa", self.fabric_subnet)):
+            aws.ec2.RouteTableAssociation(
+                f"{name}-rt-{suffix}", subnet_id=subnet.id, route_table_id=self.route_table.id, opts=child)
+
+
+@dataclass(frozen=True)
+class BastionArgs:
+    cluster_name: str
+    vpc_id: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    # The nodes' security group: it admits SSH from the bastion's.
+    node_security_group_id: pulumi.Input[str]
+    admin_cidrs: tuple[str, ...]
+    management_cidr: str
+    instance_type: str
+    ami_id: pulumi.Input[str]
+    user_data: str
+    tags: Mapping[str, str]
+    key_name: pulumi.Input[str] | None = None
+    availability_zone: str | None = None
+
+
+class Bastion(pulumi.ComponentResource):
+    """The way in: a small instance with a public address in the public subnet, admitting SSH only
+    from ``admin_cidrs`` and reaching only the nodes' SSH; the nodes' group admits SSH from its
+    group. Its props (``adminCidrs``) let the policy rule bastion-only-entry tell its rule from a
+    node's."""
+
+    def __init__(self, name: str, args: BastionArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpucluster:aws:Bastion", name, {"adminCidrs": list(args.admin_cidrs), "port": 22}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.security_group = aws.ec2.SecurityGroup(
+            f"{name}-sg",
+            vpc_id=args.vpc_id,
+            description="gpucluster bastion: SSH from admin_cidrs, SSH to the nodes",
+            ingress=[_tcp(22, args.admin_cidrs, "SSH from admin_cidrs")],
+            egress=[_tcp(22, (args.management_cidr,), "SSH to the nodes")],
+            tags={**args.tags, "Name": f"{args.cluster_name}-bastion", TAG_PURPOSE: "bastion"},
+            opts=child,
+        )
+        self.instance = aws.ec2.Instance(
+            f"{name}-vm",
+            ami=args.ami_id,
+            instance_type=args.instance_type,
+            subnet_id=args.subnet_id,
+            vpc_security_group_ids=[self.security_group.id],
+            associate_public_ip_address=True,
+            availability_zone=args.availability_zone,
+            key_name=args.key_name,
+            root_block_device=_root(8),
+            metadata_options=_IMDS,
+            user_data=args.user_data,
+            tags={**args.tags, "Name": f"{args.cluster_name}-bastion", TAG_ROLES: "bastion", TAG_PURPOSE: "bastion"},
+            opts=pulumi.ResourceOptions.merge(child, _KEEP_IMAGE),
+        )
+        aws.vpc.SecurityGroupIngressRule(
+            f"{name}-ssh",
+            security_group_id=args.node_security_group_id,
+            referenced_security_group_id=self.security_group.id,
+            ip_protocol="tcp",
+            from_port=22,
+            to_port=22,
+            description="SSH from the bastion",
+            opts=child,
+        )
+        self.register_outputs({"publicIp": self.instance.public_ip, "privateIp": self.instance.private_ip})
 
 
 @dataclass(frozen=True)

@@ -6,17 +6,26 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_azure as azure
 
 from gpucluster.spec import Cluster, Node
+from gpucluster.spec.models import ExistingNetwork
 
-from .common import IMAGE_IGNORE_CHANGES, TAG_DISK_ENCRYPTION, storage_facts
+from .common import IMAGE_IGNORE_CHANGES, TAG_DISK_ENCRYPTION, TAG_PURPOSE, TAG_ROLES, storage_facts
 
 # A scale set with single_placement_group holds at most 100 VMs; InfiniBand connects only
 # the VMs of one placement group.
 MAX_PLACEMENT_GROUP = 100
+
+
+def _tcp_in(name: str, priority: int, port: int, sources: Sequence[str]) -> dict[str, Any]:
+    """An NSG rule admitting TCP to ``port`` from ``sources``."""
+    return {"name": name, "priority": priority, "direction": "Inbound", "access": "Allow", "protocol": "Tcp",
+            "source_port_range": "*", "destination_port_range": str(port),
+            "source_address_prefixes": list(sources), "destination_address_prefix": "*"}
 
 
 @dataclass(frozen=True)
@@ -26,14 +35,30 @@ class FabricArgs:
     resource_group: str
     management_cidr: str
     fabric_cidr: str
+    # The admin ports the nodes admit from admin_cidrs (none behind a bastion).
     admin_cidrs: tuple[str, ...]
     admin_ports: tuple[int, ...]
     tags: Mapping[str, str] = field(default_factory=dict)
+    # A subnet of its own for a bastion the stack creates (in the VNet it creates).
+    public_cidr: str | None = None
+    # egress nat: a NAT gateway with a public IP on the management subnet.
+    nat: bool = False
+    # An existing VNet to join: no VNet, subnet or gateway is created, and the nodes' NSG sits on
+    # their network interfaces rather than on a subnet the site owns.
+    network: ExistingNetwork | None = None
+    # Further sources of SSH to the nodes (an existing bastion's; a created one is in public_cidr).
+    ssh_cidrs: tuple[str, ...] = ()
 
 
 class Fabric(pulumi.ComponentResource):
     """Resource group, VNet with the management subnet and its NSG. The InfiniBand fabric has no
-    Azure resource: its IPoIB network (fabric_cidr) is declared in the props for the policy rules."""
+    Azure resource: its IPoIB network (fabric_cidr) is declared in the props for the policy rules.
+
+    Egress: with ``nat``, a NAT gateway with a static Standard public IP, associated with the
+    management subnet ("NAT gateway provides outbound connectivity for a subnet ... associate it
+    with a subnet of a virtual network": Microsoft Learn, "What is Azure NAT Gateway?"). Azure's
+    default outbound access for VMs without a public IP is being retired (Microsoft Learn, "Default
+    outbound access in Azure"), so a private node has no way out without one."""
 
     def __init__(self, name: str, args: FabricArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(
@@ -53,36 +78,35 @@ class Fabric(pulumi.ComponentResource):
             f"{name}-rg", name=args.resource_group, location=args.location, tags=tags, opts=child
         )
         rg = self.resource_group.name
-        self.vnet = azure.network.VirtualNetwork(
-            f"{name}-vnet",
-            resource_group_name=rg,
-            location=args.location,
-            address_spaces=[args.management_cidr],
-            tags=tags,
-            opts=child,
-        )
-        self.subnet = azure.network.Subnet(
-            f"{name}-mgmt",
-            resource_group_name=rg,
-            virtual_network_name=self.vnet.name,
-            address_prefixes=[args.management_cidr],
-            opts=child,
-        )
-        rules = [
-            {
-                "name": f"admin-{port}",
-                "priority": 100 + i,
-                "direction": "Inbound",
-                "access": "Allow",
-                "protocol": "Tcp",
-                "source_port_range": "*",
-                "destination_port_range": str(port),
-                "source_address_prefixes": list(args.admin_cidrs),
-                "destination_address_prefix": "*",
-            }
-            for i, port in enumerate(args.admin_ports)
-            if args.admin_cidrs
-        ]
+        self.public_subnet_id: pulumi.Input[str] | None = None
+        if args.network is not None:
+            self.subnet_id: pulumi.Input[str] = args.network.management_subnet_id
+            self.public_subnet_id = args.network.public_subnet_id
+        else:
+            self.vnet = azure.network.VirtualNetwork(
+                f"{name}-vnet",
+                resource_group_name=rg,
+                location=args.location,
+                address_spaces=[args.management_cidr, *([args.public_cidr] if args.public_cidr else [])],
+                tags=tags,
+                opts=child,
+            )
+            vnet = self.vnet.name
+            self.subnet = azure.network.Subnet(f"{name}-mgmt", resource_group_name=rg, virtual_network_name=vnet,
+                                               address_prefixes=[args.management_cidr], opts=child)
+            self.subnet_id = self.subnet.id
+            if args.public_cidr:
+                self.public_subnet = azure.network.Subnet(f"{name}-public", resource_group_name=rg,
+                                                          virtual_network_name=vnet,
+                                                          address_prefixes=[args.public_cidr], opts=child)
+                self.public_subnet_id = self.public_subnet.id
+            if args.nat:
+                self._nat(name, args, rg, tags, child)
+        rules = [_tcp_in(f"admin-{port}", 100 + i, port, args.admin_cidrs)
+                 for i, port in enumerate(args.admin_ports) if args.admin_cidrs]
+        bastion_sources = (*args.ssh_cidrs, *([args.public_cidr] if args.public_cidr else []))
+        if bastion_sources:
+            rules.append(_tcp_in("ssh-from-bastion", 150, 22, bastion_sources))
         rules.append(
             {
                 "name": "within-vnet",
@@ -104,10 +128,93 @@ class Fabric(pulumi.ComponentResource):
             tags=tags,
             opts=child,
         )
-        azure.network.SubnetNetworkSecurityGroupAssociation(
-            f"{name}-mgmt-nsg", subnet_id=self.subnet.id, network_security_group_id=self.nsg.id, opts=child
+        # A joined VNet's subnet is the site's: the NSG goes on each node's interface instead
+        # (PoolArgs.nsg_id).
+        self.nic_nsg_id: pulumi.Input[str] | None = self.nsg.id if args.network is not None else None
+        if args.network is None:
+            azure.network.SubnetNetworkSecurityGroupAssociation(
+                f"{name}-mgmt-nsg", subnet_id=self.subnet.id, network_security_group_id=self.nsg.id, opts=child
+            )
+        self.register_outputs({"subnetId": self.subnet_id})
+
+    def _nat(self, name: str, args: FabricArgs, rg: pulumi.Input[str], tags: dict[str, str],
+             child: pulumi.ResourceOptions) -> None:
+        # NAT gateway takes Standard, static public IPs only.
+        ip = azure.network.PublicIp(f"{name}-nat-ip", resource_group_name=rg, location=args.location,
+                                    allocation_method="Static", sku="Standard", tags=tags, opts=child)
+        self.nat_gateway = azure.network.NatGateway(f"{name}-nat", resource_group_name=rg, location=args.location,
+                                                    sku_name="Standard", tags=tags, opts=child)
+        azure.network.NatGatewayPublicIpAssociation(f"{name}-nat-ip", nat_gateway_id=self.nat_gateway.id,
+                                                    public_ip_address_id=ip.id, opts=child)
+        azure.network.SubnetNatGatewayAssociation(f"{name}-mgmt-nat", subnet_id=self.subnet.id,
+                                                  nat_gateway_id=self.nat_gateway.id, opts=child)
+
+
+@dataclass(frozen=True)
+class BastionArgs:
+    cluster_name: str
+    location: str
+    resource_group: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    admin_cidrs: tuple[str, ...]
+    size: str
+    image: str
+    admin_username: str
+    ssh_public_key: str
+    user_data: str
+    tags: Mapping[str, str]
+
+
+class Bastion(pulumi.ComponentResource):
+    """The way in: a small VM with a static public IP, its interface's NSG admitting SSH only from
+    ``admin_cidrs``. The nodes admit SSH from its subnet (Fabric's ``ssh-from-bastion``) and the
+    rest of the VNet. Its props (``adminCidrs``) let the policy rule bastion-only-entry tell its
+    rule from a node's."""
+
+    def __init__(self, name: str, args: BastionArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("gpucluster:azure:Bastion", name, {"adminCidrs": list(args.admin_cidrs), "port": 22}, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        tags = {**args.tags, TAG_ROLES: "bastion", TAG_PURPOSE: "bastion"}
+        self.nsg = azure.network.NetworkSecurityGroup(
+            f"{name}-nsg",
+            resource_group_name=args.resource_group,
+            location=args.location,
+            security_rules=[_tcp_in("ssh-from-admin", 100, 22, args.admin_cidrs)],
+            tags=tags,
+            opts=child,
         )
-        self.register_outputs({"subnetId": self.subnet.id})
+        self.public_ip = azure.network.PublicIp(f"{name}-ip", resource_group_name=args.resource_group,
+                                                location=args.location, allocation_method="Static", sku="Standard",
+                                                tags=tags, opts=child)
+        self.nic = azure.network.NetworkInterface(
+            f"{name}-nic",
+            resource_group_name=args.resource_group,
+            location=args.location,
+            ip_configurations=[{"name": "primary", "subnet_id": args.subnet_id,
+                                "private_ip_address_allocation": "Dynamic", "public_ip_address_id": self.public_ip.id}],
+            tags=tags,
+            opts=child,
+        )
+        azure.network.NetworkInterfaceSecurityGroupAssociation(
+            f"{name}-nic-nsg", network_interface_id=self.nic.id, network_security_group_id=self.nsg.id, opts=child)
+        self.vm = azure.compute.LinuxVirtualMachine(
+            f"{name}-vm",
+            resource_group_name=args.resource_group,
+            location=args.location,
+            size=args.size,
+            computer_name=f"{args.cluster_name}-bastion"[:64],
+            admin_username=args.admin_username,
+            admin_ssh_keys=[{"username": args.admin_username, "public_key": args.ssh_public_key}],
+            disable_password_authentication=True,
+            network_interface_ids=[self.nic.id],
+            os_disk={"caching": "ReadWrite", "storage_account_type": "Standard_LRS"},
+            source_image_reference=_image(args.image),
+            custom_data=base64.b64encode(args.user_data.encode()).decode(),
+            tags={**tags, **_DISK_ENCRYPTION_TAG},
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(ignore_changes=IMAGE_IGNORE_CHANGES["azure"])),
+        )
+        self.register_outputs({"publicIp": self.public_ip.ip_address, "privateIp": self.nic.private_ip_address})
 
 
 @dataclass(frozen=True)
@@ -125,6 +232,8 @@ class PoolArgs:
     user_data: Mapping[str, str]
     tags: Mapping[str, Mapping[str, str]]
     zones: tuple[str, ...] = ()
+    # The nodes' NSG, set where it goes on each interface (a joined VNet's subnet is the site's).
+    nsg_id: pulumi.Input[str] | None = None
 
 
 # Disk encryption: every managed disk is encrypted at rest with platform-managed keys by default
@@ -168,6 +277,10 @@ def _vms(
             tags=dict(args.tags[node.name]),
             opts=child,
         )
+        if args.nsg_id is not None:
+            azure.network.NetworkInterfaceSecurityGroupAssociation(
+                f"{name}-{node.name}-nsg", network_interface_id=nic.id, network_security_group_id=args.nsg_id,
+                opts=child)
         vm = azure.compute.LinuxVirtualMachine(
             f"{name}-{node.name}",
             resource_group_name=args.resource_group,

@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 import pulumi
 
-from gpucluster.outputs import build_outputs
+from gpucluster.outputs import bastion_source_cidr, build_outputs
 from gpucluster.spec import Cluster, Node
-from gpucluster.spec.models import NodePool
+from gpucluster.spec.models import Bastion, NodePool
 
 PoolKind = Literal["gpu", "storage", "service"]
 
@@ -108,6 +108,43 @@ def ssh_keys(key: str | None) -> tuple[str, ...]:
     return (key.strip(),) if key else ()
 
 
+@dataclass(frozen=True)
+class NodeReach:
+    """How a cloud target's nodes are reached (the spec's ``target.access``), as the stacks apply it.
+
+    ``direct``: the nodes' security rules admit the admin ports (SSH, the Kubernetes API) from
+    admin_cidrs. Through a bastion: no admin port from admin_cidrs at all; SSH from the bastion
+    alone (a created one's own group, or an existing one's ``ssh_cidrs``).
+    """
+
+    mode: Literal["direct", "bastion"]
+    bastion: Bastion | None
+
+    @property
+    def create_bastion(self) -> bool:
+        return self.mode == "bastion" and self.bastion is not None and self.bastion.create
+
+    @property
+    def ssh_cidrs(self) -> tuple[str, ...]:
+        """An existing bastion's source, which the nodes admit SSH from (none for a created one)."""
+        if self.mode != "bastion" or self.bastion is None or self.bastion.create:
+            return ()
+        return (bastion_source_cidr(self.bastion),) if bastion_source_cidr(self.bastion) else ()
+
+    def admin_ports(self, cluster: Cluster) -> tuple[int, ...]:
+        if self.mode == "bastion":
+            return ()
+        return (22, 6443) if cluster.spec.kubernetes and cluster.spec.kubernetes.enabled else (22,)
+
+    def bastion_instance_type(self, default: str) -> str:
+        return (self.bastion.instance_type if self.bastion else None) or default
+
+
+def node_reach(target: Any) -> NodeReach:
+    access = target.access
+    return NodeReach(mode=access.mode, bastion=access.bastion)
+
+
 def stack_outputs(
     cluster: Cluster,
     *,
@@ -118,20 +155,24 @@ def stack_outputs(
     fabric_interface: str | None = None,
     fabric_interfaces: Mapping[str, str | None] | None = None,
     ssh_private_key_file: str | None = None,
+    bastion: tuple[pulumi.Input[str], pulumi.Input[str]] | None = None,
 ) -> dict[str, pulumi.Output[Any]]:
     """The outputs contract of :func:`gpucluster.outputs.build_outputs`, each value a pulumi Output.
 
     Addresses and ids a cloud assigns are Outputs; they are resolved all together once and the
-    plain mapping is built by the same function every target and the inventory use.
+    plain mapping is built by the same function every target and the inventory use. ``bastion``:
+    the public and private address of a bastion the stack created.
     """
     names = [n.name for n in cluster.nodes]
     ids = instance_ids or {}
-    flat: list[pulumi.Input[Any] | None] = []
+    flat: list[pulumi.Input[Any] | None] = list(bastion) if bastion else [None, None]
     for name in names:
         mgmt, fab = addresses[name]
         flat += [mgmt, fab, ids.get(name)]
 
-    def _build(values: list[Any]) -> dict[str, Any]:
+    def _build(everything: list[Any]) -> dict[str, Any]:
+        made = (everything[0], everything[1]) if bastion else None
+        values = everything[2:]
         resolved_addr: dict[str, tuple[str, str | None]] = {}
         resolved_ids: dict[str, str] = {}
         for i, name in enumerate(names):
@@ -148,6 +189,7 @@ def stack_outputs(
             instance_ids=resolved_ids,
             failure_domains=dict(failure_domains or {}),
             ssh_private_key_file=ssh_private_key_file,
+            bastion_address=made,
         )
 
     combined = pulumi.Output.all(*flat).apply(_build)

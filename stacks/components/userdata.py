@@ -42,6 +42,9 @@ class NodeData:
     management: Interface | None = None  # bare metal only; clouds use DHCP
     fabric: tuple[Interface, ...] = field(default_factory=tuple)
     root_disk: str | None = None
+    # The OS archive's mirror (the spec's egress.mirrors.os_archive): apt's primary and security
+    # sources from the first boot, as cloud-init's apt module writes them.
+    apt_mirror: str | None = None
 
 
 def _to_yaml(value: Any) -> str:
@@ -99,6 +102,7 @@ def _context(node: NodeData) -> dict[str, Any]:
         "fabric_netplan": netplan(fabric),
         "network": (netplan(full) or {"network": {"version": 2}})["network"],
         "root_disk": node.root_disk,
+        "apt_mirror": node.apt_mirror,
     }
 
 

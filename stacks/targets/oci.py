@@ -11,10 +11,12 @@ from gpucluster.spec import Cluster
 from gpucluster.spec.models import OciTarget
 
 from ..components import oci as comp
-from ..components.common import TAG_IMAGE, node_tags, pools, ssh_keys, stack_outputs
+from ..components.common import TAG_IMAGE, node_reach, node_tags, pools, ssh_keys, stack_outputs
 from ..components.userdata import NodeData, render_cloud_init
 
 SSH_USER = "ubuntu"
+# A created bastion's default shape: it only relays SSH (sized to 1 OCPU, 4 GB).
+BASTION_SHAPE = "VM.Standard.E4.Flex"
 
 
 def _image(target: OciTarget, shape: str) -> pulumi.Input[str]:
@@ -38,7 +40,7 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
     name = cluster.name
     tags = {"gpucluster-cluster": name}
     image_source = "lookup" if target.image_lookup else "pinned"
-    admin_ports = (22, 6443) if cluster.spec.kubernetes and cluster.spec.kubernetes.enabled else (22,)
+    reach = node_reach(target)
     fabric = comp.Fabric(
         name,
         comp.FabricArgs(
@@ -47,11 +49,19 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
             management_cidr=cluster.spec.fabric.management_cidr,
             fabric_cidr=cluster.spec.fabric.fabric_cidr,
             admin_cidrs=tuple(target.admin_cidrs),
-            admin_ports=admin_ports,
+            admin_ports=reach.admin_ports(cluster),
             tags=tags,
+            public_cidr=target.public_cidr,
+            nat=target.egress.mode == "nat" and target.network is None,
+            network=target.network,
+            ssh_cidrs=reach.ssh_cidrs,
         ),
     )
     keys = ssh_keys(target.ssh_public_key)
+    apt_mirror = target.egress.mirrors.get("os_archive")
+
+    def cloud_init(hostname: str) -> str:
+        return render_cloud_init(NodeData(hostname=hostname, ssh_user=SSH_USER, ssh_keys=keys, apt_mirror=apt_mirror))
     roce = cluster.spec.fabric.type == "roce"
     addresses: dict[str, tuple[Any, Any]] = {}
     ids: dict[str, Any] = {}
@@ -67,12 +77,12 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
             image_id=_image(target, plan.instance_type),
             compartment_id=target.compartment_id,
             availability_domain=target.availability_domain,
-            subnet_id=fabric.subnet.id,
+            subnet_id=fabric.subnet_id,
             nsg_id=fabric.nsg.id,
             root_volume_gb=plan.pool.root_volume_gb,
             ssh_keys=keys,
             user_data={
-                n.name: render_cloud_init(NodeData(hostname=n.name, ssh_user=SSH_USER, ssh_keys=keys))
+                n.name: cloud_init(n.name)
                 for n in plan.nodes
             },
             tags={n.name: node_tags(cluster, n, {**tags, TAG_IMAGE: image_source}) for n in plan.nodes},
@@ -92,4 +102,28 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
             fab = node.fabric_ip if plan.kind == "gpu" and roce else None
             addresses[node.name] = (inst.private_ip, fab)
             ids[node.name] = inst.id
-    return stack_outputs(cluster, ssh_user=SSH_USER, addresses=addresses, instance_ids=ids, failure_domains=domains)
+    bastion: tuple[Any, Any] | None = None
+    if reach.create_bastion:
+        assert fabric.public_subnet_id is not None  # the spec rules require a public subnet for it
+        shape = reach.bastion_instance_type(BASTION_SHAPE)
+        made = comp.Bastion(
+            f"{name}-bastion",
+            comp.BastionArgs(
+                cluster_name=name,
+                compartment_id=target.compartment_id,
+                availability_domain=target.availability_domain,
+                vcn_id=fabric.vcn_id,
+                subnet_id=fabric.public_subnet_id,
+                node_nsg_id=fabric.nsg.id,
+                admin_cidrs=tuple(target.admin_cidrs),
+                management_cidr=cluster.spec.fabric.management_cidr,
+                shape=shape,
+                image_id=_image(target, shape),
+                ssh_keys=keys,
+                user_data=cloud_init(f"{name}-bastion"),
+                tags={**tags, TAG_IMAGE: image_source},
+            ),
+        )
+        bastion = (made.instance.public_ip, made.instance.private_ip)
+    return stack_outputs(cluster, ssh_user=SSH_USER, addresses=addresses, instance_ids=ids, failure_domains=domains,
+                         bastion=bastion, ssh_private_key_file=target.ssh_private_key_file)

@@ -9,6 +9,7 @@ import pytest
 
 from gpucluster.parsers.nft import set_networks
 from gpucluster.render.firewall import ssh_sources
+from gpucluster.render.proxy import proxy_settings
 
 # Every service any node may need; each node checks those its groups and profile require, from
 # gpucluster.render.services (the roles' filter gpucluster.cluster.required_services).
@@ -38,7 +39,7 @@ def test_time_in_sync(node):
 
 @pytest.mark.check("GC-SYS-002")
 def test_firewall_active(node):
-    """An nftables ruleset MUST be loaded with an input chain that drops by default, and where the cluster's table is loaded it MUST admit SSH from exactly the networks the stack admits it from: the management network and the target's admin_cidrs."""  # noqa: E501
+    """An nftables ruleset MUST be loaded with an input chain that drops by default, and where the cluster's table is loaded it MUST admit SSH from exactly the networks the stack admits it from: the management network, and the target's admin_cidrs or, behind a bastion, the bastion's source."""  # noqa: E501
     node.figure("nftables_service", node.run("systemctl is-active nftables").stdout.strip())
     ruleset = node.run("nft list ruleset 2>&1").stdout
     chain = re.search(r"type filter hook input priority [^;]+; policy (\w+);", ruleset)
@@ -50,11 +51,32 @@ def test_firewall_active(node):
         admitted = set_networks(node.run("nft -j list set inet gpucluster management_v4 2>&1").stdout)
     except ValueError as exc:
         pytest.fail(f"the cluster's table has no readable SSH source set management_v4: {exc}")
-    sources = ssh_sources(node.inv.fabric, node.inv.all_vars.get("gpucluster_admin_cidrs"))
+    access = node.inv.all_vars.get("gpucluster_access")
+    sources = ssh_sources(node.inv.fabric, node.inv.all_vars.get("gpucluster_admin_cidrs"), access)
     want = list(ipaddress.collapse_addresses(ipaddress.IPv4Network(c) for c in sources))
     node.figure("ssh_sources", ", ".join(str(n) for n in admitted))
+    way_in = "the bastion's source" if (access or {}).get("mode") == "bastion" else "admin_cidrs"
     assert admitted == want, (f"SSH is admitted from {', '.join(map(str, admitted)) or 'nowhere'}; the stack admits it "
-                              f"from {', '.join(map(str, want))} (management network and admin_cidrs)")
+                              f"from {', '.join(map(str, want))} (management network and {way_in})")
+
+
+@pytest.mark.check("GC-SYS-005")
+def test_egress_proxy(node):
+    """Where the spec's egress is a proxy, apt's configuration MUST carry it as the roles write it (gpucluster.render.proxy), and where containerd runs its unit's environment MUST carry it too."""  # noqa: E501
+    egress = node.inv.all_vars.get("gpucluster_egress")
+    want = proxy_settings(egress, node.inv.fabric, node.inv.all_vars.get("gpucluster_kubernetes"))
+    if not want["enabled"]:
+        pytest.skip(f"the cluster's egress is {(egress or {}).get('mode', 'nat')}, not a proxy")
+    dump = node.run("apt-config dump 2>&1").stdout
+    apt = dict(re.findall(r'^(Acquire::https?::Proxy(?:::\S+)?) "([^"]*)";$', dump, re.MULTILINE))
+    node.figure("apt_http_proxy", apt.get("Acquire::http::Proxy"))
+    wrong = [f"{key} is {apt.get(key, 'unset')!r}, not {value!r}" for key, value in want["apt"].items()
+             if apt.get(key) != value]
+    if node.run("systemctl cat containerd >/dev/null 2>&1").rc == 0:
+        env = node.run("systemctl show -p Environment --value containerd").stdout.split()
+        wrong += [f"containerd's environment lacks {item.split('=', 1)[0]}={item.split('=', 1)[1]}"
+                  for item in want["systemd_environment"] if item not in env]
+    assert not wrong, "; ".join(wrong)
 
 
 @pytest.mark.check("GC-SYS-003")

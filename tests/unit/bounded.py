@@ -39,8 +39,11 @@ def big_aws_stack(directory: Path, pools: int, per_pool: int) -> Path:
     doc = {
         "config": {
             "gpucluster:name": "big",
+            # /9 networks leave no room for a NAT gateway's public subnet: the nodes go out by a proxy.
             "gpucluster:target": {"kind": "aws", "region": "us-east-1", "availability_zone": "us-east-1a",
-                                  "ami_id": "ami-0123456789abcdef0"},
+                                  "ami_id": "ami-0123456789abcdef0",
+                                  "egress": {"mode": "proxy", "http_proxy": "http://proxy.example.internal:3128",
+                                             "https_proxy": "http://proxy.example.internal:3128"}},
             "gpucluster:node_pools": [
                 {"name": f"gpu{i}", "count": per_pool, "roles": ["gpu"], "profile": "h100-sxm-8"}
                 for i in range(pools)

@@ -331,8 +331,9 @@ def test_a_cloud_up_previews_judges_the_policy_and_only_then_applies(stack: Path
     summary = run_up(stack, cli=FakeCli(), open_stack=backend, yes=True, out=out)
     assert summary.exit_code == 0, (summary.errors, summary.stages)
     assert log == ["preview", "up"] and backend.opened == [("Pulumi.aws-h100.yaml", True)]
-    assert summary.preview is not None and summary.preview["changes"] == {"create": 20}
-    assert summary.preview["resources"] == 20
+    # The example's 30 resources: its nodes, network, NAT gateway and bastion.
+    assert summary.preview is not None and summary.preview["changes"] == {"create": 30}
+    assert summary.preview["resources"] == 30
     assert {p["rule"]: p["status"] for p in summary.preview["policy"]}["imds-v2-only"] == "pass"
     # The outputs `gpucluster inventory` reads: the stack's, private.
     outputs = resolve(stack).outputs_file
@@ -407,7 +408,7 @@ def test_on_a_terminal_up_asks_and_a_no_applies_nothing(stack: Path) -> None:
 
     summary = run_up(stack, cli=FakeCli(), open_stack=Backend(FakeStack(log)), confirm=no)
     assert log == ["preview"] and summary.exit_code == 2
-    assert len(questions) == 1 and "create 20" in questions[0] and "policy passed" in questions[0]
+    assert len(questions) == 1 and "create 30" in questions[0] and "policy passed" in questions[0]
     assert "not confirmed" in summary.stages[1].detail
 
 
@@ -583,7 +584,7 @@ def test_json_on_success_holds_stages_verdicts_and_reports(stack: Path, monkeypa
     assert all(isinstance(s["seconds"], float) for s in doc["stages"])
     assert doc["stages"][3]["run_dir"].endswith("-converge") and doc["stages"][4]["run_dir"].endswith("-verify")
     assert doc["verdicts"][0]["verdict"] == "pass" and set(doc["reports"]) == {"junit", "html", "json"}
-    assert doc["preview"]["changes"] == {"create": 20}
+    assert doc["preview"]["changes"] == {"create": 30}
 
 
 def test_json_when_verify_fails_holds_the_findings(stack: Path, monkeypatch: pytest.MonkeyPatch,

@@ -50,13 +50,33 @@ def test_a_real_admin_range_and_a_key_give_no_warning(tmp_path: Path) -> None:
     key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHxVvB8F3m2pZ9cR1s4yT6uW7aX0bC2dE3fG4hI5jK6L ops@example"
     stack = _copy(tmp_path, "Pulumi.aws-h100.yaml",
                   ("admin_cidrs: [203.0.113.0/24]", f"admin_cidrs: [198.18.4.0/24]\n    ssh_public_key: {key}"))
-    assert reachability_warnings(load_spec(stack).spec) == []
+    assert reachability_warnings(load_spec(stack).spec, env={"SSH_AUTH_SOCK": "/run/agent.sock"}) == []
 
 
-def test_no_admin_range_is_a_warning(tmp_path: Path) -> None:
-    stack = _copy(tmp_path, "Pulumi.aws-h100.yaml", ("    admin_cidrs: [203.0.113.0/24]\n", ""))
+def test_no_admin_range_is_a_warning_when_the_nodes_are_reached_directly(tmp_path: Path) -> None:
+    stack = _copy(tmp_path, "Pulumi.oci-h100.yaml", ("    admin_cidrs: [203.0.113.0/24]\n", ""))
     warnings = reachability_warnings(load_spec(stack).spec)
     assert any(w.startswith("gpucluster.target.admin_cidrs: empty") for w in warnings)
+
+
+def test_the_private_key_is_a_named_file_or_the_agent_never_a_guess(tmp_path: Path) -> None:
+    spec = load_spec(REPO / "Pulumi.oci-h100.yaml").spec
+    agentless = [w for w in reachability_warnings(spec, env={}) if "ssh_private_key_file" in w]
+    assert agentless == ["gpucluster.target.ssh_private_key_file: not set and no SSH agent here (SSH_AUTH_SOCK is "
+                         "empty), so converge and verify have no key to log in with; name the key file, or load the "
+                         "key into an agent (ssh-add)"]
+    assert not [w for w in reachability_warnings(spec, env={"SSH_AUTH_SOCK": "/a"}) if "ssh_private_key_file" in w]
+    key = tmp_path / "id_ed25519"
+    key.write_text("not a key")
+    key.chmod(0o644)
+    named = spec.model_copy(update={"target": spec.target.model_copy(update={"ssh_private_key_file": str(key)})})
+    (loose,) = [w for w in reachability_warnings(named, env={}) if "ssh_private_key_file" in w]
+    assert "readable by others (mode 644)" in loose and f"chmod 600 {key}" in loose
+    key.chmod(0o600)
+    assert not [w for w in reachability_warnings(named, env={}) if "ssh_private_key_file" in w]
+    key.unlink()
+    (gone,) = [w for w in reachability_warnings(named, env={}) if "ssh_private_key_file" in w]
+    assert "does not exist on this machine" in gone
 
 
 def test_positional_and_stack_are_the_same(capsys: pytest.CaptureFixture[str]) -> None:

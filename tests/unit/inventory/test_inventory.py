@@ -20,8 +20,9 @@ from gpucluster.cli import main
 from gpucluster.errors import InputError
 from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
 from gpucluster.lab.layout import layout_lab
-from gpucluster.outputs import build_outputs, load_outputs, parse_outputs
+from gpucluster.outputs import load_outputs, parse_outputs
 from gpucluster.spec import load_spec
+from tests.unit.example_outputs import example_outputs
 
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "golden"
@@ -34,6 +35,8 @@ ANSIBLE_INVENTORY = str(_VENV_TOOL) if _VENV_TOOL.exists() else shutil.which("an
 STACKS = {
     "lab": ("Pulumi.lab.yaml", "root", "fab0", str(layout_lab(load_spec(REPO / "Pulumi.lab.yaml")).key_file)),
     "aws-h100": ("Pulumi.aws-h100.yaml", "ubuntu", None, None),
+    # An existing VNet, an existing bastion, an egress proxy.
+    "azure-h100": ("Pulumi.azure-h100.yaml", "azureuser", "ib0", None),
     "onprem-h100-ib": ("Pulumi.onprem-h100-ib.yaml", "ubuntu", "baremetal", None),
     "onprem-h100-roce": ("Pulumi.onprem-h100-roce.yaml", "ubuntu", "baremetal", None),
 }
@@ -47,10 +50,10 @@ def _outputs_file(name: str) -> Path:
         if iface == "baremetal":
             from stacks.targets.baremetal import fabric_interface_of
 
-            data = build_outputs(cluster, ssh_user=user, ssh_private_key_file=key,
+            data = example_outputs(cluster, ssh_user=user, ssh_private_key_file=key,
                                  fabric_interfaces={n.name: fabric_interface_of(cluster, n) for n in cluster.nodes})
         else:
-            data = build_outputs(cluster, ssh_user=user, fabric_interface=iface, ssh_private_key_file=key)
+            data = example_outputs(cluster, ssh_user=user, fabric_interface=iface, ssh_private_key_file=key)
         path.write_text(json.dumps(data, indent=2) + "\n")
     return path
 

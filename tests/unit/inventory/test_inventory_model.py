@@ -9,8 +9,8 @@ import pytest
 from gpucluster.errors import InputError
 from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
 from gpucluster.inventory_model import SCHEMA_VERSION, read_inventory, validate_inventory
-from gpucluster.outputs import build_outputs
 from gpucluster.spec import load_spec
+from tests.unit.example_outputs import example_outputs
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[3]
 def test_what_the_writer_writes_the_contract_reads(stack: str, tmp_path: Path) -> None:
     cluster = load_spec(REPO / stack)
     inventory = build_inventory(cluster, __import__("gpucluster.outputs").outputs.parse_outputs(
-        build_outputs(cluster, ssh_user="ubuntu"), "outputs"))
+        example_outputs(cluster, ssh_user="ubuntu"), "outputs"))
     path = tmp_path / "inventory.yml"
     path.write_text(dump_inventory(inventory))
     model, data = read_inventory(path)

@@ -24,6 +24,7 @@ from gpucluster.render.os_packages import (
 )
 from gpucluster.spec import load_bom
 from gpucluster.spec.models import OS_IDS, TARGET_KINDS, AwsTarget, AzureTarget, BaremetalTarget, LabTarget, OciTarget
+from tests.unit.example_outputs import example_outputs
 
 BOM = load_bom().model_dump(by_alias=True)
 TARGET_CLASSES = {"lab": LabTarget, "aws": AwsTarget, "azure": AzureTarget, "oci": OciTarget,
@@ -208,12 +209,12 @@ TABLE_ROLES = ("common", "container_runtime", "kubernetes_node", "kubernetes_con
 @functools.cache
 def _inventory(kind: str) -> dict[str, typing.Any]:
     from gpucluster.inventory import build_inventory
-    from gpucluster.outputs import StackOutputs, build_outputs
+    from gpucluster.outputs import StackOutputs
     from gpucluster.spec import load_spec
     from tests.unit.roles.render import REPO
 
     cluster = load_spec(REPO / ROLE_STACKS[kind])
-    outputs = StackOutputs.model_validate(build_outputs(cluster, ssh_user="root", fabric_interface=None))
+    outputs = StackOutputs.model_validate(example_outputs(cluster, ssh_user="root", fabric_interface=None))
     return build_inventory(cluster, outputs)
 
 

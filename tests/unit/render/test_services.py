@@ -10,10 +10,11 @@ import pytest
 
 from gpucluster.conformance import nodes as suite_nodes
 from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
-from gpucluster.outputs import StackOutputs, build_outputs
+from gpucluster.outputs import StackOutputs
 from gpucluster.render.services import ALL_SERVICES, BASE_SERVICES, required_services
 from gpucluster.spec import load_spec
 from gpucluster.spec.loader import load_profiles
+from tests.unit.example_outputs import example_outputs
 from tests.unit.loading import load_file
 
 REPO = Path(__file__).resolve().parents[3]
@@ -24,7 +25,7 @@ PLUGIN = load_file(REPO / "collections/ansible_collections/gpucluster/cluster/pl
 
 def _inventory(stack: Path) -> dict[str, Any]:
     cluster = load_spec(stack)
-    outputs = StackOutputs.model_validate(build_outputs(cluster, ssh_user="root"))
+    outputs = StackOutputs.model_validate(example_outputs(cluster, ssh_user="root"))
     data: dict[str, Any] = parse_inventory_text(dump_inventory(build_inventory(cluster, outputs)))
     return data
 

@@ -23,8 +23,9 @@ from ansible.plugins.test.mathstuff import TestModule as MathTests
 from jinja2.nativetypes import NativeEnvironment
 
 from gpucluster.inventory import build_inventory
-from gpucluster.outputs import StackOutputs, build_outputs
+from gpucluster.outputs import StackOutputs
 from gpucluster.spec import load_spec
+from tests.unit.example_outputs import example_outputs
 
 REPO = Path(__file__).resolve().parents[3]
 ROLES = REPO / "roles"
@@ -97,7 +98,7 @@ TEXT = _env(native=False)
 def inventory_for(fabric: str) -> dict[str, Any]:
     stack, interface = FABRICS[fabric]
     cluster = load_spec(REPO / stack)
-    outputs = StackOutputs.model_validate(build_outputs(cluster, ssh_user="root", fabric_interface=interface))
+    outputs = StackOutputs.model_validate(example_outputs(cluster, ssh_user="root", fabric_interface=interface))
     return build_inventory(cluster, outputs)
 
 

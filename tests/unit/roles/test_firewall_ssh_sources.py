@@ -1,5 +1,5 @@
-"""The node firewall admits SSH from the networks the stack admits it from (the management network
-and the target's admin_cidrs), and GC-SYS-002 holds the loaded set to the same renderer
+"""The node firewall admits SSH from the networks the stack admits it from (the management network,
+and the target's admin_cidrs or a bastion's source), and GC-SYS-002 holds the loaded set to the same renderer
 (gpucluster.render.firewall.ssh_sources): a controller in admin_cidrs, which the cloud's rules let
 in, is no longer dropped by the node in the middle of a run."""
 
@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from gpucluster.inventory import build_inventory
-from gpucluster.outputs import StackOutputs, build_outputs
+from gpucluster.outputs import StackOutputs
 from gpucluster.spec import load_spec
+from tests.unit.example_outputs import example_outputs
 from tests.unit.roles.render import REPO, host_context, render_template, role_vars
 
 SAMPLES = REPO / "tests" / "data" / "samples"
@@ -23,7 +24,7 @@ SAMPLES = REPO / "tests" / "data" / "samples"
 
 def _inventory(stack: str) -> dict[str, Any]:
     cluster = load_spec(REPO / stack)
-    return build_inventory(cluster, StackOutputs.model_validate(build_outputs(cluster, ssh_user="ubuntu")))
+    return build_inventory(cluster, StackOutputs.model_validate(example_outputs(cluster, ssh_user="ubuntu")))
 
 
 def _set_listing(cidrs: list[str]) -> str:
@@ -55,17 +56,34 @@ def _node(inventory: dict[str, Any], loaded: list[str]) -> Any:
 
 
 def test_the_role_admits_ssh_from_admin_cidrs_and_the_check_agrees() -> None:
-    inventory = _inventory("Pulumi.aws-h100.yaml")
+    inventory = _inventory("Pulumi.oci-h100.yaml")  # reached directly
     host = next(iter(inventory["all"]["hosts"]))
     v = role_vars("common", host_context(inventory, host))
-    assert v["common_firewall_management_cidrs"] == ["10.40.0.0/20", "203.0.113.0/24"]
+    assert v["common_firewall_management_cidrs"] == ["10.60.0.0/20", "203.0.113.0/24"]
     text = render_template("common", "gpucluster.nft.j2", v)
-    assert "elements = { 10.40.0.0/20, 203.0.113.0/24 }" in text
+    assert "elements = { 10.60.0.0/20, 203.0.113.0/24 }" in text
     # What the role wrote, loaded, passes the check; a set without admin_cidrs fails, naming both.
     _suite().test_firewall_active(_node(inventory, v["common_firewall_management_cidrs"]))
-    with pytest.raises(AssertionError, match=r"admitted from 10\.40\.0\.0/20; the stack admits it from "
-                                             r"10\.40\.0\.0/20, 203\.0\.113\.0/24"):
-        _suite().test_firewall_active(_node(inventory, ["10.40.0.0/20"]))
+    with pytest.raises(AssertionError, match=r"admitted from 10\.60\.0\.0/20; the stack admits it from "
+                                             r"10\.60\.0\.0/20, 203\.0\.113\.0/24 \(management network and "
+                                             r"admin_cidrs\)"):
+        _suite().test_firewall_active(_node(inventory, ["10.60.0.0/20"]))
+
+
+@pytest.mark.parametrize(("stack", "bastion"), [("Pulumi.aws-h100.yaml", "10.40.32.10/32"),  # the stack makes it
+                                                ("Pulumi.azure-h100.yaml", "10.60.0.0/28")])  # an existing one
+def test_behind_a_bastion_the_role_admits_ssh_from_the_bastion_alone_and_the_check_agrees(
+        stack: str, bastion: str) -> None:
+    inventory = _inventory(stack)
+    assert inventory["all"]["vars"]["gpucluster_access"]["bastion"]["source_cidr"] == bastion
+    host = next(iter(inventory["all"]["hosts"]))
+    v = role_vars("common", host_context(inventory, host))
+    management = inventory["all"]["vars"]["gpucluster_fabric"]["management_cidr"]
+    # Not admin_cidrs: the stack admits nobody but the bastion, and neither does the node.
+    assert v["common_firewall_management_cidrs"] == [management, bastion]
+    _suite().test_firewall_active(_node(inventory, v["common_firewall_management_cidrs"]))
+    with pytest.raises(AssertionError, match=r"\(management network and the bastion's source\)"):
+        _suite().test_firewall_active(_node(inventory, [management, "203.0.113.0/24"]))
 
 
 def test_a_target_without_admin_cidrs_admits_the_management_network_alone() -> None:

@@ -21,9 +21,10 @@ import yaml
 
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, parse_inventory
 from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
-from gpucluster.outputs import StackOutputs, build_outputs
+from gpucluster.outputs import StackOutputs
 from gpucluster.render import nccl as render_nccl
 from gpucluster.spec import load_spec
+from tests.unit.example_outputs import example_outputs
 from tests.unit.loading import load_file
 from tests.unit.roles.render import ANSIBLE_MANAGED, REPO, ROLES, TEXT, file_entries, host_context, role_vars
 
@@ -73,7 +74,7 @@ class _Node:
 
 def _inventory(stack: Path, interface: str | None) -> dict[str, Any]:
     cluster = load_spec(stack)
-    outputs = StackOutputs.model_validate(build_outputs(cluster, ssh_user="root", fabric_interface=interface))
+    outputs = StackOutputs.model_validate(example_outputs(cluster, ssh_user="root", fabric_interface=interface))
     data: dict[str, Any] = parse_inventory_text(dump_inventory(build_inventory(cluster, outputs)))
     return data
 

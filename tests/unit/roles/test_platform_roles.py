@@ -15,9 +15,10 @@ import yaml
 
 from gpucluster.inventory import build_inventory
 from gpucluster.kube.manifests import gpu_operator_release
-from gpucluster.outputs import StackOutputs, build_outputs
+from gpucluster.outputs import StackOutputs
 from gpucluster.render.os_packages import os_packages
 from gpucluster.spec import load_spec
+from tests.unit.example_outputs import example_outputs
 from tests.unit.roles.render import (
     NATIVE,
     REPO,
@@ -34,7 +35,7 @@ REMOVED_PROFILE_KEYS = ("hca", "efa_interfaces", "large_message_bytes", "ib_writ
 
 def _inventory(stack: str, interface: str = "eth1") -> dict[str, Any]:
     cluster = load_spec(REPO / stack)
-    outputs = StackOutputs.model_validate(build_outputs(cluster, ssh_user="root", fabric_interface=interface))
+    outputs = StackOutputs.model_validate(example_outputs(cluster, ssh_user="root", fabric_interface=interface))
     return build_inventory(cluster, outputs)
 
 
@@ -170,7 +171,7 @@ def test_dcgm_exporter_owner_follows_the_gpu_mode(kubernetes: bool, gpu_mode: st
     try:
         stack.write_text(yaml.safe_dump(raw))
         cluster = load_spec(stack)
-        outputs = StackOutputs.model_validate(build_outputs(cluster, ssh_user="root", fabric_interface="eth1"))
+        outputs = StackOutputs.model_validate(example_outputs(cluster, ssh_user="root", fabric_interface="eth1"))
         inv = build_inventory(cluster, outputs)
     finally:
         stack.unlink(missing_ok=True)
@@ -243,7 +244,7 @@ def test_doca_on_an_os_nvidia_does_not_publish_it_for_fails_preflight() -> None:
 def _as_exported(stack: str, addresses: dict[str, tuple[str, str | None]] | None = None,
                  interfaces: dict[str, str | None] | None = None) -> dict[str, Any]:
     cluster = load_spec(REPO / stack)
-    outputs = StackOutputs.model_validate(build_outputs(cluster, ssh_user="ubuntu", addresses=addresses,
+    outputs = StackOutputs.model_validate(example_outputs(cluster, ssh_user="ubuntu", addresses=addresses,
                                                         fabric_interfaces=interfaces))
     return build_inventory(cluster, outputs)
 

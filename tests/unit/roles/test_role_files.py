@@ -18,7 +18,7 @@ from gpucluster.render.rails import rail_settings
 from tests.unit.roles.render import NATIVE, REPO, ROLES, file_entries, render_template
 
 COMMON = ROLES / "common"
-SECTIONS = ["common_hosts", "common_time", "common_kernel", "common_ssh", "common_firewall"]
+SECTIONS = ["common_hosts", "common_time", "common_kernel", "common_ssh", "common_firewall", "common_proxy"]
 
 
 def _sections(run_tags: list[str], skip_tags: list[str]) -> list[str]:
@@ -35,7 +35,7 @@ def _sections(run_tags: list[str], skip_tags: list[str]) -> list[str]:
     (["tagged"], [], SECTIONS),
     (["common_time"], [], ["common_time"]),
     (["common_time", "common_ssh", "nccl"], [], ["common_time", "common_ssh"]),
-    (["all"], ["common_firewall"], ["common_hosts", "common_time", "common_kernel", "common_ssh"]),
+    (["all"], ["common_firewall"], ["common_hosts", "common_time", "common_kernel", "common_ssh", "common_proxy"]),
     (["all"], ["common"], []),
     (["nccl"], [], []),
 ])

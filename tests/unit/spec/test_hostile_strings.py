@@ -21,7 +21,16 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gpucluster.cli import main
-from gpucluster.outputs import OutputFabric, OutputNode, OutputRail, OutputStorage, StackOutputs
+from gpucluster.outputs import (
+    OutputAccess,
+    OutputBastion,
+    OutputEgress,
+    OutputFabric,
+    OutputNode,
+    OutputRail,
+    OutputStorage,
+    StackOutputs,
+)
 from gpucluster.spec import models
 from gpucluster.spec.loader import DEFAULT_BOM, IMAGE_DIR, PROFILE_DIR, spec_mapping
 
@@ -205,7 +214,8 @@ OUTPUTS = [json.loads(p.read_text()) for p in sorted((REPO / "tests" / "golden" 
 def test_every_outputs_string_refuses_jinja_and_shell(
     model: type[BaseModel], field: str, shape: str, where: tuple[int, tuple[Any, ...]] | None, bad: str | None
 ) -> None:
-    assert model in (StackOutputs, OutputNode, OutputRail, OutputFabric, OutputStorage)
+    assert model in (StackOutputs, OutputNode, OutputRail, OutputFabric, OutputStorage, OutputAccess, OutputBastion,
+                     OutputEgress)
     assert where is not None and bad is not None, f"no golden outputs file has a {model.__name__}"
     doc = copy.deepcopy(OUTPUTS[where[0]])
     _set(doc, where[1], field, shape, bad)

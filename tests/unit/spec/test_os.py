@@ -11,10 +11,11 @@ from pydantic import ValidationError
 
 from gpucluster.errors import InputError
 from gpucluster.inventory import build_inventory
-from gpucluster.outputs import build_outputs, parse_outputs
+from gpucluster.outputs import parse_outputs
 from gpucluster.spec import load_spec
 from gpucluster.spec.models import AwsTarget, AzureTarget, BaremetalTarget, CephPool, Fabric, LabTarget, OciTarget
 from gpucluster.spec.os import ceph_source, pool_os
+from tests.unit.example_outputs import example_outputs
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -65,7 +66,7 @@ def test_pool_os_overrides_the_targets_and_the_inventory_carries_it(tmp_path: Pa
                         "management_mac": "aa:bb:cc:dd:ee:02"}]})
     cluster = load_spec(stack)
     assert [pool_os(cluster.spec, p) for p in cluster.spec.node_pools] == ["ubuntu-24.04", "ubuntu-22.04"]
-    inv = build_inventory(cluster, parse_outputs(build_outputs(cluster, ssh_user="ubuntu"), "outputs.json"))
+    inv = build_inventory(cluster, parse_outputs(example_outputs(cluster, ssh_user="ubuntu"), "outputs.json"))
     hosts = inv["all"]["hosts"]
     assert hosts["g1"]["gpucluster_os"] == "ubuntu-24.04" and hosts["s1"]["gpucluster_os"] == "ubuntu-22.04"
     assert hosts["g1"]["gpucluster_preinstalled"] == "adopt_or_replace"

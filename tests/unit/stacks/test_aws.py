@@ -74,16 +74,28 @@ def test_the_platform_sets_the_efa_count(tmp_path: Path) -> None:
     assert {r.inputs["instanceType"] for r in _instances(plan, "gpu")} == {"p5en.48xlarge"}
 
 
-def test_security_group_admits_itself_and_ssh_only_from_admin_cidrs(aws_plan: Plan) -> None:
+def test_behind_the_bastion_the_nodes_group_admits_itself_and_no_admin_range(aws_plan: Plan) -> None:
     sg = one(aws_plan, "aws:ec2/securityGroup:SecurityGroup", "aws-h100-sg")
     ingress = sg.inputs["ingress"]
     assert {"self": True, "protocol": "-1"}.items() <= ingress[0].items()
+    assert [r for r in ingress if not r.get("self")] == []
+    assert any(r.get("self") and r["protocol"] == "-1" for r in sg.inputs["egress"])
+    # SSH from the bastion's group alone, a rule of the bastion's own.
+    rule = one(aws_plan, "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "aws-h100-bastion-ssh")
+    bastion_sg = one(aws_plan, "aws:ec2/securityGroup:SecurityGroup", "aws-h100-bastion-sg")
+    assert (rule.inputs["securityGroupId"], rule.inputs["referencedSecurityGroupId"]) == (sg.id, bastion_sg.id)
+    assert (rule.inputs["fromPort"], rule.inputs["toPort"], rule.inputs["ipProtocol"]) == (22, 22, "tcp")
+
+
+def test_reached_directly_the_group_admits_ssh_and_the_api_only_from_admin_cidrs(tmp_path: Path) -> None:
+    plan = plan_stack(write_stack(tmp_path, "aws-h100", {"target.access": {"mode": "direct"}}))
+    ingress = one(plan, "aws:ec2/securityGroup:SecurityGroup", "aws-h100-sg").inputs["ingress"]
     admin = [r for r in ingress if not r.get("self")]
     assert {(r["fromPort"], tuple(r["cidrBlocks"])) for r in admin} == {
         (22, ("203.0.113.0/24",)),
         (6443, ("203.0.113.0/24",)),
     }
-    assert any(r.get("self") and r["protocol"] == "-1" for r in sg.inputs["egress"])
+    assert not plan.by_type("gpucluster:aws:Bastion")
 
 
 def test_storage_nodes_spread_over_partitions_on_nvme_instances(aws_plan: Plan) -> None:
@@ -108,7 +120,7 @@ def test_the_pinned_amis_reach_the_instances_per_node_kind(aws_plan: Plan) -> No
 
 def test_outputs_carry_instance_ids_and_partitions(aws_plan: Plan) -> None:
     nodes = {n["name"]: n for n in aws_plan.outputs["nodes"]}
-    ids = {r.tag("Name"): r.id for r in aws_plan.by_type(INSTANCE)}
+    ids = {r.tag("Name"): r.id for r in aws_plan.by_type(INSTANCE) if r.tag("gpucluster-roles") != "bastion"}
     assert {n: v["instance_id"] for n, v in nodes.items()} == ids
     assert nodes["ceph-2"]["failure_domain"] == "partition-2"
     assert nodes["gpu-1"]["fabric_ip"] is None  # EFA carries no IP traffic
@@ -137,7 +149,7 @@ def test_components_use_typed_tokens_and_parent_their_children(aws_plan: Plan) -
     comps = {r.urn: r for r in aws_plan.resources if not r.custom}
     assert {r.type for r in comps.values()} == {
         "gpucluster:aws:Fabric", "gpucluster:aws:GpuNodePool", "gpucluster:aws:StorageNodes",
-        "gpucluster:aws:ServiceNodes",
+        "gpucluster:aws:ServiceNodes", "gpucluster:aws:Bastion",
     }
     for r in aws_plan.resources:
         if r.custom and r.type != "aws:ec2/keyPair:KeyPair":

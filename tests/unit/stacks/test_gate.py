@@ -97,7 +97,9 @@ def test_a_resource_that_breaks_a_rule_is_refused_before_it_is_created() -> None
 
 
 def test_a_security_group_open_to_both_halves_of_the_internet_stops_the_program(tmp_path: Path) -> None:
-    path = write_stack(tmp_path, "aws-h100", {"target.admin_cidrs": ["0.0.0.0/1", "128.0.0.0/1"]})
+    # Reached directly: the nodes' own group admits SSH from admin_cidrs.
+    path = write_stack(tmp_path, "aws-h100", {"target.admin_cidrs": ["0.0.0.0/1", "128.0.0.0/1"],
+                                              "target.access": {"mode": "direct"}})
     mocks = PlanMocks()
     with pytest.raises(pulumi.RunError) as err:
         run_program(load_spec(path), mocks=mocks)

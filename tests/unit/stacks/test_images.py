@@ -79,7 +79,7 @@ def test_the_aws_lookup_opt_in_is_flagged_as_a_warning(tmp_path: Path) -> None:
     plan = plan_stack(stack)
     result = _image_rule(plan)
     assert result.status == "warn"
-    assert len(result.offenders) == len(_nodes(plan, policy.AWS_INSTANCE)) == 6
+    assert len(result.offenders) == len(_nodes(plan, policy.AWS_INSTANCE)) == 7  # six nodes and the bastion
     assert not plan.failed  # a warning does not stop the run
     # The mocks answer getAmi with an id derived from the name filter: the lookup did run.
     assert all(r.inputs["ami"] != AMI for r in _nodes(plan, policy.AWS_INSTANCE))

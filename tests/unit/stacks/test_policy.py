@@ -181,5 +181,5 @@ def test_evaluate_runs_every_rule_in_order(aws_plan: Plan) -> None:
     assert [r.rule for r in policy.evaluate(aws_plan.resources)] == [
         "gpu-placement", "no-public-management-port", "ceph-replication", "storage-failure-domains",
         "gpu-storage-subnets-disjoint", "imds-v2-only", "disks-encrypted", "no-public-ip-on-gpu-storage",
-        "image-pinned",
+        "image-pinned", "bastion-only-entry",
     ]

@@ -13,6 +13,7 @@ from gpucluster.render.firewall import ssh_sources
 from gpucluster.render.nccl import nccl_settings
 from gpucluster.render.os_packages import detect_preinstalled, os_packages, preinstalled_action, preinstalled_plan
 from gpucluster.render.platform import platform_devices, platform_rdma_addressed
+from gpucluster.render.proxy import proxy_settings
 from gpucluster.render.rails import rail_settings, rail_sysctl_lines
 from gpucluster.render.services import required_services
 
@@ -23,4 +24,5 @@ class FilterModule:
                 "os_packages": os_packages, "preinstalled_action": preinstalled_action,
                 "detect_preinstalled": detect_preinstalled, "preinstalled_plan": preinstalled_plan,
                 "platform_devices": platform_devices, "platform_rdma_addressed": platform_rdma_addressed,
-                "rail_settings": rail_settings, "rail_sysctl_lines": rail_sysctl_lines, "ssh_sources": ssh_sources}
+                "rail_settings": rail_settings, "rail_sysctl_lines": rail_sysctl_lines, "ssh_sources": ssh_sources,
+                "proxy_settings": proxy_settings}
