@@ -319,6 +319,14 @@ def _step(report: TwinReport, name: str, started: float, ok: bool, detail: str =
     return ok
 
 
+def _converge_changes_nothing(report: TwinReport, name: str, started: float, stack: str, out: TextIO) -> bool:
+    """A converge of the twin, recorded as step ``name``: it holds when it passed and changed nothing."""
+    rc, run_dir = _cli(["converge", "--stack", stack], out)
+    changed = _changed_hosts(run_dir) if rc == 0 and run_dir else {}
+    return _step(report, name, started, rc == 0 and not changed,
+                 f"exit {rc}" + (f", changed: {changed}" if changed else ", nothing changed"), run_dir)
+
+
 def _changed_hosts(run_dir: str) -> dict[str, int]:
     summary = json.loads((Path(run_dir) / "summary.json").read_text())
     return {host: int(stats["changed"]) for host, stats in summary["hosts"].items() if stats["changed"]}
@@ -348,10 +356,7 @@ def run_check(stack_file: Path, out: TextIO, *, keep: bool = False) -> TwinRepor
         if not _step(report, "up", t, rc == 0, f"exit {rc}: {stages}"):
             return report
         t = time.monotonic()
-        rc, run_dir = _cli(["converge", "--stack", stack], out)
-        changed = _changed_hosts(run_dir) if rc == 0 and run_dir else {}
-        if not _step(report, "converge again", t, rc == 0 and not changed,
-                     f"exit {rc}" + (f", changed: {changed}" if changed else ", nothing changed"), run_dir):
+        if not _converge_changes_nothing(report, "converge again", t, stack, out):
             return report
         t = time.monotonic()
         plan = inputs(cluster).plan
@@ -365,10 +370,7 @@ def run_check(stack_file: Path, out: TextIO, *, keep: bool = False) -> TwinRepor
                      f"exit {rc}" + (f", not rebooted: {same}" if same else ", a new boot_id on every node")):
             return report
         t = time.monotonic()
-        rc, run_dir = _cli(["converge", "--stack", stack], out)
-        changed = _changed_hosts(run_dir) if rc == 0 and run_dir else {}
-        if not _step(report, "converge after the reboot", t, rc == 0 and not changed,
-                     f"exit {rc}" + (f", changed: {changed}" if changed else ", nothing changed"), run_dir):
+        if not _converge_changes_nothing(report, "converge after the reboot", t, stack, out):
             return report
         t = time.monotonic()
         rc, run_dir = _cli(["verify", "--stack", stack, "--no-burn"], out)
