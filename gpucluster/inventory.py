@@ -31,7 +31,8 @@ UNSAFE_TAG = "!unsafe"
 # 2: cluster-wide gpucluster_capabilities, which the roles read instead of the target's kind.
 # 3: the profile holds the GPU part only; the network part is the platform (gpucluster_platforms,
 #    host variable gpucluster_platform); gpucluster_conformance carries how verify judges.
-SCHEMA_VERSION = 3
+# 4: gpucluster_capabilities.kubernetes_nodes (whether site.yml deploys Kubernetes on the nodes).
+SCHEMA_VERSION = 4
 
 
 def pool_group(pool: str) -> str:

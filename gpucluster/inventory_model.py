@@ -118,6 +118,7 @@ class InventoryCapabilities(BaseModel):
     rdma_devices: bool
     runs_os: OsId | None
     link_floors: InventoryLinkFloors | None
+    kubernetes_nodes: bool
 
 
 class InventoryConformance(BaseModel):
@@ -164,7 +165,7 @@ class InventoryEgress(BaseModel):
 
 
 class InventoryVars(_Open):
-    gpucluster_inventory_schema: Literal[3]
+    gpucluster_inventory_schema: Literal[4]
     gpucluster_cluster_name: str
     gpucluster_stack: str
     gpucluster_target: Literal["aws", "azure", "oci", "baremetal", "lab"]

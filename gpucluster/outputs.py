@@ -129,12 +129,17 @@ class Capabilities(_Out):
     # The fabric floors in place of the platform's, where the nodes' links are not the platform's
     # (a twin's veths on one host: the platform's floors are for GPUs over RDMA, which it has not).
     link_floors: LinkFloors | None = None
+    # The nodes can run a kubelet and fetch Kubernetes' packages and images (pkgs.k8s.io, the
+    # registries, or their mirrors). False for the lab's containers (systemd-nspawn without cgroup
+    # delegation, no route to pkgs.k8s.io): `up` and site.yml then skip Kubernetes, saying why.
+    kubernetes_nodes: bool = True
 
 
 # The lab's nodes: systemd-nspawn containers on one host, sharing its disk, with no route to NVIDIA,
 # Debian's non-free components in their sources from the start and no /dev/fuse of their own.
 LAB_CAPABILITIES = Capabilities(heavy_packages=False, nvidia_repo=False, debian_nonfree_sources=True,
-                                fuse_device=False, small_disks=True, gpu_devices=False, rdma_devices=False)
+                                fuse_device=False, small_disks=True, gpu_devices=False, rdma_devices=False,
+                                kubernetes_nodes=False)
 
 
 def target_capabilities(cluster: Cluster) -> Capabilities:

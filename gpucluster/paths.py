@@ -32,6 +32,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 RUNS_DIR = Path("runs")
 OUTPUTS_NAME = "outputs.json"
 INVENTORY_NAME = "inventory.yml"
+# The cluster-admin kubeconfig `up` has the control plane's role fetch (its client key: the
+# folder is the cluster's own, not a checkout's runs/).
+KUBECONFIG_NAME = "admin.conf"
 
 
 def lab_dir(state_root: str | Path, name: str) -> Path:
@@ -54,6 +57,7 @@ class StackPaths:
     folder: Path
     outputs_file: Path
     inventory_file: Path
+    kubeconfig_file: Path
     runs_dir: Path
     lab_dir: Path | None
     lab_state_root: Path | None
@@ -66,6 +70,7 @@ class StackPaths:
             "folder": str(self.folder),
             "outputs_file": str(self.outputs_file),
             "inventory_file": str(self.inventory_file),
+            "kubeconfig_file": str(self.kubeconfig_file),
             "runs_dir": str(self.runs_dir),
             "lab_dir": None if self.lab_dir is None else str(self.lab_dir),
             "lab_state_root": None if self.lab_state_root is None else str(self.lab_state_root),
@@ -86,6 +91,7 @@ def stack_paths(cluster: Cluster) -> StackPaths:
         folder=folder,
         outputs_file=folder / OUTPUTS_NAME,
         inventory_file=folder / INVENTORY_NAME,
+        kubeconfig_file=folder / KUBECONFIG_NAME,
         runs_dir=RUNS_DIR,
         lab_dir=folder if state_root is not None else None,
         lab_state_root=state_root,

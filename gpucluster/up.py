@@ -53,6 +53,12 @@ EXIT_INTERRUPTED = 130
 STATE_VERSION = 1
 # The pseudo-stage --fresh runs before the others, and `gpucluster down` alone.
 DESTROY = "destroy"
+# The pseudo-stage after converge: Kubernetes, which converge's site.yml deploys (its
+# deploy-kubernetes.yml) where the spec asks and the target's nodes can run a kubelet; up reports
+# it done or skipped with the reason, and hands verify the kubeconfig the control plane's role fetched.
+KUBERNETES = "kubernetes"
+# What up's summary lists, in order.
+REPORTED_STAGES = (*STAGES[:STAGES.index("converge") + 1], KUBERNETES, *STAGES[STAGES.index("converge") + 1:])
 # What verify leaves in its run folder for people and CI (gpucluster/conformance/reports.py).
 REPORT_FILES = {"junit": "junit.xml", "html": "summary.html", "json": "results.json", "markdown": "summary.md"}
 
@@ -504,7 +510,7 @@ def run_up(stack_file: Path, *, start: str | None = None, out: TextIO = sys.stde
         summary.errors.append("error: up: interrupted")
         summary.exit_code = EXIT_INTERRUPTED
     done = {s.name for s in summary.stages}
-    summary.stages += [StageResult(name, "not-run") for name in STAGES if name not in done]
+    summary.stages += [StageResult(name, "not-run") for name in REPORTED_STAGES if name not in done]
     return summary
 
 
@@ -568,6 +574,8 @@ def _up(summary: UpSummary, stack_file: Path, *, start: str | None, out: TextIO,
                                               input_sha256=digest, run_dir=prior.get("run_dir")))
             if name == "verify" and prior.get("run_dir"):
                 read_verify_report(Path(prior["run_dir"]), summary)
+            if name == "converge":
+                summary.stages.append(_kubernetes_stage(plan, converged=False))
             continue
         t0 = time.monotonic()
         result = StageResult(name, "failed", input_sha256=digest)
@@ -618,6 +626,33 @@ def _up(summary: UpSummary, stack_file: Path, *, start: str | None, out: TextIO,
         write_private_json(state_file, {"version": STATE_VERSION, "stack": str(stack_file), "stages": stages_state})
         if rc != EXIT_OK:
             return
+        if name == "converge":
+            summary.stages.append(_kubernetes_stage(plan, converged=True))
+
+
+def kubernetes_skip_reason(cluster: Cluster, outputs_file: Path) -> str | None:
+    """Why converge's site.yml does not deploy Kubernetes on this stack, or None when it does:
+    the spec's kubernetes section and the target's statement of what its nodes can run (its outputs)."""
+    from gpucluster.outputs import load_outputs
+
+    kube = cluster.spec.kubernetes
+    if kube is None or not kube.enabled:
+        return "the spec has no enabled kubernetes section"
+    if not load_outputs(outputs_file).capabilities.kubernetes_nodes:
+        return (f"the {cluster.spec.target.kind} target states its nodes cannot run a kubelet "
+                "(capabilities.kubernetes_nodes: false); the Kubernetes checks skip, saying so")
+    return None
+
+
+def _kubernetes_stage(plan: Plan, converged: bool) -> StageResult:
+    """The pseudo-stage's record: ``converged`` when converge ran in this up (else it was done before)."""
+    reason = kubernetes_skip_reason(plan.cluster, plan.paths.outputs_file)
+    if reason is not None:
+        return StageResult(KUBERNETES, "skipped", exit_code=EXIT_OK, detail=reason)
+    when = "converge" if converged else "an earlier converge, input unchanged"
+    return StageResult(KUBERNETES, "done" if converged else "skipped", exit_code=EXIT_OK,
+                       detail=f"deployed by {when} (site.yml imports deploy-kubernetes.yml); kubeconfig "
+                              f"{plan.paths.kubeconfig_file}")
 
 
 def _run_stage(plan: Plan, name: str, out: TextIO,
@@ -636,10 +671,22 @@ def _run_stage(plan: Plan, name: str, out: TextIO,
         return cli(["inventory", "--stack", stack, "--outputs", str(paths.outputs_file),
                     "-o", str(paths.inventory_file)], out)
     runs_dir = [] if plan.runs_dir == RUNS_DIR else ["--runs-dir", str(plan.runs_dir)]
+    deploys_kubernetes = kubernetes_skip_reason(plan.cluster, paths.outputs_file) is None
     if name == "converge":
-        return cli(["converge", "--inventory", str(paths.inventory_file), *runs_dir, *plan.converge_args], out)
+        # The control plane's role fetches the cluster-admin kubeconfig into the cluster's folder.
+        fetch = (["-e", f"kubernetes_control_plane_kubeconfig_fetch_dest={paths.kubeconfig_file}"]
+                 if deploys_kubernetes else [])
+        return cli(["converge", "--inventory", str(paths.inventory_file), *runs_dir, *fetch, *plan.converge_args],
+                   out)
     run_dir = [] if plan.verify_run_dir is None else ["--run-dir", str(plan.verify_run_dir)]
-    return cli(["verify", "--inventory", str(paths.inventory_file), *run_dir, *plan.verify_args], out)
+    kubeconfig: list[str] = []
+    if deploys_kubernetes and "--kubeconfig" not in plan.verify_args:
+        if not paths.kubeconfig_file.is_file():
+            raise InputError(f"converge deployed Kubernetes but no kubeconfig is at {paths.kubeconfig_file} "
+                             "(the control plane's role fetches it): rerun `gpucluster up --from converge`")
+        kubeconfig = ["--kubeconfig", str(paths.kubeconfig_file)]
+    return cli(["verify", "--inventory", str(paths.inventory_file), *run_dir, *kubeconfig, *plan.verify_args],
+               out)
 
 
 # --- down ----------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from types import FrameType
 from gpucluster.cli.spec import stack_args, stack_file
 from gpucluster.errors import EXIT_BAD_INPUT, InputError
 from gpucluster.paths import RUNS_DIR
-from gpucluster.up import STAGES, UpSummary, VerifyPassThrough, run_up
+from gpucluster.up import KUBERNETES, STAGES, UpSummary, VerifyPassThrough, run_up
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -114,7 +114,8 @@ def _up(args: argparse.Namespace) -> int:
         return summary.exit_code
     for stage in summary.stages:
         extra = f" ({stage.seconds:.0f} s)" if stage.status in ("done", "failed", "interrupted") else ""
-        detail = f": {stage.detail}" if stage.detail and stage.status != "skipped" else ""
+        # A stage skipped as done before says no more; Kubernetes skipped says why.
+        detail = f": {stage.detail}" if stage.detail and (stage.status != "skipped" or stage.name == KUBERNETES) else ""
         where = f" [{stage.run_dir}]" if stage.run_dir else ""
         print(f"{stage.name:<10} {stage.status}{extra}{where}{detail}")
     for v in summary.verdicts:

@@ -31,6 +31,7 @@ from gpucluster.errors import InputError
 from gpucluster.paths import StackPaths, resolve
 from gpucluster.plan import Resource, plan_stack
 from gpucluster.runs import new_run_dir
+from gpucluster.spec import load_spec
 from gpucluster.up import (
     PulumiProvision,
     VerifyPassThrough,
@@ -39,6 +40,7 @@ from gpucluster.up import (
     run_down,
     run_up,
 )
+from tests.unit.example_outputs import example_outputs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -68,6 +70,10 @@ class FakeCli:
             inventory.parent.mkdir(parents=True, exist_ok=True)
             inventory.write_text("all: {}\n")
         if argv[0] == "converge":
+            # The control plane's role fetching the kubeconfig where up asks (deploy-kubernetes.yml).
+            for arg in argv:
+                if arg.startswith("kubernetes_control_plane_kubeconfig_fetch_dest="):
+                    Path(arg.split("=", 1)[1]).write_text("apiVersion: v1\n")
             runs_dir = Path(argv[argv.index("--runs-dir") + 1]) if "--runs-dir" in argv else Path("runs")
             run = new_run_dir(runs_dir, "converge")
             self.converge_dirs.append(run)
@@ -95,7 +101,7 @@ class FakeCli:
 
 def _provision(stack: Path, paths: StackPaths, out: TextIO) -> None:
     paths.outputs_file.parent.mkdir(parents=True, exist_ok=True)
-    paths.outputs_file.write_text(json.dumps({"nodes": []}))
+    paths.outputs_file.write_text(json.dumps(example_outputs(load_spec(stack), ssh_user="ubuntu")))
 
 
 @pytest.fixture()
@@ -123,13 +129,19 @@ def test_the_stages_run_in_order_and_a_second_up_does_nothing(stack: Path) -> No
     cli = FakeCli()
     first = run_up(stack, cli=cli, provision=_provision, yes=True)
     assert first.exit_code == 0, first.errors
-    assert [s.status for s in first.stages] == ["done"] * 5
+    assert [s.status for s in first.stages] == ["done"] * 6
     assert cli.commands() == ["spec validate", "inventory", "converge", "verify"]
     inv = cli.calls[1][cli.calls[1].index("-o") + 1]
-    assert cli.calls[2] == ["converge", "--inventory", inv]
-    verify_dir = first.stages[4].run_dir
+    kubeconfig = resolve(stack).kubeconfig_file
+    # The stack deploys Kubernetes (its kubernetes section, an AWS target's nodes run a kubelet):
+    # converge's control plane fetches the kubeconfig into the cluster's folder and verify reads it.
+    assert cli.calls[2] == ["converge", "--inventory", inv, "-e",
+                            f"kubernetes_control_plane_kubeconfig_fetch_dest={kubeconfig}"]
+    assert first.stages[4].name == "kubernetes" and "deployed by converge" in first.stages[4].detail
+    verify_dir = first.stages[5].run_dir
     assert verify_dir and Path(verify_dir).name.endswith("-verify")
-    assert cli.calls[3] == ["verify", "--inventory", inv, "--run-dir", str(Path("runs") / Path(verify_dir).name)]
+    assert cli.calls[3] == ["verify", "--inventory", inv, "--run-dir", str(Path("runs") / Path(verify_dir).name),
+                            "--kubeconfig", str(kubeconfig)]
     assert first.stages[3].run_dir == str(cli.converge_dirs[0].resolve())
     state = json.loads(Path(first.state_file).read_text())
     assert set(state["stages"]) == {"spec", "provision", "inventory", "converge", "verify"}
@@ -138,19 +150,59 @@ def test_the_stages_run_in_order_and_a_second_up_does_nothing(stack: Path) -> No
     again = FakeCli()
     second = run_up(stack, cli=again, provision=_provision)
     assert second.exit_code == 0 and again.calls == []
-    assert [s.status for s in second.stages] == ["skipped"] * 5
+    assert [s.status for s in second.stages] == ["skipped"] * 6
     # A skipped verify still names its run folder and reports (the ones it had).
-    assert second.stages[4].run_dir == verify_dir and second.reports["junit"].endswith("junit.xml")
+    assert second.stages[5].run_dir == verify_dir and second.reports["junit"].endswith("junit.xml")
+
+
+def test_kubernetes_is_skipped_with_the_reason_where_the_spec_has_none_or_the_nodes_cannot_run_it(
+        stack: Path) -> None:
+    no_kube = stack.with_name("Pulumi.nokube.yaml")
+    text = stack.read_text()
+    no_kube.write_text(text[:text.index("  gpucluster:kubernetes:")])
+    cli = FakeCli()
+    summary = run_up(no_kube, cli=cli, provision=_provision, yes=True)
+    assert summary.exit_code == 0, summary.errors
+    kube = summary.stages[4]
+    assert (kube.name, kube.status) == ("kubernetes", "skipped")
+    assert kube.detail == "the spec has no enabled kubernetes section"
+    assert "-e" not in cli.calls[2] and "--kubeconfig" not in cli.calls[3]
+    # The lab's nodes cannot run a kubelet: its outputs say so, and up says why it skipped.
+    from gpucluster.outputs import LAB_CAPABILITIES
+
+    assert LAB_CAPABILITIES.kubernetes_nodes is False
+
+    def provision_no_kubelet(stack_file: Path, paths: StackPaths, out: TextIO) -> None:
+        _provision(stack_file, paths, out)
+        outputs = json.loads(paths.outputs_file.read_text())
+        paths.outputs_file.write_text(json.dumps({**outputs, "capabilities": LAB_CAPABILITIES.model_dump()}))
+
+    cli = FakeCli()
+    summary = run_up(stack, cli=cli, provision=provision_no_kubelet, yes=True)
+    assert summary.exit_code == 0, summary.errors
+    kube = summary.stages[4]
+    assert kube.status == "skipped" and "cannot run a kubelet (capabilities.kubernetes_nodes: false)" in kube.detail
+    assert "-e" not in cli.calls[2] and "--kubeconfig" not in cli.calls[3]
+
+
+def test_a_deployed_kubernetes_without_its_kubeconfig_fails_verify_naming_the_file(stack: Path) -> None:
+    class NoFetch(FakeCli):
+        def __call__(self, argv: Sequence[str], out: TextIO) -> int:
+            return super().__call__([a for a in argv if not a.startswith("kubernetes_control_plane_")], out)
+
+    summary = run_up(stack, cli=NoFetch(), provision=_provision, yes=True)
+    assert summary.exit_code == 2 and summary.stages[5].status == "failed"
+    assert f"no kubeconfig is at {resolve(stack).kubeconfig_file}" in summary.stages[5].detail
 
 
 def test_a_changed_input_resumes_at_the_stage_that_reads_it(stack: Path) -> None:
     run_up(stack, cli=FakeCli(), provision=_provision, yes=True)
     outputs = resolve(stack).outputs_file
     assert outputs.is_file()
-    outputs.write_text(json.dumps({"nodes": [], "changed": True}))
+    outputs.write_text(json.dumps(example_outputs(load_spec(stack), ssh_user="admin")))
     cli = FakeCli()
     third = run_up(stack, cli=cli, provision=_provision)
-    assert [s.status for s in third.stages] == ["skipped", "skipped", "done", "done", "done"]
+    assert [s.status for s in third.stages] == ["skipped", "skipped", "done", "done", "done", "done"]
     assert cli.commands() == ["inventory", "converge", "verify"]
 
 
@@ -179,7 +231,7 @@ def test_a_failed_stage_stops_the_chain(stack: Path) -> None:
     cli = FakeCli(fail={"converge": 1})
     summary = run_up(stack, cli=cli, provision=_provision, yes=True)
     assert summary.exit_code == 1
-    assert [s.status for s in summary.stages] == ["done", "done", "done", "failed", "not-run"]
+    assert [s.status for s in summary.stages] == ["done", "done", "done", "failed", "not-run", "not-run"]
     assert "verify" not in cli.commands()
 
 
@@ -200,7 +252,7 @@ def test_from_redoes_that_stage_and_the_rest(stack: Path) -> None:
 def test_ctrl_c_is_recorded_and_exits_130(stack: Path) -> None:
     summary = run_up(stack, cli=FakeCli(interrupt="converge"), provision=_provision, yes=True)
     assert summary.exit_code == 130
-    assert [s.status for s in summary.stages] == ["done", "done", "done", "interrupted", "not-run"]
+    assert [s.status for s in summary.stages] == ["done", "done", "done", "interrupted", "not-run", "not-run"]
     cli = FakeCli()
     run_up(stack, cli=cli, provision=_provision)
     assert cli.commands() == ["converge", "verify"]
@@ -230,7 +282,7 @@ def test_a_corrupt_state_file_is_named(stack: Path) -> None:
     Path(summary.state_file).write_text("{not json")
     again = run_up(stack, cli=FakeCli(), provision=_provision, yes=True)
     assert again.exit_code == 2 and "not readable as up's state" in again.errors[0]
-    assert [s.status for s in again.stages] == ["not-run"] * 5
+    assert [s.status for s in again.stages] == ["not-run"] * 6
 
 
 @pytest.mark.parametrize(("name", "expected"), [("Pulumi.aws-h100.yaml", "aws-h100"), ("Pulumi.a.b.yml", "a.b")])
@@ -350,7 +402,7 @@ def test_a_preview_that_breaks_the_policy_is_never_applied(stack: Path) -> None:
     assert provision.status == "failed" and "imds-v2-only" in provision.detail
     assert summary.preview is not None
     assert {p["rule"]: p["status"] for p in summary.preview["policy"]}["imds-v2-only"] == "fail"
-    assert [s.status for s in summary.stages[2:]] == ["not-run"] * 3
+    assert [s.status for s in summary.stages[2:]] == ["not-run"] * 4
 
 
 def test_a_failing_preview_is_never_applied(stack: Path) -> None:
@@ -449,7 +501,7 @@ def test_fresh_destroys_the_stack_forgets_up_and_runs_every_stage(stack: Path) -
     assert log == ["destroy", "preview", "up"]
     assert [(s.name, s.status) for s in summary.stages] == [
         ("destroy", "done"), ("spec", "done"), ("provision", "done"), ("inventory", "done"), ("converge", "done"),
-        ("verify", "done")]
+        ("kubernetes", "done"), ("verify", "done")]
     assert cli.commands() == ["spec validate", "inventory", "converge", "verify"]
     # The destroyed nodes' keys are forgotten (a rebuilt node has a new one); the rest stays.
     assert kh.read_text() == "[10.40.15.248]:2222 ssh-ed25519 AAAAother\n192.0.2.7 ssh-ed25519 AAAAbastion\n"
@@ -475,7 +527,7 @@ def test_a_failed_teardown_stops_fresh_before_any_stage(stack: Path) -> None:
                      fresh=True)
     assert log == ["destroy"] and summary.exit_code == 1
     assert summary.stages[0].status == "failed" and "pulumi destroy failed" in summary.stages[0].detail
-    assert [s.status for s in summary.stages[1:]] == ["not-run"] * 5
+    assert [s.status for s in summary.stages[1:]] == ["not-run"] * 6
 
 
 def test_down_destroys_the_stack_and_keeps_known_hosts_and_run_folders(stack: Path, tmp_path: Path) -> None:
@@ -561,7 +613,10 @@ def test_verify_options_pass_through_up(stack: Path, monkeypatch: pytest.MonkeyP
     assert code == 0, doc
     verify = cli.calls[-1]
     assert verify[verify.index("--run-dir") + 1] == str(tmp_path / "report")
-    assert verify[verify.index("--run-dir") + 2:] == VerifyPassThrough(
+    # The kubeconfig the control plane's role fetched (the stack deploys Kubernetes), then the user's options.
+    kubeconfig = verify[verify.index("--kubeconfig") + 1]
+    assert kubeconfig == str(resolve(stack).kubeconfig_file)
+    assert verify[verify.index("--run-dir") + 4:] == VerifyPassThrough(
         checks="GC-NET-*,GC-GPU-001", burn=False, burn_seconds=5, workers=2, publish=False, fleet_margin=0.2,
         dcgm_level=3).argv()
     assert doc["reports"] == {"junit": str(tmp_path / "report" / "junit.xml"),
@@ -570,7 +625,7 @@ def test_verify_options_pass_through_up(stack: Path, monkeypatch: pytest.MonkeyP
     # main's argument parser accepts what VerifyPassThrough.argv() writes, for verify.
     from gpucluster.cli import build_parser
 
-    build_parser().parse_args(["verify", "--inventory", "x", *verify[verify.index("--run-dir") + 2:]])
+    build_parser().parse_args(["verify", "--inventory", "x", *verify[verify.index("--run-dir") + 4:]])
 
 
 def test_json_on_success_holds_stages_verdicts_and_reports(stack: Path, monkeypatch: pytest.MonkeyPatch,
@@ -580,9 +635,9 @@ def test_json_on_success_holds_stages_verdicts_and_reports(stack: Path, monkeypa
     assert code == 0 and doc["ok"] is True and doc["exit_code"] == 0
     assert [(s["name"], s["status"], s["exit_code"]) for s in doc["stages"]] == [
         ("spec", "done", 0), ("provision", "done", 0), ("inventory", "done", 0), ("converge", "done", 0),
-        ("verify", "done", 0)]
+        ("kubernetes", "done", 0), ("verify", "done", 0)]
     assert all(isinstance(s["seconds"], float) for s in doc["stages"])
-    assert doc["stages"][3]["run_dir"].endswith("-converge") and doc["stages"][4]["run_dir"].endswith("-verify")
+    assert doc["stages"][3]["run_dir"].endswith("-converge") and doc["stages"][5]["run_dir"].endswith("-verify")
     assert doc["verdicts"][0]["verdict"] == "pass" and set(doc["reports"]) == {"junit", "html", "json"}
     assert doc["preview"]["changes"] == {"create": 30}
 

@@ -120,9 +120,11 @@ def test_the_github_example_rebuilds_verifies_and_tears_down_the_lab(tmp_path: P
         assert summary["ok"] and summary["exit_code"] == 0, summary
         assert [(s["name"], s["status"]) for s in summary["stages"]] == [
             ("destroy", "done"), ("spec", "done"), ("provision", "done"), ("inventory", "done"),
-            ("converge", "done"), ("verify", "done")]
+            ("converge", "done"), ("kubernetes", "skipped"), ("verify", "done")]
         assert Path(summary["stages"][4]["run_dir"]).is_dir()
-        assert summary["stages"][5]["run_dir"] == str(root / "reports" / "verify")
+        # The example's stack has no kubernetes section: the stage says so.
+        assert summary["stages"][5]["detail"] == "the spec has no enabled kubernetes section"
+        assert summary["stages"][6]["run_dir"] == str(root / "reports" / "verify")
         # One verdict per node, and the (cluster) row of the cluster-wide checks (skipped on this lab).
         verdicts = {v["node"]: v["verdict"] for v in summary["verdicts"]}
         assert verdicts["gpu-1"] == "pass" and set(verdicts) <= {"gpu-1", "(cluster)"}, summary["verdicts"]

@@ -86,7 +86,7 @@ def test_an_inventory_without_capabilities_is_refused() -> None:
 
 
 def test_an_inventory_of_the_schema_before_capabilities_is_refused_with_the_remedy(tmp_path: Path) -> None:
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     data = _golden("lab")
     data["all"]["vars"]["gpucluster_inventory_schema"] = 1
     del data["all"]["vars"]["gpucluster_capabilities"]
@@ -95,7 +95,7 @@ def test_an_inventory_of_the_schema_before_capabilities_is_refused_with_the_reme
     with pytest.raises(InputError) as err:
         read_inventory(path)
     assert err.value.problems == [
-        "all.vars.gpucluster_inventory_schema: 1, but this gpucluster reads version 3; write the inventory again "
+        "all.vars.gpucluster_inventory_schema: 1, but this gpucluster reads version 4; write the inventory again "
         "with `gpucluster inventory` (or `gpucluster lab up`)"]
 
 
@@ -174,6 +174,8 @@ def test_each_capability_moves_only_its_own_decisions() -> None:
         "gpu_devices": {"container_runtime_gpu_count"},
         # Read by the conformance suite alone (tests/unit/conformance/test_node_capabilities.py).
         "rdma_devices": set(),
+        # Read by site.yml's import of deploy-kubernetes.yml and by up (tests/unit/test_up.py).
+        "kubernetes_nodes": set(),
     }
     suite_only = {"runs_os": "debian-12", "link_floors": {"allreduce_inter_busbw_gbps": 0.05,
                                                           "allreduce_inter_verdict_bytes": 16777216}}
