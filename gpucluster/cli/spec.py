@@ -10,6 +10,7 @@ import yaml
 
 from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.spec import Cluster, load_spec
+from gpucluster.spec.downloads import download_findings
 from gpucluster.spec.images import image_findings
 from gpucluster.spec.loader import load_images
 from gpucluster.spec.rules import reachability_warnings
@@ -53,8 +54,12 @@ def stack_file(args: argparse.Namespace) -> str:
 
 
 def check_images(cluster: Cluster, stack: str) -> list[str]:
-    """Stop (InputError, exit 2) where converge would stop on a pool's image; the warnings otherwise."""
-    problems, warnings = image_findings(cluster, load_images())
+    """Stop (InputError, exit 2) where converge would stop on a pool's image, or would download an
+    artefact with no SHA-256 to check it against; the warnings otherwise."""
+    manifests = load_images()
+    problems, warnings = image_findings(cluster, manifests)
+    unpinned, unknown = download_findings(cluster, manifests)
+    problems, warnings = problems + unpinned, warnings + unknown
     if problems:
         raise InputError(problems, source=stack)
     return warnings

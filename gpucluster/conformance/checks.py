@@ -113,11 +113,13 @@ _CHECKS = (
           "The all-reduce bus bandwidth across all GPUs of the node MUST reach the profile's intra-node "
           "floor at large message sizes, with no wrong results.", ("gpu",)),
     Check("GC-AR-002", "AR", "Inter-node all-reduce",
-          "The ring all-reduce bus bandwidth across all nodes MUST reach the profile's inter-node floor "
+          "The ring all-reduce bus bandwidth across all nodes, under each node's /etc/nccl.conf with "
+          "NCCL_ALGO=Ring pinned (the algorithm the floor holds for), MUST reach the profile's inter-node floor "
           "at large message sizes, with no wrong results.", ("gpu",)),
     Check("GC-AR-003", "AR", "Node-pair all-reduce",
           "The node MUST NOT be the one its pair all-reduce results name slow: every pair it is in "
-          "reaches the inter-node floor, or the shortfall is another node's.", ("gpu",)),
+          "reaches the inter-node floor (under each node's /etc/nccl.conf with NCCL_ALGO=Ring pinned), or the "
+          "shortfall is another node's.", ("gpu",)),
     Check("GC-RDMA-001", "RDMA", "RDMA write bandwidth",
           "ib_write_bw between this node and a peer MUST reach the platform's floor on every compute HCA.", ("gpu",)),
     Check("GC-GPU-013", "GPU", "NVSwitch fabric registered",
@@ -151,7 +153,9 @@ _CHECKS = (
     Check("GC-EFA-001", "EFA", "EFA devices",
           "fi_info -p efa MUST list as many EFA devices as the platform states.", ("gpu",)),
     Check("GC-EFA-002", "EFA", "NCCL over the OFI plugin",
-          "An NCCL run on an EFA node MUST use the OFI plugin (AWS Libfabric) over the efa provider.", ("gpu",)),
+          "An NCCL run on an EFA node, under its /etc/nccl.conf with NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1 "
+          "pinned (intra-node traffic through the network plugin), MUST use the OFI plugin (AWS Libfabric) over "
+          "the efa provider.", ("gpu",)),
     Check("GC-K8S-001", "K8S", "Nodes Ready",
           "Every GPU and control-plane node of the inventory MUST be registered and report Ready."),
     Check("GC-K8S-002", "K8S", "GPUs allocatable",

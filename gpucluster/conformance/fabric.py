@@ -353,9 +353,9 @@ class Fabric:
             problems = self._grant(nodes, run_key, budget)
             key = self._place_key(nodes[0], run_key)
             if nccl:
-                run, log = run_nccl_tests.run_inter(launcher, names, ips, nodes[0].gpu_count, cidr,
-                                                self.inv.fabric.get("socket_ifname") or nodes[0].fabric_interface,
-                                                2 * verdict, label, min_bytes=sizes[0], ssh_key=key, timeout_s=budget,
+                # No NCCL setting of the node's own: the run reads its deployed /etc/nccl.conf.
+                run, log = run_nccl_tests.run_inter(launcher, names, ips, nodes[0].gpu_count, cidr, 2 * verdict,
+                                                label, min_bytes=sizes[0], ssh_key=key, timeout_s=budget,
                                                 folder=folder)
             else:
                 settings = allreduce_mpi.MpiSettings(sizes=sizes, iters=self.options.mpi_iters,

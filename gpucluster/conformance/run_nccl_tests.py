@@ -7,6 +7,8 @@ the table.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from gpucluster.conformance.allreduce_mpi import last_error_line, rsh_args
 from gpucluster.conformance.bandwidth import AllReduceRun, from_nccl_result
 from gpucluster.conformance.remote import Remote, node_folder, quote
@@ -16,6 +18,43 @@ DEFAULT_DIR = "/opt/nccl-tests/build"
 # -J's file, in a private folder of the run on the node (remote.node_folder): never a fixed name in
 # /var/tmp, which another local user could make a link first.
 JSON_NAME = "nccl-tests.json"
+
+
+# What a measurement sets in NCCL's environment. Everything else comes from the node's deployed
+# /etc/nccl.conf (the one GC-NET-006 verifies), which NCCL reads only for keys its environment lacks
+# (setenv without overwrite, initEnv in https://github.com/NVIDIA/nccl/blob/master/src/misc/param.cc):
+# a key set here that nccl.conf sets otherwise would measure another configuration than the
+# deployed one. tests/unit/roles/test_nccl_conf.py renders nccl.conf for every GPU node of every
+# example stack and fails on such a key. What a figure must pin is named in its check's MUST line
+# and recorded with the figure (``nccl_pinned``).
+#
+# The inter-node ring and the pairs (GC-AR-002, GC-AR-003): the algorithm the inter-node floor holds
+# for, and NCCL's warnings in the log.
+INTER_ENV: dict[str, str] = {"NCCL_ALGO": "Ring", "NCCL_DEBUG": "WARN"}
+INTER_PINNED = ("NCCL_ALGO",)
+# GC-EFA-002: intra-node traffic through the network plugin (no P2P, no shared memory), and NCCL's
+# INFO lines that name the plugin and provider it chose. FI_PROVIDER comes from nccl.conf.
+OFI_PROBE_ENV: dict[str, str] = {"NCCL_DEBUG": "INFO", "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
+OFI_PROBE_PINNED = ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")
+# Every measurement's environment, by the checks it serves (GC-AR-001 sets none).
+MEASUREMENT_ENVS: dict[str, dict[str, str]] = {"GC-AR-001": {}, "GC-AR-002/GC-AR-003": INTER_ENV,
+                                               "GC-EFA-002": OFI_PROBE_ENV}
+
+
+def pinned_text(env: Mapping[str, str], keys: tuple[str, ...]) -> str:
+    """The settings a figure was measured under beside nccl.conf, as recorded with it."""
+    return ", ".join(f"{k}={env[k]}" for k in keys)
+
+
+def env_conflicts(env: Mapping[str, str], conf: Mapping[str, str]) -> list[str]:
+    """Each key ``env`` sets that the node's nccl.conf (``conf``) sets to another value."""
+    return [f"{k}={v} where /etc/nccl.conf sets {k}={conf[k]}" for k, v in env.items()
+            if k in conf and conf[k] != v]
+
+
+def env_prefix(env: Mapping[str, str]) -> str:
+    """``env`` as a shell command's prefix (``K=V K=V ``)."""
+    return "".join(f"{k}={quote([v])} " for k, v in env.items())
 
 
 def json_path(folder: str) -> str:
@@ -67,10 +106,11 @@ def run_intra(remote: Remote, gpus: int, max_bytes: int, install_dir: str = DEFA
     return run, f"$ {cmd}\n{res.stdout}"
 
 
-def mpirun_argv(launch_ips: list[str], gpus_per_node: int, fabric_cidr: str, socket_ifname: str | None,
+def mpirun_argv(launch_ips: list[str], gpus_per_node: int, fabric_cidr: str,
                 max_bytes: int, install_dir: str, json_out: str | None, min_bytes: int = 8,
                 ssh_key: str | None = None) -> list[str]:
     """One rank per GPU; NCCL_ALGO=Ring so the figure qualifies the network, not NVLS/tree tricks.
+    Every other NCCL setting (the socket interface, HCAs, QoS) is the node's /etc/nccl.conf.
 
     mpirun's ssh to the other nodes uses the run's key on the launcher (``ssh_key``) and checks
     their host keys; only the launcher logs in to the others (no tree spawn), never with an agent.
@@ -81,22 +121,20 @@ def mpirun_argv(launch_ips: list[str], gpus_per_node: int, fabric_cidr: str, soc
         "--mca", "pml", "ob1", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", fabric_cidr,
         "--mca", "oob_tcp_if_include", fabric_cidr,
         "--mca", "plm_rsh_args", rsh_args(ssh_key), "--mca", "plm_rsh_no_tree_spawn", "1",
-        "-x", "NCCL_ALGO=Ring", "-x", "NCCL_DEBUG=WARN",
     ]
-    if socket_ifname:
-        argv += ["-x", f"NCCL_SOCKET_IFNAME={socket_ifname}"]
+    for key, value in INTER_ENV.items():
+        argv += ["-x", f"{key}={value}"]
     return [*argv, binary(install_dir), *perf_args(max_bytes, 1, json_out, min_bytes)]
 
 
 def run_inter(launcher: Remote, nodes: tuple[str, ...], launch_ips: list[str], gpus_per_node: int,
-              fabric_cidr: str, socket_ifname: str | None, max_bytes: int, label: str,
+              fabric_cidr: str, max_bytes: int, label: str,
               install_dir: str = DEFAULT_DIR, timeout_s: float = 600, min_bytes: int = 8,
               ssh_key: str | None = None, folder: str | None = None) -> tuple[AllReduceRun, str]:
     """``folder``: the measurement's private folder on its nodes, where -J writes (none: no JSON,
     the table is read)."""
     out = json_path(folder) if folder and supports_json(launcher, install_dir) else None
-    argv = mpirun_argv(launch_ips, gpus_per_node, fabric_cidr, socket_ifname, max_bytes, install_dir, out,
-                       min_bytes, ssh_key)
+    argv = mpirun_argv(launch_ips, gpus_per_node, fabric_cidr, max_bytes, install_dir, out, min_bytes, ssh_key)
     cmd = quote(argv) + " 2>&1"
     res = launcher.run(cmd, timeout=timeout_s)
     json_text = launcher.run(f"cat {quote([out])}", timeout=30).stdout if out and res.ok else None

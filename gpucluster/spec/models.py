@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     GetCoreSchemaHandler,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -968,10 +969,38 @@ class _Pinned(_Model):
     version: Token
 
 
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def pinned_sha256(value: str, what: str) -> str:
+    """``value`` as the SHA-256 a download is checked against; a ValueError naming ``what`` where it
+    is empty or not 64 lower-case hex digits (converge never downloads an artefact unverified)."""
+    if not value:
+        raise ValueError(f"empty: converge downloads {what} and checks it against this SHA-256; pin the "
+                         "artefact's published SHA-256 (64 lower-case hex digits), never leave it unverified")
+    if not SHA256_RE.match(value):
+        raise ValueError(f"{value[:80]!r} is not a SHA-256 (64 lower-case hex digits) of {what}")
+    return value
+
+
 class _Sourced(_Model):
+    """A source tarball a role downloads at converge: its version, URL and SHA-256 (required)."""
+
     version: Token
     source_url: HttpUrl
-    sha256: str = Field(pattern=r"^([0-9a-f]{64})?$")
+    sha256: str
+
+    @field_validator("sha256")
+    @classmethod
+    def _checksum(cls, v: str, info: ValidationInfo) -> str:
+        return pinned_sha256(v, str(info.data.get("source_url") or "the artefact"))
+
+
+class _Efa(_Model):
+    version: Token
+    # The installer tarball's SHA-256; "" where none is published. Whether a cluster needs it is the
+    # spec's to tell (gpucluster.spec.downloads): converge never downloads the installer without it.
+    sha256: str = Field(default="", pattern=r"^([0-9a-f]{64})?$")
 
 
 class _Driver(_Model):
@@ -1041,7 +1070,7 @@ class Bom(_Model):
     ceph_csi: _Pinned
     doca_ofed: _Pinned
     # AWS's EFA installer (EFA driver, libfabric, aws-ofi-nccl), where an EFA node's image lacks it.
-    efa: _Pinned
+    efa: _Efa
     os: dict[OsId, _OsRelease]
     debian: _Debian
 

@@ -12,7 +12,7 @@ import shlex
 import pytest
 
 from gpucluster.conformance import acceptance as acc
-from gpucluster.conformance import expect, run_gpu_burn
+from gpucluster.conformance import expect, run_gpu_burn, run_nccl_tests
 from gpucluster.conformance.gpu_checks import verdict_problems
 from gpucluster.conformance.remote import SshRemote
 from gpucluster.parsers import libfabric, parse_run, sysfs
@@ -288,16 +288,19 @@ def test_efa_devices(node):
 
 @pytest.mark.check("GC-EFA-002")
 def test_nccl_uses_ofi(node, fabric):
-    """An NCCL run on an EFA node MUST use the OFI plugin (AWS Libfabric) over the efa provider."""
+    """An NCCL run on an EFA node, under its /etc/nccl.conf with NCCL_P2P_DISABLE=1 and NCCL_SHM_DISABLE=1 pinned (intra-node traffic through the network plugin), MUST use the OFI plugin (AWS Libfabric) over the efa provider."""  # noqa: E501
     node.require_gpus()
     if not expect.efa_count(node.info):
         pytest.skip(f"platform {node.info.platform_name} states no EFA interfaces")
     binary = "/opt/nccl-tests/build/all_reduce_perf"
     if node.run(f"test -x {binary}").rc != 0:
         pytest.skip(f"{binary} is not installed on the node")
-    # Without P2P and shared memory NCCL moves even intra-node traffic through its network plugin.
+    # Without P2P and shared memory NCCL moves even intra-node traffic through its network plugin; the
+    # provider (FI_PROVIDER) and the rest are the node's /etc/nccl.conf, never set here.
+    node.figure("nccl_pinned", run_nccl_tests.pinned_text(run_nccl_tests.OFI_PROBE_ENV,
+                                                          run_nccl_tests.OFI_PROBE_PINNED))
     with fabric.gpus_held([node.name]):
-        res = node.run(f"NCCL_DEBUG=INFO NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 FI_PROVIDER=efa "
+        res = node.run(f"{run_nccl_tests.env_prefix(run_nccl_tests.OFI_PROBE_ENV)}"
                        f"{binary} -b 8M -e 8M -g {node.info.gpu_count} 2>&1", timeout=600)
     net = libfabric.nccl_net(res.stdout)
     problems = acc.ofi_problems(net) + ([] if res.rc == 0 else [f"all_reduce_perf exited {res.rc}"])

@@ -19,6 +19,13 @@ def _series(run: AllReduceRun, v: BandwidthVerdict) -> dict:
             "verdict_bytes": v.verdict_bytes, "reached_bytes": v.reached_bytes, "budget_s": run.budget_s}
 
 
+def _pinned(node, run: AllReduceRun) -> None:
+    """Record what an NCCL figure was measured under beside the node's nccl.conf (an MPI run over CPU
+    buffers, the lab's, takes no NCCL setting at all)."""
+    if run.engine == "nccl-tests":
+        node.figure("nccl_pinned", run_nccl_tests.pinned_text(run_nccl_tests.INTER_ENV, run_nccl_tests.INTER_PINNED))
+
+
 @pytest.mark.check("GC-AR-001")
 def test_allreduce_intra(node, fabric):
     """The all-reduce bus bandwidth across all GPUs of the node MUST reach the profile's intra-node floor at large message sizes, with no wrong results."""  # noqa: E501
@@ -40,7 +47,7 @@ def test_allreduce_intra(node, fabric):
 
 @pytest.mark.check("GC-AR-002")
 def test_allreduce_inter(node, fabric):
-    """The ring all-reduce bus bandwidth across all nodes MUST reach the profile's inter-node floor at large message sizes, with no wrong results."""  # noqa: E501
+    """The ring all-reduce bus bandwidth across all nodes, under each node's /etc/nccl.conf with NCCL_ALGO=Ring pinned (the algorithm the floor holds for), MUST reach the profile's inter-node floor at large message sizes, with no wrong results."""  # noqa: E501
     floor = node.info.floor("allreduce_inter_busbw_gbps")
     if floor is None:
         pytest.skip(f"profile {node.info.profile_name} sets no inter-node all-reduce floor")
@@ -51,6 +58,7 @@ def test_allreduce_inter(node, fabric):
     verdict = int(data.get("verdict_bytes") or data["large_bytes"])
     v = judge(run, float(floor), verdict)
     node.figure("engine", run.engine)
+    _pinned(node, run)
     node.figure("ranks", run.ranks)
     node.figure("busbw_gbps", v.busbw_gbps)
     node.figure("floor_gbps", v.floor_gbps)
@@ -74,7 +82,7 @@ def test_allreduce_inter(node, fabric):
 
 @pytest.mark.check("GC-AR-003")
 def test_allreduce_pairs(node, fabric):
-    """The node MUST NOT be the one its pair all-reduce results name slow: every pair it is in reaches the inter-node floor, or the shortfall is another node's."""  # noqa: E501
+    """The node MUST NOT be the one its pair all-reduce results name slow: every pair it is in reaches the inter-node floor (under each node's /etc/nccl.conf with NCCL_ALGO=Ring pinned), or the shortfall is another node's."""  # noqa: E501
     if node.info.floor("allreduce_inter_busbw_gbps") is None:
         pytest.skip(f"profile {node.info.profile_name} sets no inter-node all-reduce floor")
     data = fabric.pair_search()
@@ -83,6 +91,8 @@ def test_allreduce_pairs(node, fabric):
     search = PairSearch.from_json(data["search"])
     mine = search.nodes[node.name]
     node.figure("pair_status", mine.status)
+    for r in data["runs"][:1]:
+        _pinned(node, AllReduceRun.from_json(r))
     # The pairs' floor: one rail's where the pairs ran rail by rail, else the inter-node floor.
     floor = float(node.info.floor(data.get("floor_key") or "allreduce_inter_busbw_gbps"))
     node.figure("floor_gbps", floor)

@@ -97,8 +97,8 @@ def test_the_lab_stays_exempt(tmp_path: Path) -> None:
 def test_no_agent_is_ever_forwarded() -> None:
     argv = SshRemote("gpu-1", Path("cfg"), run_id="").argv("true")
     assert "-A" not in argv and not any("ForwardAgent=yes" in a for a in argv)
-    launcher = run_nccl_tests.mpirun_argv(["10.0.0.1", "10.0.0.2"], 8, "10.1.0.0/24", None, 1 << 30, "/opt/nccl-tests",
-                                      False, ssh_key="/root/.ssh/gpucluster-verify-abc")
+    launcher = run_nccl_tests.mpirun_argv(["10.0.0.1", "10.0.0.2"], 8, "10.1.0.0/24", 1 << 30, "/opt/nccl-tests",
+                                          None, ssh_key="/root/.ssh/gpucluster-verify-abc")
     rsh = launcher[launcher.index("plm_rsh_args") + 1]
     assert "ForwardAgent=no" in rsh and "-i /root/.ssh/gpucluster-verify-abc" in rsh
     assert "StrictHostKeyChecking=accept-new" in rsh and "StrictHostKeyChecking=no" not in rsh

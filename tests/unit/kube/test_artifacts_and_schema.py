@@ -35,7 +35,7 @@ def test_mirror_replaces_the_base_and_keeps_the_layout() -> None:
     assert files["kubelet"].url == "https://mirror.example/k8s/release/v1.33.4/bin/linux/amd64/kubelet"
     assert files["kubelet"].sha256 == arts.files["kubelet"].sha256["amd64"]
     assert files["cni_manifest_calico"].path == "projectcalico/calico/v3.30.2/manifests/calico.yaml"
-    assert files["cni_manifest_calico"].sha256 == ""  # not verified: the role refuses it by default
+    assert files["cni_manifest_calico"].sha256 == arts.cni_manifests["calico"].sha256  # the same pin under a mirror
 
 
 def test_a_bad_checksum_is_rejected(tmp_path: Path) -> None:

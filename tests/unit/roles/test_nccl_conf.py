@@ -19,6 +19,7 @@ import jinja2
 import pytest
 import yaml
 
+from gpucluster.conformance import run_nccl_tests
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, parse_inventory
 from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
 from gpucluster.outputs import StackOutputs
@@ -219,3 +220,42 @@ def test_azures_boot_rewrite_is_undone_and_its_keys_are_kept() -> None:
            "/etc/nccl.conf" in drop_in
     lab = _inventory(REPO / "Pulumi.lab.yaml", "fab0")
     assert role_vars("nccl", host_context(lab, "gpu-1"))["__nccl_rewriter"] == ""
+
+
+@pytest.mark.parametrize(("stack", "interface"), _cases())
+def test_no_measurement_sets_a_key_the_deployed_nccl_conf_sets_otherwise(stack: Path, interface: str | None) -> None:
+    """What is measured is what is deployed: NCCL takes a key from /etc/nccl.conf only where its
+    environment lacks it, so no measurement may set a key the rendered file sets to another value."""
+    data = _inventory(stack, interface)
+    inv = parse_inventory(data, str(stack))
+    for info in inv.in_groups(("gpu",)):
+        conf = render_nccl.parse_nccl_conf(render_nccl_conf(data, info.name))
+        for checks, env in run_nccl_tests.MEASUREMENT_ENVS.items():
+            assert run_nccl_tests.env_conflicts(env, conf) == [], (info.name, checks)
+
+
+def test_the_measurements_set_only_their_declared_environment() -> None:
+    """mpirun passes NCCL exactly INTER_ENV (never the socket interface, which nccl.conf sets), and
+    a key nccl.conf sets otherwise is named as a conflict."""
+    argv = run_nccl_tests.mpirun_argv(["10.0.0.1", "10.0.0.2"], 8, "10.1.0.0/24", 1 << 30, "/opt/nccl-tests", None)
+    passed = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "-x")
+    assert passed == run_nccl_tests.INTER_ENV
+    assert "NCCL_SOCKET_IFNAME" not in " ".join(argv)
+    assert set(run_nccl_tests.INTER_PINNED) <= set(run_nccl_tests.INTER_ENV)
+    assert set(run_nccl_tests.OFI_PROBE_PINNED) <= set(run_nccl_tests.OFI_PROBE_ENV)
+    # The old measurement, which named the fabric interface itself, measured another configuration.
+    lab = render_nccl.parse_nccl_conf(render_nccl_conf(_inventory(REPO / "Pulumi.lab.yaml", "fab0"), "gpu-1"))
+    assert run_nccl_tests.env_conflicts({"NCCL_SOCKET_IFNAME": "fab0"}, lab) == [
+        "NCCL_SOCKET_IFNAME=fab0 where /etc/nccl.conf sets NCCL_SOCKET_IFNAME==enp16s0np0,enp32s0np0"]
+
+
+def test_the_pins_are_named_in_the_checks_must_lines() -> None:
+    """A setting a measurement pins is named in its check's MUST line."""
+    from gpucluster.conformance.checks import CHECKS
+
+    text = {name: c.must for name, c in CHECKS.items()}
+    for check in ("GC-AR-002", "GC-AR-003"):
+        for key in run_nccl_tests.INTER_PINNED:
+            assert f"{key}={run_nccl_tests.INTER_ENV[key]}" in text[check], check
+    for key in run_nccl_tests.OFI_PROBE_PINNED:
+        assert f"{key}={run_nccl_tests.OFI_PROBE_ENV[key]}" in text["GC-EFA-002"]

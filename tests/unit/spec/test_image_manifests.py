@@ -143,7 +143,10 @@ def test_the_overlay_that_pins_what_the_image_ships_passes(tmp_path: Path, capsy
 
 
 def test_adopt_or_replace_passes_and_says_what_it_replaces(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, _, err = _validate(_aws(tmp_path, preinstalled="adopt_or_replace"), capsys)
+    # Replacing the image's EFA downloads the installer: it passes once the overlay pins its SHA-256
+    # (a test value; the shipped bill of materials has none, gpucluster/spec/downloads.py).
+    rc, _, err = _validate(_aws(tmp_path, preinstalled="adopt_or_replace", overlay=f'efa: {{sha256: "{"a" * 64}"}}\n'),
+                           capsys)
     assert rc == 0
     assert any("converge replaces image aws-dlami-base-2204-20260102's nvidia-driver 580.105.08 with 580.126.16"
                in line for line in err)
