@@ -23,7 +23,7 @@ $(STAMP): requirements.txt pyproject.toml scripts/host-packages.txt
 	touch $@
 
 # Fast first: lint and unit tests (no root, no network), then integration (lab nodes, root).
-test: setup lint unit integration
+test: setup lint unit integration twins
 
 lint: setup
 	$(PY) -m ruff check gpucluster stacks scripts tests bench collections
@@ -40,16 +40,23 @@ $(TORCH_VENV)/.installed: requirements-gpu.in
 	  $(TORCH_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-gpu.in && touch $@; \
 	else echo "gpu-deps: no $(TORCH_PYTHON); the PyTorch burn's CPU tests will skip (set TORCH_PYTHON)" >&2; fi
 
+# On every core (pytest-xdist): the unit tests start many processes (ansible-playbook, Pulumi's
+# mocks, ssh -G) and wait on them; each test is independent of the others' order and process.
+UNIT_WORKERS ?= auto
 unit: setup gpu-deps
-	$(PY) -m pytest $(PYTEST_FLAGS) tests/unit
+	$(PY) -m pytest $(PYTEST_FLAGS) -n $(UNIT_WORKERS) tests/unit
 
 integration: setup
-	scripts/run-pytest-dir.sh $(PY) tests/integration $(PYTEST_FLAGS)
+	scripts/run-pytest-dir.sh $(PY) tests/integration $(PYTEST_FLAGS) --ignore=tests/integration/twins
 
-# Every platform twin (Pulumi.twin-*.yaml) from nothing to its verdicts and its fault; `make
-# integration` runs them too (tests/integration/twins). Reports: runs/twins/<twin>.json.
+# Every platform twin (Pulumi.twin-*.yaml) from nothing to its verdicts and its fault
+# (tests/integration/twins; `make test` runs them after the other integration tests), TWIN_WORKERS
+# at a time: each twin is a lab of its own (its own bridges, addresses and apt proxy), and a twin's
+# converge waits on its nodes' SSH, apt and dpkg, so two overlap on this 2-core host.
+# Reports: runs/twins/<twin>.json and .log.
+TWIN_WORKERS ?= 2
 twins: setup
-	scripts/run-pytest-dir.sh $(PY) tests/integration/twins $(PYTEST_FLAGS)
+	scripts/run-pytest-dir.sh $(PY) tests/integration/twins $(PYTEST_FLAGS) -n $(TWIN_WORKERS) --dist load
 
 bench: setup
 	$(PY) bench/run.py

@@ -73,18 +73,18 @@ NETPLAN_PACKAGES = ("netplan.io",)
 
 def netplan_files(cluster: Cluster, node_name: str) -> tuple[NodeFile, ...]:
     """The target's own network-config for the node as cloud-init writes it for netplan (bare metal:
-    stacks/targets/baremetal.py renders it; no second copy of it here)."""
-    from gpucluster.plan import import_program, target_module
+    the machine's seed, gpucluster/seeds.py, which stacks/targets/baremetal.py renders; no second copy)."""
+    from gpucluster.seeds import node_seed
 
-    baremetal = target_module("baremetal")
-    render_network_config = import_program("components.userdata").render_network_config
     target = cluster.spec.target
     if not isinstance(target, BaremetalTarget):
         raise InputError(f"gpucluster.twin: a twin of image network 'netplan' models the bare-metal target's "
                          f"network-config; target {target.kind!r} renders none", source=str(cluster.source))
-    declared = {n.name: n for n in target.nodes}
-    node = cluster.node(node_name)
-    config = yaml.safe_load(render_network_config(baremetal.node_data(cluster, node, declared[node_name])))
+    network_config = node_seed(cluster, node_name).files.get("network-config")
+    if network_config is None:
+        raise InputError(f"gpucluster.twin: target.provisioning {target.provisioning!r} gives the node no "
+                         "network-config for netplan", source=str(cluster.source))
+    config = yaml.safe_load(network_config)
     # netplan refuses a world-readable file (netplan 0.106: "Permissions ... are too open").
     return (NodeFile(NETPLAN_FILE, yaml.safe_dump({"network": config}, sort_keys=False), 0o600),)
 

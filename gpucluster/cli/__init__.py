@@ -18,7 +18,7 @@ from gpucluster.errors import EXIT_BAD_INPUT, InputError
 # Sub-command modules, in the order `--help` lists them. A module that is
 # missing (an optional command not installed) is simply not offered.
 _COMMANDS = ("spec", "inventory", "paths", "lab", "converge", "verify", "up", "down", "parse", "plan",
-             "preflight", "twin")
+             "preflight", "render", "twin")
 
 
 class _Parser(argparse.ArgumentParser):

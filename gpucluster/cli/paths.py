@@ -8,7 +8,7 @@ import json
 from gpucluster.errors import EXIT_OK, InputError
 from gpucluster.paths import resolve
 
-FIELDS = ("folder", "outputs_file", "inventory_file", "runs_dir", "lab_dir", "lab_state_root")
+FIELDS = ("folder", "outputs_file", "inventory_file", "kubeconfig_file", "runs_dir", "lab_dir", "lab_state_root")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
