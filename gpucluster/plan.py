@@ -232,6 +232,10 @@ class PlanMocks:
             state["privateIp"] = vnic.get("privateIp") or self._oci_instance_ip(vnic)
             if str(vnic.get("assignPublicIp")).lower() == "true":
                 state["publicIp"] = _public_address(args.name)
+        elif typ == "oci:Core/vcn:Vcn":
+            # What OCI makes with every VCN: its default security list, route table and DHCP options.
+            for kind in ("SecurityList", "RouteTable", "DhcpOptions"):
+                state[f"default{kind}Id"] = f"ocid1.{kind.lower()}.oc1..mockdefault{_digest(args.name)}"
         elif typ.startswith("aws:"):
             state.setdefault("arn", f"arn:aws:mock:::{id_}")
         if args.custom:

@@ -121,6 +121,22 @@ class Fabric(pulumi.ComponentResource):
             opts=child,
         )
         self.vcn_id = self.vcn.id
+        # Every subnet here takes the VCN's default security list (none names a list of its own), and
+        # OCI fills that list with SSH from 0.0.0.0/0, which CIS OCI Foundations 1.2.0 recommendation
+        # 2.1 forbids ("Ensure no security lists allow ingress from 0.0.0.0/0 to port 22"). Security
+        # lists and NSGs add up, so that rule would open every node and a created bastion to the
+        # world past the NSG's admin_cidrs. The stack manages the list (Pulumi's DefaultSecurityList,
+        # manage_default_resource_id) with no ingress rule: the NSG is the nodes' only admission.
+        oci.core.DefaultSecurityList(
+            f"{name}-default-sl",
+            manage_default_resource_id=self.vcn.default_security_list_id,
+            compartment_id=args.compartment_id,
+            display_name=f"{args.cluster_name}-default-no-ingress",
+            ingress_security_rules=[],
+            egress_security_rules=[{"destination": "0.0.0.0/0", "destination_type": "CIDR_BLOCK", "protocol": "all"}],
+            freeform_tags=tags,
+            opts=child,
+        )
         route_table: oci.core.RouteTable | None = None
         if args.nat:
             nat = oci.core.NatGateway(f"{name}-nat", compartment_id=args.compartment_id, vcn_id=self.vcn.id,

@@ -113,3 +113,15 @@ def test_bare_metal_autoinstall(tmp_path: Path) -> None:
     doc = yaml.safe_load(machine.inputs["userData"])
     assert doc["autoinstall"]["version"] == 1
     assert machine.inputs.get("networkConfig") is None  # None props are not sent
+
+
+def test_oci_manages_the_vcns_default_security_list_with_no_ingress(oci_plan: Plan) -> None:
+    """OCI puts SSH from 0.0.0.0/0 into a new VCN's default security list, which every subnet of the
+    stack takes: the stack manages that list, empty of ingress, so only the NSG admits anything."""
+    (vcn,) = oci_plan.by_type("oci:Core/vcn:Vcn")
+    (default,) = oci_plan.by_type("oci:Core/defaultSecurityList:DefaultSecurityList")
+    assert default.inputs["manageDefaultResourceId"] == vcn.state["defaultSecurityListId"]
+    assert default.inputs.get("ingressSecurityRules", []) == []
+    assert [r["destination"] for r in default.inputs["egressSecurityRules"]] == ["0.0.0.0/0"]
+    assert all("securityListIds" not in s.inputs for s in oci_plan.by_type("oci:Core/subnet:Subnet"))
+    assert {p.rule: p.status for p in oci_plan.policy}["no-public-management-port"] == "pass"
