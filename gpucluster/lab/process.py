@@ -45,15 +45,19 @@ def find(executable: str, marker: str) -> list[int]:
     return sorted(pids)
 
 
-def spawn(cmd: Sequence[str], log: Path, env: Mapping[str, str] | None = None) -> int:
+def spawn(cmd: Sequence[str], log: Path, env: Mapping[str, str] | None = None,
+          user: tuple[int, int] | None = None) -> int:
     """Start ``cmd`` detached (own session: Ctrl-C on the terminal does not reach it), with
-    ``env`` added to this process's environment."""
+    ``env`` added to this process's environment; as ``user`` (uid, gid; no supplementary groups)
+    where given."""
     log.parent.mkdir(parents=True, exist_ok=True)
+    uid, gid = user if user is not None else (None, None)
     with open(log, "ab") as out:
         try:
             proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                     start_new_session=True, close_fds=True,
-                                    env={**os.environ, **env} if env else None)
+                                    env={**os.environ, **env} if env else None,
+                                    user=uid, group=gid, extra_groups=None if user is None else [])
         except OSError as exc:
             raise LabError(f"cannot start {cmd[0]}: {exc}") from None
     # Reap it when it exits while we still run, so a dead node is not left a zombie, and say in

@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
+from gpucluster.lab import proxy
 from gpucluster.lab.host import host_problem, os_release
 from gpucluster.lab.layout import LabLayout, layout_lab
 from gpucluster.lab.state import claim
@@ -187,8 +189,15 @@ def test_apt_installs_through_the_proxy(lab3: Lab) -> None:
                             "apt-get install -y -q hello && hello", timeout=300)
     assert out.returncode == 0, out.stdout[-800:] + out.stderr
     assert "Hello, world!" in out.stdout
-    log = (lab3.plan.lab_dir / "proxy" / "log" / "apt-cacher.log").read_text()
+    log = (proxy.log_dir(lab3.plan) / "apt-cacher.log").read_text()
     assert "hello_" in log  # the package came through the lab's proxy
+    # The proxy runs as Debian's apt-cacher-ng account, never as root, and cannot change its own
+    # configuration (root's, 0644 in a 0755 folder).
+    uid, _ = proxy.proxy_user()
+    assert uid != 0 and {psutil.Process(pid).uids().real for pid in proxy.pids(lab3.plan)} == {uid}
+    conf = proxy.conf_dir(lab3.plan)
+    assert conf.stat().st_uid == 0 and (conf / "acng.conf").stat().st_uid == 0
+    assert (conf / "acng.conf").stat().st_mode & 0o777 == 0o644 and conf.stat().st_mode & 0o022 == 0
 
 
 def test_outputs_and_inventory(lab3: Lab) -> None:
