@@ -236,6 +236,11 @@ def first_gpu_node(cluster: Cluster) -> str:
     return nodes[0].name
 
 
+# The throttled management link's rate, 2.5 MB/s: ten times below the lowest twin all-reduce floor
+# (link_floors, 0.025 GB/s), far above what SSH needs to run every other check over it.
+THROTTLE_RATE = "20mbit"
+
+
 def fault_command(cluster: Cluster, twin: TwinFile, outputs: dict[str, Any]) -> list[str]:
     """The command, run on the twin's first GPU node, that injects the twin's fault."""
     name = first_gpu_node(cluster)
@@ -246,6 +251,12 @@ def fault_command(cluster: Cluster, twin: TwinFile, outputs: dict[str, Any]) -> 
                              "on an interface in the target's outputs")
         prefix = ipaddress.IPv4Network(outputs["fabric"]["fabric_cidr"]).prefixlen
         return ["ip", "addr", "del", f"{node['fabric_ip']}/{prefix}", "dev", node["fabric_interface"]]
+    if twin.fault.kind == "throttle_management_link":
+        # A token bucket on the management port's egress, as the lab's slow-link tests shape a
+        # rail (tbf's burst above the largest frame, else it drops them): the node's own sends
+        # crawl, so every all-reduce it takes part in does, and the pair search singles it out.
+        return ["tc", "qdisc", "replace", "dev", twin.management_interface.name, "root", "tbf",
+                "rate", THROTTLE_RATE, "burst", "64kb", "latency", "50ms"]
     if not twin.boot_services:
         raise InputError(f"twin {twin.name!r}: fault boot_service, but the twin lists no boot service")
     # The image's script run again outside its unit (an image update, an operator), so no drop-in

@@ -872,10 +872,12 @@ class TwinLimit(_Model):
 
 class TwinFault(_Model):
     """The fault ``gpucluster twin check`` injects on the twin's first GPU node, and the checks
-    that must name it (and only them): the address removed from the node's fabric interface, or
-    the image's boot service's script run again outside its unit over what the roles converged."""
+    that must name it (and only them): the address removed from the node's fabric interface, the
+    image's boot service's script run again outside its unit over what the roles converged, or the
+    node's management link throttled (where the fabric carries no IP, EFA, the all-reduce's TCP
+    data runs there)."""
 
-    kind: Literal["remove_fabric_address", "boot_service"]
+    kind: Literal["remove_fabric_address", "boot_service", "throttle_management_link"]
     description: str = Field(pattern=r"^[^\n\r{}%$`\\]{1,200}$")
     expect: list[CheckId] = Field(min_length=1)
 

@@ -221,3 +221,19 @@ def test_a_check_the_twin_must_pass_that_skipped_is_no_proof(tmp_path: Path) -> 
     results[0]["outcome"] = "skipped"
     (tmp_path / "results.json").write_text(json.dumps({"results": results}))
     assert twin.missing_passes(tmp_path, cluster, t) == [f"dgx-01 {t.must_pass[0]}"]
+
+
+def test_the_aws_p5_twin_has_no_link_for_efa_and_throttles_the_port_its_all_reduce_runs_on() -> None:
+    """EFA-only cards carry no netdev and no IP: the twin boots no link for them, the AWS target's
+    outputs give no fabric address or interface, so the all-reduce's TCP data runs on the management
+    network, and the fault throttles exactly that port (the image's name for it) on one node."""
+    cluster = load_spec(REPO / "Pulumi.twin-aws-p5.yaml")
+    t = twin.twin_of(cluster)
+    assert t is not None and t.fault.kind == "throttle_management_link"
+    inputs = twin.inputs(cluster)
+    assert all(n.rails == () and n.management_interface == "enp71s0" for n in inputs.plan.nodes)
+    assert all(n["fabric_ip"] is None and n["fabric_interface"] is None for n in inputs.outputs["nodes"])
+    assert not {"GC-NET-001", "GC-NET-002"} & set(t.must_pass)  # they skip, with the platform's reason
+    assert twin.fault_command(cluster, t, inputs.outputs) == [
+        "tc", "qdisc", "replace", "dev", "enp71s0", "root", "tbf", "rate", twin.THROTTLE_RATE,
+        "burst", "64kb", "latency", "50ms"]

@@ -54,6 +54,24 @@ def test_efa_section_runs_on_nodes_whose_platform_has_an_efa_rail() -> None:
         assert NATIVE.from_string(when).render(_vars(fabric)) is False, fabric
 
 
+def test_efa_nodes_that_take_no_heavy_packages_are_told_so_and_download_nothing() -> None:
+    """The EFA installer and the aws-ofi-nccl plugin are the GPU software stack's network half: a
+    target whose nodes take no heavy packages (the lab's, the AWS p5 twin's: no route to AWS's
+    installer site, no EFA device) gets neither, as it gets no NCCL, and converge says so instead of
+    failing on the download; `converge --heavy` brings them back."""
+    main = yaml.safe_load((TASKS / "main.yml").read_text())
+    provide, report = _named(main, "Provide EFA"), _named(main, "Report that EFA's user space is left out")
+    caps = {**_vars("efa")["gpucluster_capabilities"], "heavy_packages": False}
+    light = _vars("efa", gpucluster_capabilities=caps)
+    assert light["rdma_fabric_efa_enabled"] is False
+    assert NATIVE.from_string("{{ " + provide["when"] + " }}").render(light) is False
+    assert NATIVE.from_string("{{ " + report["when"] + " }}").render(light) is True
+    assert "heavy_packages" in report["ansible.builtin.debug"]["msg"]
+    heavy = _vars("efa", gpucluster_capabilities=caps, gpucluster_heavy_packages=True)
+    assert NATIVE.from_string("{{ " + provide["when"] + " }}").render(heavy) is True
+    assert NATIVE.from_string("{{ " + report["when"] + " }}").render(_vars("efa")) is False
+
+
 def _plan(v: dict[str, Any], record: str | None, prefix: bool) -> dict[str, Any]:
     """The role's decision task, given what the probe tasks would register on the node."""
     task = _named(_tasks("efa.yml"), "Decide what to do")
