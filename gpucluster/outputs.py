@@ -131,7 +131,7 @@ class Capabilities(_Out):
     link_floors: LinkFloors | None = None
     # The nodes can run a kubelet and fetch Kubernetes' packages and images (pkgs.k8s.io, the
     # registries, or their mirrors). False for the lab's containers (systemd-nspawn without cgroup
-    # delegation, no route to pkgs.k8s.io): `up` and site.yml then skip Kubernetes, saying why.
+    # delegation, no route to pkgs.k8s.io): `up` then skips its kubernetes stage, saying why.
     kubernetes_nodes: bool = True
 
 

@@ -48,17 +48,16 @@ from gpucluster.paths import RUNS_DIR, StackPaths, cluster_dir, stack_paths
 from gpucluster.plan import PROGRAM, PolicyResult, Resource, plain_inputs
 from gpucluster.spec import Cluster, load_spec
 
-STAGES = ("spec", "provision", "inventory", "converge", "verify")
+STAGES = ("spec", "provision", "inventory", "converge", "kubernetes", "verify")
 EXIT_INTERRUPTED = 130
 STATE_VERSION = 1
 # The pseudo-stage --fresh runs before the others, and `gpucluster down` alone.
 DESTROY = "destroy"
-# The pseudo-stage after converge: Kubernetes, which converge's site.yml deploys (its
-# deploy-kubernetes.yml) where the spec asks and the target's nodes can run a kubelet; up reports
-# it done or skipped with the reason, and hands verify the kubeconfig the control plane's role fetched.
+# The stage after converge: Kubernetes (`converge --playbook deploy-kubernetes.yml`) where the spec
+# asks and the target's nodes can run a kubelet, skipped with the reason otherwise; verify gets the
+# kubeconfig the control plane's role fetched.
 KUBERNETES = "kubernetes"
-# What up's summary lists, in order.
-REPORTED_STAGES = (*STAGES[:STAGES.index("converge") + 1], KUBERNETES, *STAGES[STAGES.index("converge") + 1:])
+KUBERNETES_PLAYBOOK = "deploy-kubernetes.yml"
 # What verify leaves in its run folder for people and CI (gpucluster/conformance/reports.py).
 REPORT_FILES = {"junit": "junit.xml", "html": "summary.html", "json": "results.json", "markdown": "summary.md"}
 
@@ -406,12 +405,14 @@ class Plan:
             "provision": [self.stack_file],
             "inventory": [self.stack_file, self.paths.outputs_file],
             "converge": [self.paths.inventory_file],
+            "kubernetes": [self.paths.inventory_file],
             "verify": [self.paths.inventory_file],
         }[stage]
 
     def stage_args(self, stage: str) -> tuple[str, ...]:
         """Options that change what a stage does: other options, another run."""
-        return {"converge": self.converge_args, "verify": self.verify_args}.get(stage, ())
+        return {"converge": self.converge_args, "kubernetes": self.converge_args,
+                "verify": self.verify_args}.get(stage, ())
 
     def digest(self, stage: str) -> str:
         return sha256_of(*self.stage_input(stage), extra=self.stage_args(stage))
@@ -510,7 +511,7 @@ def run_up(stack_file: Path, *, start: str | None = None, out: TextIO = sys.stde
         summary.errors.append("error: up: interrupted")
         summary.exit_code = EXIT_INTERRUPTED
     done = {s.name for s in summary.stages}
-    summary.stages += [StageResult(name, "not-run") for name in REPORTED_STAGES if name not in done]
+    summary.stages += [StageResult(name, "not-run") for name in STAGES if name not in done]
     return summary
 
 
@@ -574,9 +575,18 @@ def _up(summary: UpSummary, stack_file: Path, *, start: str | None, out: TextIO,
                                               input_sha256=digest, run_dir=prior.get("run_dir")))
             if name == "verify" and prior.get("run_dir"):
                 read_verify_report(Path(prior["run_dir"]), summary)
-            if name == "converge":
-                summary.stages.append(_kubernetes_stage(plan, converged=False))
             continue
+        if name == KUBERNETES:
+            reason = kubernetes_skip_reason(plan.cluster, paths.outputs_file)
+            if reason is not None:
+                summary.stages.append(StageResult(name, "skipped", exit_code=EXIT_OK, detail=reason,
+                                                  input_sha256=digest))
+                print(f"up: stage {name} ({i + 1}/{len(STAGES)}) skipped: {reason}", file=out, flush=True)
+                stages_state[name] = {"status": "done", "input_sha256": digest, "run_dir": None,
+                                      "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                write_private_json(state_file, {"version": STATE_VERSION, "stack": str(stack_file),
+                                                "stages": stages_state})
+                continue
         t0 = time.monotonic()
         result = StageResult(name, "failed", input_sha256=digest)
         summary.stages.append(result)
@@ -601,7 +611,7 @@ def _up(summary: UpSummary, stack_file: Path, *, start: str | None, out: TextIO,
             if isinstance(provision, PulumiProvision) and name == "provision":
                 summary.preview = provision.report
         result.exit_code = rc
-        if name == "converge":
+        if name in ("converge", KUBERNETES):
             found = _converge_run_dir(runs_dir, before, paths.inventory_file)
             result.run_dir = str(found.resolve()) if found else None
         if name == "verify" and plan.verify_run_dir is not None:
@@ -626,8 +636,6 @@ def _up(summary: UpSummary, stack_file: Path, *, start: str | None, out: TextIO,
         write_private_json(state_file, {"version": STATE_VERSION, "stack": str(stack_file), "stages": stages_state})
         if rc != EXIT_OK:
             return
-        if name == "converge":
-            summary.stages.append(_kubernetes_stage(plan, converged=True))
 
 
 def kubernetes_skip_reason(cluster: Cluster, outputs_file: Path) -> str | None:
@@ -642,17 +650,6 @@ def kubernetes_skip_reason(cluster: Cluster, outputs_file: Path) -> str | None:
         return (f"the {cluster.spec.target.kind} target states its nodes cannot run a kubelet "
                 "(capabilities.kubernetes_nodes: false); the Kubernetes checks skip, saying so")
     return None
-
-
-def _kubernetes_stage(plan: Plan, converged: bool) -> StageResult:
-    """The pseudo-stage's record: ``converged`` when converge ran in this up (else it was done before)."""
-    reason = kubernetes_skip_reason(plan.cluster, plan.paths.outputs_file)
-    if reason is not None:
-        return StageResult(KUBERNETES, "skipped", exit_code=EXIT_OK, detail=reason)
-    when = "converge" if converged else "an earlier converge, input unchanged"
-    return StageResult(KUBERNETES, "done" if converged else "skipped", exit_code=EXIT_OK,
-                       detail=f"deployed by {when} (site.yml imports deploy-kubernetes.yml); kubeconfig "
-                              f"{plan.paths.kubeconfig_file}")
 
 
 def _run_stage(plan: Plan, name: str, out: TextIO,
@@ -671,13 +668,14 @@ def _run_stage(plan: Plan, name: str, out: TextIO,
         return cli(["inventory", "--stack", stack, "--outputs", str(paths.outputs_file),
                     "-o", str(paths.inventory_file)], out)
     runs_dir = [] if plan.runs_dir == RUNS_DIR else ["--runs-dir", str(plan.runs_dir)]
-    deploys_kubernetes = kubernetes_skip_reason(plan.cluster, paths.outputs_file) is None
     if name == "converge":
+        return cli(["converge", "--inventory", str(paths.inventory_file), *runs_dir, *plan.converge_args], out)
+    deploys_kubernetes = kubernetes_skip_reason(plan.cluster, paths.outputs_file) is None
+    if name == KUBERNETES:
         # The control plane's role fetches the cluster-admin kubeconfig into the cluster's folder.
-        fetch = (["-e", f"kubernetes_control_plane_kubeconfig_fetch_dest={paths.kubeconfig_file}"]
-                 if deploys_kubernetes else [])
-        return cli(["converge", "--inventory", str(paths.inventory_file), *runs_dir, *fetch, *plan.converge_args],
-                   out)
+        return cli(["converge", "--inventory", str(paths.inventory_file), "--playbook", KUBERNETES_PLAYBOOK,
+                    *runs_dir, "-e", f"kubernetes_control_plane_kubeconfig_fetch_dest={paths.kubeconfig_file}",
+                    *plan.converge_args], out)
     run_dir = [] if plan.verify_run_dir is None else ["--run-dir", str(plan.verify_run_dir)]
     kubeconfig: list[str] = []
     if deploys_kubernetes and "--kubeconfig" not in plan.verify_args:

@@ -115,7 +115,8 @@ def _up(args: argparse.Namespace) -> int:
     for stage in summary.stages:
         extra = f" ({stage.seconds:.0f} s)" if stage.status in ("done", "failed", "interrupted") else ""
         # A stage skipped as done before says no more; Kubernetes skipped says why.
-        detail = f": {stage.detail}" if stage.detail and (stage.status != "skipped" or stage.name == KUBERNETES) else ""
+        detail = (f": {stage.detail}" if stage.detail and (stage.status != "skipped" or stage.name == KUBERNETES)
+                  else "")
         where = f" [{stage.run_dir}]" if stage.run_dir else ""
         print(f"{stage.name:<10} {stage.status}{extra}{where}{detail}")
     for v in summary.verdicts:

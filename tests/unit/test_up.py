@@ -96,7 +96,12 @@ class FakeCli:
         (run_dir / "summary.html").write_text("<html/>")
 
     def commands(self) -> list[str]:
-        return [" ".join(c[:2]) if c[0] in ("spec", "lab") else c[0] for c in self.calls]
+        def name(c: list[str]) -> str:
+            if c[0] == "converge" and c[3:5] == ["--playbook", "deploy-kubernetes.yml"]:
+                return "kubernetes"
+            return " ".join(c[:2]) if c[0] in ("spec", "lab") else c[0]
+
+        return [name(c) for c in self.calls]
 
 
 def _provision(stack: Path, paths: StackPaths, out: TextIO) -> None:
@@ -130,21 +135,23 @@ def test_the_stages_run_in_order_and_a_second_up_does_nothing(stack: Path) -> No
     first = run_up(stack, cli=cli, provision=_provision, yes=True)
     assert first.exit_code == 0, first.errors
     assert [s.status for s in first.stages] == ["done"] * 6
-    assert cli.commands() == ["spec validate", "inventory", "converge", "verify"]
+    assert cli.commands() == ["spec validate", "inventory", "converge", "kubernetes", "verify"]
     inv = cli.calls[1][cli.calls[1].index("-o") + 1]
     kubeconfig = resolve(stack).kubeconfig_file
+    assert cli.calls[2] == ["converge", "--inventory", inv]
     # The stack deploys Kubernetes (its kubernetes section, an AWS target's nodes run a kubelet):
-    # converge's control plane fetches the kubeconfig into the cluster's folder and verify reads it.
-    assert cli.calls[2] == ["converge", "--inventory", inv, "-e",
+    # deploy-kubernetes.yml, whose control plane fetches the kubeconfig into the cluster's folder,
+    # and verify reads it.
+    assert cli.calls[3] == ["converge", "--inventory", inv, "--playbook", "deploy-kubernetes.yml", "-e",
                             f"kubernetes_control_plane_kubeconfig_fetch_dest={kubeconfig}"]
-    assert first.stages[4].name == "kubernetes" and "deployed by converge" in first.stages[4].detail
+    assert first.stages[4].name == "kubernetes" and first.stages[4].run_dir == str(cli.converge_dirs[1].resolve())
     verify_dir = first.stages[5].run_dir
     assert verify_dir and Path(verify_dir).name.endswith("-verify")
-    assert cli.calls[3] == ["verify", "--inventory", inv, "--run-dir", str(Path("runs") / Path(verify_dir).name),
+    assert cli.calls[4] == ["verify", "--inventory", inv, "--run-dir", str(Path("runs") / Path(verify_dir).name),
                             "--kubeconfig", str(kubeconfig)]
     assert first.stages[3].run_dir == str(cli.converge_dirs[0].resolve())
     state = json.loads(Path(first.state_file).read_text())
-    assert set(state["stages"]) == {"spec", "provision", "inventory", "converge", "verify"}
+    assert set(state["stages"]) == {"spec", "provision", "inventory", "converge", "kubernetes", "verify"}
     assert Path(first.state_file).stat().st_mode & 0o777 == 0o600
 
     again = FakeCli()
@@ -166,7 +173,8 @@ def test_kubernetes_is_skipped_with_the_reason_where_the_spec_has_none_or_the_no
     kube = summary.stages[4]
     assert (kube.name, kube.status) == ("kubernetes", "skipped")
     assert kube.detail == "the spec has no enabled kubernetes section"
-    assert "-e" not in cli.calls[2] and "--kubeconfig" not in cli.calls[3]
+    assert cli.commands() == ["spec validate", "inventory", "converge", "verify"]
+    assert "--kubeconfig" not in cli.calls[3]
     # The lab's nodes cannot run a kubelet: its outputs say so, and up says why it skipped.
     from gpucluster.outputs import LAB_CAPABILITIES
 
@@ -182,7 +190,8 @@ def test_kubernetes_is_skipped_with_the_reason_where_the_spec_has_none_or_the_no
     assert summary.exit_code == 0, summary.errors
     kube = summary.stages[4]
     assert kube.status == "skipped" and "cannot run a kubelet (capabilities.kubernetes_nodes: false)" in kube.detail
-    assert "-e" not in cli.calls[2] and "--kubeconfig" not in cli.calls[3]
+    assert cli.commands() == ["spec validate", "inventory", "converge", "verify"]
+    assert "--kubeconfig" not in cli.calls[3]
 
 
 def test_a_deployed_kubernetes_without_its_kubeconfig_fails_verify_naming_the_file(stack: Path) -> None:
@@ -203,7 +212,7 @@ def test_a_changed_input_resumes_at_the_stage_that_reads_it(stack: Path) -> None
     cli = FakeCli()
     third = run_up(stack, cli=cli, provision=_provision)
     assert [s.status for s in third.stages] == ["skipped", "skipped", "done", "done", "done", "done"]
-    assert cli.commands() == ["inventory", "converge", "verify"]
+    assert cli.commands() == ["inventory", "converge", "kubernetes", "verify"]
 
 
 def test_other_verify_options_run_verify_again(stack: Path) -> None:
@@ -245,7 +254,7 @@ def test_from_redoes_that_stage_and_the_rest(stack: Path) -> None:
     run_up(stack, cli=FakeCli(), provision=_provision, yes=True)
     cli = FakeCli()
     summary = run_up(stack, cli=cli, provision=_provision, start="converge")
-    assert cli.commands() == ["converge", "verify"]
+    assert cli.commands() == ["converge", "kubernetes", "verify"]
     assert [s.status for s in summary.stages][:3] == ["skipped"] * 3
 
 
@@ -255,7 +264,7 @@ def test_ctrl_c_is_recorded_and_exits_130(stack: Path) -> None:
     assert [s.status for s in summary.stages] == ["done", "done", "done", "interrupted", "not-run", "not-run"]
     cli = FakeCli()
     run_up(stack, cli=cli, provision=_provision)
-    assert cli.commands() == ["converge", "verify"]
+    assert cli.commands() == ["converge", "kubernetes", "verify"]
 
 
 def test_without_the_pulumi_cli_nothing_runs_and_exit_2(stack: Path, monkeypatch: pytest.MonkeyPatch,
@@ -502,7 +511,7 @@ def test_fresh_destroys_the_stack_forgets_up_and_runs_every_stage(stack: Path) -
     assert [(s.name, s.status) for s in summary.stages] == [
         ("destroy", "done"), ("spec", "done"), ("provision", "done"), ("inventory", "done"), ("converge", "done"),
         ("kubernetes", "done"), ("verify", "done")]
-    assert cli.commands() == ["spec validate", "inventory", "converge", "verify"]
+    assert cli.commands() == ["spec validate", "inventory", "converge", "kubernetes", "verify"]
     # The destroyed nodes' keys are forgotten (a rebuilt node has a new one); the rest stays.
     assert kh.read_text() == "[10.40.15.248]:2222 ssh-ed25519 AAAAother\n192.0.2.7 ssh-ed25519 AAAAbastion\n"
 

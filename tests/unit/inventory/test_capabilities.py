@@ -174,7 +174,7 @@ def test_each_capability_moves_only_its_own_decisions() -> None:
         "gpu_devices": {"container_runtime_gpu_count"},
         # Read by the conformance suite alone (tests/unit/conformance/test_node_capabilities.py).
         "rdma_devices": set(),
-        # Read by site.yml's import of deploy-kubernetes.yml and by up (tests/unit/test_up.py).
+        # Read by up's kubernetes stage (tests/unit/test_up.py).
         "kubernetes_nodes": set(),
     }
     suite_only = {"runs_os": "debian-12", "link_floors": {"allreduce_inter_busbw_gbps": 0.05,

@@ -50,25 +50,3 @@ def test_ansible_lint_production_profile() -> None:
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
 
-
-@pytest.mark.parametrize(("golden", "deploys"), [("lab", False), ("aws-h100", True), ("onprem-h100-ib", True)])
-def test_site_deploys_kubernetes_where_the_spec_asks_and_the_nodes_can_run_a_kubelet(golden: str,
-                                                                                      deploys: bool) -> None:
-    """site.yml's import of deploy-kubernetes.yml, its conditions evaluated by Ansible's own templar
-    over each golden inventory's variables: the lab (no kubernetes section, no kubelet) skips it."""
-    import yaml
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar, trust_as_template
-
-    from gpucluster.inventory import parse_inventory_text
-
-    site = yaml.safe_load((REPO / "playbooks" / "site.yml").read_text())
-    (play,) = [p for p in site if p.get("ansible.builtin.import_playbook") == "deploy-kubernetes.yml"]
-    variables = parse_inventory_text((REPO / "tests" / "golden" / "inventory" / f"{golden}.yml").read_text())
-    templar = Templar(loader=DataLoader(), variables=variables["all"]["vars"])
-    assert all(templar.evaluate_conditional(trust_as_template(c)) for c in play["when"]) is deploys
-    # The capability alone turns it off on a target whose spec asks for Kubernetes.
-    if deploys:
-        caps = {**variables["all"]["vars"]["gpucluster_capabilities"], "kubernetes_nodes": False}
-        templar = Templar(loader=DataLoader(), variables={**variables["all"]["vars"], "gpucluster_capabilities": caps})
-        assert not all(templar.evaluate_conditional(trust_as_template(c)) for c in play["when"])
