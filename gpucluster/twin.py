@@ -38,9 +38,10 @@ from gpucluster.lab.lab import LabInputs, lab_inputs
 from gpucluster.lab.layout import SSH_USER, LabLayout, NodeFile, NodeLayout, RailLink, _short_hash, layout_lab
 from gpucluster.lab.rootfs import rootfs_key
 from gpucluster.outputs import LAB_CAPABILITIES, Capabilities, LinkFloors
-from gpucluster.spec.cluster import Cluster
+from gpucluster.render.platform import provider_ports
+from gpucluster.spec.cluster import Cluster, platform_data
 from gpucluster.spec.loader import load_twins
-from gpucluster.spec.models import BaremetalTarget, LabTarget, TwinFile
+from gpucluster.spec.models import BaremetalTarget, LabTarget, TwinBootService, TwinFile
 
 # The OS a lab node runs (LabTarget.os): the only archive the lab reaches is Debian's.
 LAB_OS = LabTarget.model_fields["os"].default
@@ -97,27 +98,70 @@ def boot_service_script(twin: TwinFile, service: str) -> str:
     return f"{TWIN_SCRIPTS}/{service.removesuffix('.service')}.sh"
 
 
-def boot_service_files(cluster: Cluster, twin: TwinFile, node_name: str) -> tuple[NodeFile, ...]:
+def provider_port_addresses(cluster: Cluster, node_name: str, management_ip: str,
+                            prefixlen: int | None = None) -> list[tuple[str, str]]:
+    """(netdev, address/prefix) the provider's image gives each port of the node's provider-addressed
+    rail: port i, host h (the management address's last octet) takes the first range's address
+    i*256 + h, 192.168.<i>.<h> for OCI's 192.168.0.0/16, the pattern an OCI GPU node shows; its
+    prefix length ``prefixlen``, else the range's."""
+    platform = platform_data(cluster.platform_of(cluster.node(node_name)))
+    host = int(ipaddress.IPv4Address(management_ip)) & 0xFF
+    out = []
+    for i, (netdev, cidrs) in enumerate(provider_ports(platform)):
+        net = ipaddress.IPv4Network(cidrs[0])
+        out.append((netdev, f"{net[i * 256 + host]}/{prefixlen or net.prefixlen}"))
+    return out
+
+
+def _address_ports_script(cluster: Cluster, twin: TwinFile, service: TwinBootService, node_name: str,
+                          management_ip: str) -> str:
+    ports = provider_port_addresses(cluster, node_name, management_ip, service.prefixlen)
+    if not ports or service.mtu is None:
+        platform = cluster.platform_of(cluster.node(node_name)).name
+        raise InputError(f"twin {twin.name!r}: boot service {service.unit} addresses the provider's ports, but "
+                         f"platform {platform!r} has no rail with addressing: provider or the service names no mtu")
+    lines = "".join(f"ip link set dev {dev} mtu {service.mtu} up\nip addr replace {addr} dev {dev}\n"
+                    for dev, addr in ports)
+    return f"#!/bin/sh\n# The image's {service.unit} ({service.source}): each RDMA port addressed.\nset -e\n{lines}"
+
+
+def _nccl_conf_script(cluster: Cluster, twin: TwinFile, service: TwinBootService, node_name: str) -> str:
+    platform = cluster.platform_of(cluster.node(node_name))
+    if platform.nccl_conf_rewritten_by != service.unit or not platform.image_nccl:
+        raise InputError(f"twin {twin.name!r}: boot service {service.unit} rewrites /etc/nccl.conf, but platform "
+                         f"{platform.name!r} names {platform.nccl_conf_rewritten_by!r} with "
+                         f"{len(platform.image_nccl)} image NCCL key(s)")
+    lines = "".join(f"{k}={v}\n" for k, v in platform.image_nccl.items())
+    return (f"#!/bin/sh\n# The image's {service.unit} ({service.source}): /etc/nccl.conf "
+            f"written whole.\nprintf '%s' '{lines}' > /etc/nccl.conf\n")
+
+
+def boot_service_files(cluster: Cluster, twin: TwinFile, node_name: str,
+                       management_ip: str | None = None) -> tuple[NodeFile, ...]:
     """The image's boot services, as units the node runs at every boot. ``rewrite_nccl_conf``: the
     unit writes /etc/nccl.conf whole with the platform's image_nccl keys (and empties it at
     shutdown), as Azure's sku-customizations.service does; the keys are the platform file's, the
-    one place that states them."""
-    platform = cluster.platform_of(cluster.node(node_name))
+    one place that states them. ``address_provider_ports``: the unit gives every port of the
+    platform's provider-addressed rail its address and MTU and brings it up, as OCI's RDMA
+    network configuration does (the ranges are the platform file's; ``management_ip``, the lab's,
+    gives the host part)."""
     files: list[NodeFile] = []
     for service in twin.boot_services:
-        if platform.nccl_conf_rewritten_by != service.unit or not platform.image_nccl:
-            raise InputError(f"twin {twin.name!r}: boot service {service.unit} rewrites /etc/nccl.conf, but platform "
-                             f"{platform.name!r} names {platform.nccl_conf_rewritten_by!r} with "
-                             f"{len(platform.image_nccl)} image NCCL key(s)")
-        lines = "".join(f"{k}={v}\n" for k, v in platform.image_nccl.items())
         script = boot_service_script(twin, service.unit)
+        if service.action == "address_provider_ports":
+            text = _address_ports_script(cluster, twin, service, node_name,
+                                         management_ip or cluster.node(node_name).management_ip)
+            # After networkd, which leaves these unmatched ports and their addresses alone.
+            order, stop = "After=systemd-networkd.service\n", ""
+        else:
+            text = _nccl_conf_script(cluster, twin, service, node_name)
+            order, stop = "After=local-fs.target\n", "ExecStop=/bin/sh -c ': > /etc/nccl.conf'\n"
         files += [
-            NodeFile(script, f"#!/bin/sh\n# The image's {service.unit} ({service.source}): /etc/nccl.conf "
-                             f"written whole.\nprintf '%s' '{lines}' > /etc/nccl.conf\n", 0o755),
+            NodeFile(script, text, 0o755),
             NodeFile(f"/etc/systemd/system/{service.unit}",
-                     f"[Unit]\nDescription=the image's {service.unit} (platform twin {twin.name})\n"
-                     "After=local-fs.target\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\n"
-                     f"ExecStart=/bin/sh {script}\nExecStop=/bin/sh -c ': > /etc/nccl.conf'\n"),
+                     f"[Unit]\nDescription=the image's {service.unit} (platform twin {twin.name})\n{order}"
+                     "\n[Service]\nType=oneshot\nRemainAfterExit=yes\n"
+                     f"ExecStart=/bin/sh {script}\n{stop}"),
             # Enabled as the image enables it (a drop-in: the lab writes files, not links).
             NodeFile(f"/etc/systemd/system/multi-user.target.d/50-{service.unit.removesuffix('.service')}.conf",
                      f"[Unit]\nWants={service.unit}\n"),
@@ -141,7 +185,8 @@ def shape(plan: LabLayout, cluster: Cluster, twin: TwinFile) -> LabLayout:
         nodes.append(dataclasses.replace(
             n, rails=links, management_interface=twin.management_interface.name, fabric_interface=None,
             management_mac=management_mac(cluster, n.name) if netplan else None,
-            files=(netplan_files(cluster, n.name) if netplan else ()) + boot_service_files(cluster, twin, n.name)))
+            files=(netplan_files(cluster, n.name) if netplan else ())
+            + boot_service_files(cluster, twin, n.name, n.management_ip)))
     packages = plan.packages + (NETPLAN_PACKAGES if twin.image.network == "netplan" else ())
     return dataclasses.replace(plan, nodes=tuple(nodes), rail_bridges=tuple(bridges.values()), rail_cidrs=(),
                                twin=twin.name, packages=packages,
@@ -246,6 +291,10 @@ def fault_command(cluster: Cluster, twin: TwinFile, outputs: dict[str, Any]) -> 
     name = first_gpu_node(cluster)
     node = next(n for n in outputs["nodes"] if n["name"] == name)
     if twin.fault.kind == "remove_fabric_address":
+        provided = provider_ports(platform_data(cluster.platform_of(cluster.node(name))))
+        if provided and not node.get("fabric_ip"):
+            # The provider addresses the ports (OCI): its address taken off the node's first one.
+            return ["ip", "-4", "addr", "flush", "dev", provided[0][0]]
         if not node.get("fabric_ip") or not node.get("fabric_interface"):
             raise InputError(f"twin {twin.name!r}: fault remove_fabric_address, but {name} has no fabric address "
                              "on an interface in the target's outputs")

@@ -181,6 +181,9 @@ _REMEDIES = (
         "Run `ip -br addr show` and `ip -s link show DEV` on the node (DEV: the inventory's fabric interface).",
         "Link down: check the cable and the switch port (`ethtool DEV` or `ibstat`).",
         f"Address missing: rerun `{_CONVERGE.format(tag='rdma_fabric')}`, which configures the fabric interface.",
+        "A compute port the provider addresses (OCI's rdma0-rdma15) without an address in its range: the roles "
+        "never address it; the image's RDMA configuration did not run or the port's 802.1X authentication "
+        "failed: `wpa_cli status -i PORT` (AUTHENTICATED), `systemctl status oci-rdma-configure`, and rerun it.",
     )),
     Remedy("GC-NET-002", (
         "Run `ip link show DEV` on the node and compare its MTU with the spec's fabric MTU.",

@@ -11,7 +11,13 @@ from typing import Any
 
 from gpucluster.render.devices import RDMA_KINDS, expand_devices
 
-__all__ = ["RDMA_KINDS", "fabric_netdev", "platform_devices", "platform_rail_count", "platform_rdma_addressed"]
+__all__ = ["RDMA_KINDS", "fabric_netdev", "platform_devices", "platform_rail_count", "platform_rdma_addressed",
+           "provider_ports"]
+
+# The addressing of a rail whose addresses the cluster plans (the spec's fabric_cidr, the lab's rail
+# subnets) and the roles or the site's network config put on the port; ``provider`` is the
+# provider image's, adopted as the port carries it, and ``none`` no address at all.
+CLUSTER_ADDRESSED = ("shared_subnet", "subnet_per_rail")
 
 
 def _rails(platform: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
@@ -38,10 +44,24 @@ def platform_rail_count(platform: Mapping[str, Any] | None, kinds: Sequence[str]
 
 
 def platform_rdma_addressed(platform: Mapping[str, Any] | None) -> bool:
-    """Whether a node of the platform carries an address on its RDMA fabric: it has an RDMA rail
-    (InfiniBand, RoCE, EFA) whose addressing is not ``none``. A storage VM with no RDMA rail, or
-    EFA (addressing none: libfabric needs no IP on it), carries none."""
-    return any(r.get("kind") in RDMA_KINDS and r.get("addressing", "none") != "none" for r in _rails(platform))
+    """Whether a node of the platform carries the cluster's fabric address: it has an RDMA rail
+    (InfiniBand, RoCE, EFA) the cluster addresses. A storage VM with no RDMA rail, EFA (addressing
+    none: libfabric needs no IP on it) and ports the provider addresses (OCI) carry none of it."""
+    return any(r.get("kind") in RDMA_KINDS and r.get("addressing", "none") in CLUSTER_ADDRESSED
+               for r in _rails(platform))
+
+
+def provider_ports(platform: Mapping[str, Any] | None) -> list[tuple[str, list[str]]]:
+    """(netdev, the provider's ranges) of every port of the platform's compute RDMA rails whose
+    addresses the provider's image sets (``addressing: provider``: OCI's 16 RDMA ports), in rail
+    order: the node adopts what they carry, GC-NET-001/002 judge each and the all-reduce's data
+    goes over those ranges. Empty where the cluster, or nobody, addresses the fabric."""
+    out: list[tuple[str, list[str]]] = []
+    for rail in _rails(platform):
+        if rail.get("role") == "compute" and rail.get("kind") in RDMA_KINDS and rail.get("addressing") == "provider":
+            cidrs = [str(c) for c in rail.get("provider_cidrs") or []]
+            out += [(str(d), cidrs) for d in expand_devices(list(rail.get("netdevs") or []))]
+    return out
 
 
 def fabric_netdev(platform: Mapping[str, Any] | None) -> str | None:
@@ -51,6 +71,6 @@ def fabric_netdev(platform: Mapping[str, Any] | None) -> str | None:
     for role in ("compute", "storage"):
         for rail in _rails(platform):
             if (rail.get("role") == role and rail.get("kind") in RDMA_KINDS
-                    and rail.get("addressing", "none") != "none" and rail.get("netdevs")):
+                    and rail.get("addressing", "none") in CLUSTER_ADDRESSED and rail.get("netdevs")):
                 return expand_devices(list(rail["netdevs"]))[0]
     return None

@@ -728,8 +728,10 @@ class HardwareProfile(_Model):
 RailKind = Literal["infiniband", "roce", "efa", "ethernet"]
 RailRole = Literal["compute", "storage", "frontend"]
 # none: the rail's devices carry no IP address (EFA-only interfaces, RDMA-only ports);
-# subnet_per_rail: each rail of the group sits in its own subnet; shared_subnet: one subnet for all.
-Addressing = Literal["none", "subnet_per_rail", "shared_subnet"]
+# subnet_per_rail: each rail of the group sits in its own subnet; shared_subnet: one subnet for all;
+# provider: the provider's image addresses every port from its own range (``provider_cidrs``; OCI's
+# cluster network), so the cluster plans no address for it and adopts what the port carries.
+Addressing = Literal["none", "subnet_per_rail", "shared_subnet", "provider"]
 # An RDMA device name (mlx5_0, mlx5_ib3) or an interface name, or one brace range of them:
 # `mlx5_ib{0..7}` stands for mlx5_ib0 .. mlx5_ib7.
 DevicePattern = Annotated[
@@ -755,6 +757,9 @@ class Rail(_Model):
     pcie_generation: int | None = Field(None, ge=1, le=7)
     pcie_width: int | None = Field(None, ge=1, le=32)
     addressing: Addressing
+    # ``addressing: provider``: the ranges the provider's image takes each port's address from
+    # (the platform file cites where); a port carrying an address in one of them is addressed.
+    provider_cidrs: list[Cidr] = Field(default_factory=list, max_length=8)
 
     @field_validator("devices")
     @classmethod
@@ -780,6 +785,12 @@ class Rail(_Model):
             long = [n for n in names if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,14}", n)]
             if long:
                 raise ValueError(f"netdev {long[0]!r} is no interface name (at most 15 characters, the kernel's limit)")
+        if (self.addressing == "provider") != bool(self.provider_cidrs):
+            raise ValueError(f"rail {self.name!r}: provider_cidrs are the ranges of a rail with addressing: provider, "
+                             "and such a rail names them")
+        if self.addressing == "provider" and self.netdevs is None:
+            raise ValueError(f"rail {self.name!r}: a rail the provider addresses names its netdevs (the ports the "
+                             "addresses are adopted from)")
         return self
 
     def device_names(self) -> list[str]:
@@ -856,10 +867,18 @@ class TwinInterface(_Model):
 
 class TwinBootService(_Model):
     """A unit of the image that acts at every boot. ``rewrite_nccl_conf``: it writes /etc/nccl.conf
-    with the platform's ``image_nccl`` keys and nothing else (Azure's SKU customisation)."""
+    with the platform's ``image_nccl`` keys and nothing else (Azure's SKU customisation).
+    ``address_provider_ports``: it gives every port of the platform's provider-addressed rail its
+    address from the rail's first ``provider_cidrs`` range (rail index i, host h: the range's
+    address i*256 + h, h the last octet of the node's management address) at ``mtu``, and brings it
+    up (OCI's RDMA network configuration)."""
 
     unit: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.@-]{1,100}\.service$")]
-    action: Literal["rewrite_nccl_conf"]
+    action: Literal["rewrite_nccl_conf", "address_provider_ports"]
+    # address_provider_ports: the MTU the image gives each port, and the prefix length of each
+    # port's address (None: the range's own).
+    mtu: int | None = Field(None, ge=1280, le=9216)
+    prefixlen: int | None = Field(None, ge=8, le=30)
     source: Source
 
 

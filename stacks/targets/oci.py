@@ -7,7 +7,9 @@ from typing import Any
 import pulumi
 import pulumi_oci as oci
 
+from gpucluster.render.platform import platform_rdma_addressed
 from gpucluster.spec import Cluster
+from gpucluster.spec.cluster import platform_data
 from gpucluster.spec.models import OciTarget
 
 from ..components import oci as comp
@@ -97,9 +99,12 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
             component = comp.ServiceNodes(plan.pool.name, args)
         for node in plan.nodes:
             inst = component.instances[node.name]
-            # The RDMA interfaces are addressed by OCI's HPC image from the cluster network, not by
-            # the VCN; the spec's planned fabric address is what the fabric role configures.
-            fab = node.fabric_ip if plan.kind == "gpu" and roce else None
+            # OCI's image addresses the RDMA ports itself (the platform's rail: addressing provider,
+            # from its own range), not the VCN and not the roles: the node adopts what they carry,
+            # so no spec address is exported for a port nobody would put it on. A platform whose
+            # RDMA rail the cluster addresses gets the spec's planned address.
+            addressed = platform_rdma_addressed(platform_data(cluster.platform_of(node)))
+            fab = node.fabric_ip if plan.kind == "gpu" and roce and addressed else None
             addresses[node.name] = (inst.private_ip, fab)
             ids[node.name] = inst.id
     bastion: tuple[Any, Any] | None = None

@@ -7,9 +7,10 @@ import re
 
 import pytest
 
+from gpucluster.conformance.provider_ports import provider_mtu_problems, provider_port_problems
 from gpucluster.conformance.rdma_checks import hca_problems, roce_qos_problems
 from gpucluster.render.nccl import NCCL_CONF_PATH, nccl_settings, parse_nccl_conf
-from gpucluster.render.platform import platform_devices, platform_rdma_addressed
+from gpucluster.render.platform import platform_devices, platform_rdma_addressed, provider_ports
 
 
 def _iface(node):
@@ -30,11 +31,29 @@ def _link(node, iface):
     return json.loads(res.stdout)[0]
 
 
+def _provider_links(node):
+    """The node's links (``ip -j addr show``) where its platform's provider addresses its compute
+    ports (OCI), with the ports; None where the cluster addresses the fabric."""
+    ports = provider_ports(node.info.platform)
+    if not ports:
+        return None
+    res = node.run("ip -j addr show")
+    assert res.rc == 0, f"ip addr: {res.stderr.strip()}"
+    return json.loads(res.stdout), ports
+
+
 @pytest.mark.check("GC-NET-001")
 @pytest.mark.gpu
 @pytest.mark.storage
 def test_fabric_interface(node):
-    """The fabric interface MUST be up and carry the node's fabric address."""
+    """The fabric interface MUST be up and carry the node's fabric address; where the provider addresses the compute ports, every one MUST be up with an address in the provider's range."""  # noqa: E501
+    provided = _provider_links(node)
+    if provided is not None:
+        links, ports = provided
+        problems = provider_port_problems(links, ports)
+        node.figure("provider_ports_addressed", len(ports) - len({p.split(":")[0] for p in problems}))
+        assert not problems, "; ".join(problems)
+        return
     iface = _iface(node)
     link = _link(node, iface)
     addrs = [a.get("local") for a in link.get("addr_info", [])]
@@ -47,7 +66,14 @@ def test_fabric_interface(node):
 @pytest.mark.gpu
 @pytest.mark.storage
 def test_fabric_mtu(node):
-    """The fabric interface MTU MUST equal the spec's fabric MTU."""
+    """The fabric interface MTU (every compute port's, where the provider addresses them) MUST equal the spec's fabric MTU."""  # noqa: E501
+    provided = _provider_links(node)
+    if provided is not None:
+        links, ports = provided
+        want = int(node.inv.fabric["mtu"])
+        problems = provider_mtu_problems(links, ports, want)
+        assert not problems, "; ".join(problems) + f" (the spec says {want})"
+        return
     iface = _iface(node)
     want = int(node.inv.fabric["mtu"])
     # ip, not /sys/class/net: a container's /sys may show another network namespace.

@@ -171,14 +171,21 @@ def test_the_images_boot_service_writes_the_platforms_nccl_keys_at_every_boot() 
         "/bin/sh", "/etc/gpucluster-twin/sku-customizations.sh"]
 
 
-def test_a_boot_service_the_platform_does_not_state_is_refused() -> None:
-    cluster = load_spec(REPO / "Pulumi.twin-dgx-h100-ib.yaml")
+@pytest.mark.parametrize(("stack", "node", "borrowed", "message"), [
+    ("Pulumi.twin-dgx-h100-ib.yaml", "dgx-01", "azure-nd-h100-v5",
+     r"boot service sku-customizations\.service rewrites /etc/nccl\.conf, but platform 'dgx-h100' names None"),
+    ("Pulumi.twin-dgx-h100-roce.yaml", "dgx-01", "oci-h100",
+     r"boot service oci-rdma-configure\.service addresses the provider's ports, but platform 'dgx-h100-roce' "
+     r"has no rail with addressing: provider"),
+])
+def test_a_boot_service_the_platform_does_not_state_is_refused(stack: str, node: str, borrowed: str,
+                                                                message: str) -> None:
+    cluster = load_spec(REPO / stack)
     t = twin.twin_of(cluster)
-    azure = load_twins()["azure-nd-h100-v5"]
+    other = load_twins()[borrowed]
     assert t is not None
-    with pytest.raises(InputError, match=r"boot service sku-customizations\.service rewrites /etc/nccl\.conf, but "
-                                         r"platform 'dgx-h100' names None"):
-        twin.boot_service_files(cluster, t.model_copy(update={"boot_services": azure.boot_services}), "dgx-01")
+    with pytest.raises(InputError, match=message):
+        twin.boot_service_files(cluster, t.model_copy(update={"boot_services": other.boot_services}), node)
 
 
 def test_the_readme_table_is_the_twins_own() -> None:
@@ -237,3 +244,29 @@ def test_the_aws_p5_twin_has_no_link_for_efa_and_throttles_the_port_its_all_redu
     assert twin.fault_command(cluster, t, inputs.outputs) == [
         "tc", "qdisc", "replace", "dev", "enp71s0", "root", "tbf", "rate", twin.THROTTLE_RATE,
         "burst", "64kb", "latency", "50ms"]
+
+
+def test_the_oci_twin_boots_rdma0_to_rdma15_and_the_images_addressing_of_them() -> None:
+    """OCI's image names the 16 RDMA ports rdma0..rdma15 and addresses them itself at every boot
+    (192.168.<port>.<host>, MTU 4220; a /24 per port on the twin): the twin's unit does that, the
+    OCI target's outputs give the GPU nodes no fabric address, and the fault takes OCI's address off
+    the first node's rdma0."""
+    cluster = load_spec(REPO / "Pulumi.twin-oci-h100.yaml")
+    t = twin.twin_of(cluster)
+    assert t is not None and [s.action for s in t.boot_services] == ["address_provider_ports"]
+    inputs = twin.inputs(cluster)
+    for node in inputs.plan.nodes:
+        assert node.management_interface == "eth0"
+        assert [r.interface for r in node.rails] == [f"rdma{i}" for i in range(16)]
+        files = {f.path: f for f in node.files}
+        script = files["/etc/gpucluster-twin/oci-rdma-configure.sh"]
+        host = node.management_ip.rsplit(".", 1)[1]
+        assert script.mode == 0o755
+        assert [line for line in script.content.splitlines() if line.startswith("ip ")] == [
+            x for i in range(16) for x in (f"ip link set dev rdma{i} mtu 4220 up",
+                                           f"ip addr replace 192.168.{i}.{host}/24 dev rdma{i}")]
+        assert "ExecStart=/bin/sh /etc/gpucluster-twin/oci-rdma-configure.sh" in (
+            files["/etc/systemd/system/oci-rdma-configure.service"].content)
+    assert all(n["fabric_ip"] is None and n["fabric_interface"] is None for n in inputs.outputs["nodes"])
+    assert twin.fault_command(cluster, t, inputs.outputs) == ["ip", "-4", "addr", "flush", "dev", "rdma0"]
+    assert cluster.spec.fabric.mtu == t.boot_services[0].mtu  # what GC-NET-002 reads back

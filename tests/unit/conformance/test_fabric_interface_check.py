@@ -55,3 +55,54 @@ def test_a_storage_vm_named_an_interface_but_given_no_fabric_address_is_skipped(
     with pytest.raises(pytest.skip.Exception, match="gives this node's fabric no interface address"):
         _suite().test_fabric_interface(node)
     assert node.ran == []
+
+
+def _links(ports: int, drop: str | None = None, mtu: int = 4220) -> list[dict[str, Any]]:
+    """``ip -j addr show`` of an OCI GPU node: eth0 and rdma0..rdma<ports-1>, 192.168.<i>.10/16 each."""
+    out: list[dict[str, Any]] = [{"ifname": "eth0", "operstate": "UP", "mtu": 9000,
+                                  "addr_info": [{"family": "inet", "local": "10.60.0.10"}]}]
+    for i in range(ports):
+        name = f"rdma{i}"
+        addrs = [] if name == drop else [{"family": "inet", "local": f"192.168.{i}.10", "prefixlen": 16}]
+        out.append({"ifname": name, "operstate": "UP", "mtu": mtu,
+                    "addr_info": [*addrs, {"family": "inet6", "local": "fe80::1"}]})
+    return out
+
+
+def _oci_node(links: list[dict[str, Any]]) -> Any:
+    import json
+
+    node = _node("oci-bm-gpu-h100-8", None, None)
+    node.inv = SimpleNamespace(fabric={"mtu": 4220})
+    node.figure = lambda *_: None
+    node.run = lambda cmd: (node.ran.append(cmd), SimpleNamespace(rc=0, stdout=json.dumps(links), stderr=""))[1]
+    return node
+
+
+def test_ocis_ports_are_judged_by_the_providers_range_not_a_spec_address() -> None:
+    """OCI's image addresses its 16 RDMA ports from its own range (192.168.0.0/16): the target exports
+    no fabric address for them, and GC-NET-001/002 pass where every port is up in that range at the
+    fabric MTU, and name the one port that is not."""
+    suite = _suite()
+    node = _oci_node(_links(16))
+    suite.test_fabric_interface(node)
+    suite.test_fabric_mtu(node)
+    assert node.ran == ["ip -j addr show", "ip -j addr show"]
+    with pytest.raises(AssertionError, match=r"^rdma0: no address in the provider's 192\.168\.0\.0/16, "
+                                             r"10\.224\.0\.0/12 \(has none\)"):
+        suite.test_fabric_interface(_oci_node(_links(16, drop="rdma0")))
+    with pytest.raises(AssertionError, match=r"rdma15: no such interface"):
+        suite.test_fabric_interface(_oci_node(_links(15)))
+    with pytest.raises(AssertionError, match=r"^rdma0: MTU 1500; rdma1: MTU 1500; .* \(the spec says 4220\)"):
+        suite.test_fabric_mtu(_oci_node(_links(16, mtu=1500)))
+
+
+def test_a_port_in_another_range_or_down_is_no_provider_address() -> None:
+    from gpucluster.conformance.provider_ports import provider_port_problems
+
+    ports = [("rdma0", ["192.168.0.0/16"])]
+    spec_addressed = [{"ifname": "rdma0", "operstate": "UP", "addr_info": [{"family": "inet", "local": "10.61.0.10"}]}]
+    assert provider_port_problems(spec_addressed, ports) == [
+        "rdma0: no address in the provider's 192.168.0.0/16 (has ['10.61.0.10'])"]
+    down = [{"ifname": "rdma0", "operstate": "DOWN", "addr_info": [{"family": "inet", "local": "192.168.0.10"}]}]
+    assert provider_port_problems(down, ports) == ["rdma0: DOWN"]

@@ -4,6 +4,7 @@ from the profile or platform with no fallback."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from gpucluster.conformance.rdma_checks import (
     pfc_priorities,
     roce_qos_problems,
 )
-from gpucluster.render.platform import platform_devices, platform_rdma_addressed
+from gpucluster.render.platform import fabric_netdev, platform_devices, platform_rdma_addressed, provider_ports
 
 REPO = Path(__file__).resolve().parents[3]
 PLATFORMS = REPO / "gpucluster" / "data" / "platforms"
@@ -49,9 +50,19 @@ def test_platform_devices_are_the_exact_compute_names() -> None:
 
 
 @pytest.mark.parametrize(("name", "want"), [("dgx-h100", True), ("azure-nd96isr-h100-v5", True),
-                                            ("aws-p5-48xlarge", False), ("cloud-ethernet", False), ("lab", False)])
+                                            ("aws-p5-48xlarge", False), ("cloud-ethernet", False), ("lab", False),
+                                            ("oci-bm-gpu-h100-8", False)])
 def test_which_platforms_carry_a_fabric_address(name: str, want: bool) -> None:
+    """OCI's RDMA ports carry OCI's addresses, not the cluster's: nothing plans or puts one there."""
     assert platform_rdma_addressed(_platform(name)) is want
+
+
+def test_ocis_ports_are_the_providers_to_address() -> None:
+    ports = provider_ports(_platform("oci-bm-gpu-h100-8"))
+    assert [p for p, _ in ports] == [f"rdma{i}" for i in range(16)]
+    assert {tuple(c) for _, c in ports} == {("192.168.0.0/16", "10.224.0.0/12")}
+    assert fabric_netdev(_platform("oci-bm-gpu-h100-8")) is None  # no port carries a spec address
+    assert provider_ports(_platform("dgx-h100-roce")) == []
 
 
 # --- GC-NET-003 ---------------------------------------------------------------------------------
@@ -218,6 +229,10 @@ def test_mpi_never_waits_for_an_address_efa_does_not_have(tmp_path) -> None:
     fabric = Fabric(lab, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(lab.target, lab.cluster_name), "")
     assert fabric.control_cidr(gpus) == lab.fabric["fabric_cidr"]
     assert fabric.data_cidrs(gpus) == "10.77.2.0/24,10.77.3.0/24" and fabric.data_cidrs(gpus, 1) == "10.77.3.0/24"
+    # OCI: no fabric address of the spec's (the image's own are on the ports): mpirun's own traffic and,
+    # off GPUs, the TCP data go over the management network, as on EFA.
+    oci = [replace(n, fabric_ip=None, rails=(), platform=_platform("oci-bm-gpu-h100-8")) for n in gpus]
+    assert fabric.control_cidr(oci) == lab.fabric["management_cidr"] and fabric.data_cidrs(oci) is None
 
 
 def test_a_nodes_gpus_are_held_by_one_check_at_a_time(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ FIGURES = {
         ("ethernet", "frontend", 1, 80, ["mlx5_an0"], "shared_subnet"),
         "https://learn.microsoft.com/en-us/azure/virtual-machines/sizes/gpu-accelerated/ndh100v5-series"),
     ("oci-bm-gpu-h100-8", "rdma"): (
-        ("roce", "compute", 16, 200, [f"mlx5_{i}" for i in (0, 1, *range(3, 11), *range(12, 18))], "subnet_per_rail"),
+        ("roce", "compute", 16, 200, [f"mlx5_{i}" for i in (0, 1, *range(3, 11), *range(12, 18))], "provider"),
         "https://docs.oracle.com/en-us/iaas/Content/Compute/References/computeshapes.htm"),
     ("dgx-h100", "compute"): (
         ("infiniband", "compute", 8, 400, [f"mlx5_{i}" for i in (0, 3, 4, 5, 6, 9, 10, 11)], "shared_subnet"),

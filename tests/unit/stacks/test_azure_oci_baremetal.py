@@ -70,6 +70,14 @@ def test_oci_gpu_instances_join_one_compute_cluster(oci_plan: Plan) -> None:
         "ocid1.image.oc1.iad.aaaaaaaaplaceholderreplacewithyourimageocid"}
 
 
+def test_oci_exports_no_fabric_address_for_ports_ocis_image_addresses(oci_plan: Plan) -> None:
+    """OCI's image addresses the 16 RDMA ports itself (platform oci-bm-gpu-h100-8, addressing
+    provider): no spec address is exported for a port nobody would put it on, and the inventory
+    names no interface the roles would configure."""
+    gpus = [n for n in oci_plan.outputs["nodes"] if n["pool"] == "gpu"]
+    assert gpus and all(n["fabric_ip"] is None and n["fabric_interface"] is None for n in gpus)
+
+
 def test_oci_storage_instances_over_fault_domains(oci_plan: Plan) -> None:
     ceph = sorted((r for r in oci_plan.by_type(OCI_INSTANCE) if r.tag("gpucluster-pool") == "ceph"),
                   key=lambda r: r.name)
