@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_FLAGS ?= -q
 
-.PHONY: setup gpu-deps test lint unit integration twins bench lab lab-down lock clean
+.PHONY: setup gpu-deps test lint unit unit-fast unit-process integration twins bench lab lab-down lock clean
 
 setup: $(STAMP)
 
@@ -22,8 +22,9 @@ $(STAMP): requirements.txt pyproject.toml scripts/host-packages.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
-# Fast first: lint and unit tests (no root, no network), then integration (lab nodes, root).
-test: setup lint unit integration twins
+# Fast first: the in-process unit tests, lint, the unit tests that start processes (no root, no
+# network), then integration (lab nodes, root) and the platform twins.
+test: setup unit-fast lint unit-process integration twins
 
 lint: setup
 	$(PY) -m ruff check gpucluster stacks scripts tests bench collections
@@ -40,11 +41,18 @@ $(TORCH_VENV)/.installed: requirements-gpu.in
 	  $(TORCH_VENV)/bin/python -m pip install -q --disable-pip-version-check -r requirements-gpu.in && touch $@; \
 	else echo "gpu-deps: no $(TORCH_PYTHON); the PyTorch burn's CPU tests will skip (set TORCH_PYTHON)" >&2; fi
 
-# On every core (pytest-xdist): the unit tests start many processes (ansible-playbook, Pulumi's
-# mocks, ssh -G) and wait on them; each test is independent of the others' order and process.
+# The unit tests in two tiers, on every core (pytest-xdist; each test is independent of the
+# others' order and process). unit-fast: in-process tests only (no `process` mark; a test that
+# starts a process without it fails, tests/unit/conftest.py), first in `make test`. unit-process:
+# the ones that start processes (ansible-playbook, ssh -G, the wheel, a browser).
 UNIT_WORKERS ?= auto
-unit: setup gpu-deps
-	$(PY) -m pytest $(PYTEST_FLAGS) -n $(UNIT_WORKERS) tests/unit
+unit: unit-fast unit-process
+
+unit-fast: setup
+	$(PY) -m pytest $(PYTEST_FLAGS) -n $(UNIT_WORKERS) -m "not process" tests/unit
+
+unit-process: setup gpu-deps
+	$(PY) -m pytest $(PYTEST_FLAGS) -n $(UNIT_WORKERS) -m process tests/unit
 
 integration: setup
 	scripts/run-pytest-dir.sh $(PY) tests/integration $(PYTEST_FLAGS) --ignore=tests/integration/twins

@@ -88,3 +88,23 @@ def shared_tmp(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) 
     monkeypatch.setenv("TMPDIR", str(tmp))
     monkeypatch.setattr(tempfile, "tempdir", None)
     return tmp
+
+
+@pytest.fixture(autouse=True)
+def _in_process_unless_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test not marked ``process`` starts no process: `make unit-fast` runs exactly those, so
+    the tier stays in-process (and fast) only while this holds. Such a test fails here, naming
+    the mark it needs."""
+    if request.node.get_closest_marker("process") is not None:
+        return
+    import os
+    import subprocess
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError(f"{request.node.nodeid} starts a process: mark its module or the test "
+                             "pytest.mark.process (it then runs outside `make unit-fast`)")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    monkeypatch.setattr(os, "fork", refuse)
+    if hasattr(os, "posix_spawn"):
+        monkeypatch.setattr(os, "posix_spawn", refuse)

@@ -26,6 +26,9 @@ from gpucluster.outputs import StackOutputs
 from gpucluster.spec import load_spec
 from tests.unit.example_outputs import BASTION_PUBLIC, example_outputs
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 KEY = "/home/ci/.ssh/gpucluster"
 JUMP = f"ubuntu@{BASTION_PUBLIC}:22"

@@ -23,6 +23,9 @@ from setuptools import find_namespace_packages
 
 from gpucluster.inventory import parse_inventory_text
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
 # What the wheel is built from: the package and the folders it maps into it (pyproject.toml).

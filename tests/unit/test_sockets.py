@@ -18,6 +18,9 @@ from gpucluster.conformance.nodes import load_inventory
 from gpucluster.conformance.remote import write_ssh_config
 from gpucluster.errors import InputError
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "golden" / "inventory" / "lab.yml"
 NOBODY = 65534

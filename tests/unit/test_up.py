@@ -42,6 +42,9 @@ from gpucluster.up import (
 )
 from tests.unit.example_outputs import example_outputs
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[2]
 
 

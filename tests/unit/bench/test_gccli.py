@@ -12,6 +12,9 @@ import pytest
 
 from tests.unit.loading import load_file
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 USERS = ("lab_fault.py", "bench_verify.py")
 

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 KEY = "AQBhc2RmYXNkZmFzZGZhc2RmYXNkZmFzZGZhcw=="
 

@@ -12,6 +12,9 @@ import pytest
 from gpucluster import __version__
 from gpucluster.cli import build_parser, main
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 
 

@@ -19,6 +19,9 @@ import pytest
 
 from gpucluster.cli import main
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 SAMPLES = REPO / "tests" / "data" / "samples"
 BIG = "9" * 5000

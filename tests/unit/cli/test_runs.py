@@ -22,6 +22,9 @@ from gpucluster import runs
 from gpucluster.cli import main
 from tests.unit.roles.render import inventory_for
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "golden" / "inventory" / "lab.yml"
 

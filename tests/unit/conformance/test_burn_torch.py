@@ -18,6 +18,9 @@ import pytest
 from gpucluster.conformance import burn_torch
 from gpucluster.conformance.gpu_checks import burn_problems
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 SCRIPT = Path(burn_torch.__file__)
 REPO = Path(__file__).resolve().parents[3]
 

@@ -19,6 +19,9 @@ from gpucluster.conformance.report_data import Report, figure_text, findings
 from gpucluster.conformance.reports import finish_junit, markdown, write_all
 from gpucluster.conformance.verdict import CLUSTER, CheckResult, shorten
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 NODES = ["gpu-1", "gpu-2", "gpu-3", "gpu-4"]
 FLOOR = 0.05
 SLOW = 0.0024

@@ -30,6 +30,9 @@ from gpucluster.conformance.remote import (
     new_measurement_tag,
 )
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 DATA = Path(__file__).resolve().parents[3] / "gpucluster" / "data"
 
 

@@ -15,6 +15,9 @@ from gpucluster.conformance.remote import NodeFolderError
 from gpucluster.parsers import NotToolOutput
 from tests.unit.conformance.test_publish import LocalRemote  # a node's shell, run here
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 RUN = "abc123def456"
 # The names the suite used before: a local user who made one of them first (a link, a file of

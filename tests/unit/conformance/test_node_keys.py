@@ -28,6 +28,9 @@ from gpucluster.conformance.remote import (
     sweep_script,
 )
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 RUN = "0a0b0c0d0e0f"
 OPERATOR = [f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{i:02d}OperatorKeyOperatorKey op{i}@desk" for i in range(20)]
 

@@ -15,6 +15,9 @@ from gpucluster.conformance import expect
 from gpucluster.conformance.rdma_checks import gdr_args, gdr_pairs, gdr_peer
 from gpucluster.parsers import parse, parse_run, sysfs
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 SAMPLES = REPO / "tests" / "data" / "samples"
 SUITE = REPO / "tests" / "conformance" / "test_acceptance.py"

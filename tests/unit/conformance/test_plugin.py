@@ -20,6 +20,9 @@ import pytest
 
 from gpucluster.conformance.verdict import CLUSTER
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 SUITE = REPO / "tests" / "conformance"
 GOLDEN = REPO / "tests" / "golden" / "inventory" / "lab.yml"

@@ -28,6 +28,9 @@ from gpucluster.conformance.reports import PROM_FILE, write_all
 from gpucluster.conformance.verdict import CheckResult
 from gpucluster.inventory import parse_inventory_text
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "golden" / "inventory" / "lab.yml"
 

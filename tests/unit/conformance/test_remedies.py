@@ -6,7 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gpucluster.conformance import checks, remedies
+
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
 
 REPO = Path(__file__).resolve().parents[3]
 DOC = REPO / "docs" / "troubleshooting.md"

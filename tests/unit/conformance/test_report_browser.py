@@ -34,7 +34,7 @@ CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
 DRIVER = "chromedriver"
 SCREENSHOT_ENV = "GPUCLUSTER_REPORT_SCREENSHOTS"
 
-pytestmark = pytest.mark.slow  # a browser start: about ten seconds
+pytestmark = [pytest.mark.process, pytest.mark.slow]  # a browser start: about ten seconds
 
 
 def _unavailable(why: str) -> None:

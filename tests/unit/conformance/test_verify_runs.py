@@ -41,6 +41,9 @@ from gpucluster.conformance.remote import (
 from gpucluster.inventory import parse_inventory_text
 from tests.unit.cli import fakessh
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "golden" / "inventory" / "lab.yml"
 

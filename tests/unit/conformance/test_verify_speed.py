@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from gpucluster import hostkeys, verify
@@ -17,6 +18,9 @@ from gpucluster.conformance.fabric import Fabric
 from gpucluster.conformance.nodes import load_inventory
 from gpucluster.conformance.remote import write_ssh_config
 from gpucluster.inventory import parse_inventory_text
+
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
 
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "golden" / "inventory" / "lab.yml"

@@ -19,6 +19,9 @@ import yaml
 
 from gpucluster.cli import build_parser
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = {
     "github-actions.yml": "vendor.github-workflows",

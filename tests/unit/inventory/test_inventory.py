@@ -24,6 +24,9 @@ from gpucluster.outputs import load_outputs, parse_outputs
 from gpucluster.spec import load_spec
 from tests.unit.example_outputs import example_outputs
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "golden"
 UPDATE = os.environ.get("GPUCLUSTER_UPDATE_GOLDEN") == "1"

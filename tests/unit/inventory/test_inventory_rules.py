@@ -17,6 +17,9 @@ from gpucluster.errors import InputError
 from gpucluster.inventory import SCHEMA_VERSION, dump_inventory, parse_inventory_text
 from gpucluster.inventory_model import BOM_KEYS, validate_inventory
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 GOLDEN = REPO / "tests" / "golden" / "inventory"
 PLAY = REPO / "playbooks" / "validate-inventory.yml"

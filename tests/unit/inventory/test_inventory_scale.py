@@ -23,6 +23,9 @@ from gpucluster.spec.cluster import MAX_NODES
 from gpucluster.spec.loader import MAX_PROBLEMS
 from tests.unit.bounded import KILL_AFTER_S, big_aws_stack, cli, limit_memory
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 LAB = REPO / "Pulumi.lab.yaml"
 GOLDEN = REPO / "tests" / "golden" / "outputs"

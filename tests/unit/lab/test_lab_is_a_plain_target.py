@@ -22,6 +22,9 @@ from gpucluster.lab.provider import INPUT_KEYS, props_from_inputs
 from gpucluster.paths import resolve
 from gpucluster.spec import load_spec
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 StackFile = Callable[[str, Callable[[dict[str, Any]], None]], Path]
 

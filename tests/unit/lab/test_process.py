@@ -14,6 +14,9 @@ from gpucluster.lab import node, process
 from gpucluster.lab.layout import LabLayout, layout_lab
 from gpucluster.spec import load_spec
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 
 

@@ -22,6 +22,9 @@ import pytest
 from gpucluster.parsers import PARSERS, NotToolOutput, parse
 from gpucluster.parsers.common import ParseResult
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 Sample = Callable[[str], str]
 
 REPO = Path(__file__).resolve().parents[3]

@@ -12,6 +12,9 @@ import pytest
 
 from tests.unit.roles.render import MY_ROLES
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
 

@@ -13,6 +13,9 @@ import pytest
 
 from tests.unit.loading import load_file
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 PLUGIN = REPO / "collections/ansible_collections/gpucluster/cluster/plugins/action/apt.py"
 

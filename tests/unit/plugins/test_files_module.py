@@ -9,6 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 MODULE = REPO / "collections/ansible_collections/gpucluster/cluster/plugins/modules/files.py"
 

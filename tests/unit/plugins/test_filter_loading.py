@@ -17,6 +17,9 @@ import pytest
 from gpucluster.kube.ansible_filters import FILTERS
 from tests.unit.loading import load_file
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 FILTER_DIR = REPO / "collections/ansible_collections/gpucluster/cluster/plugins/filter"
 HEAVY = ("pydantic", "gpucluster.spec", "gpucluster.kube", "yaml")

@@ -20,6 +20,9 @@ import pytest
 from gpucluster import mitogen
 from gpucluster.errors import InputError
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 COLLECTION = REPO / "collections/ansible_collections/gpucluster/cluster"
 DATA = Path(__file__).resolve().parent / "data/strategy"

@@ -40,6 +40,9 @@ from tests.unit.cli import fakessh
 from tests.unit.roles.no_log import NO_LOG as ROLES_NO_LOG
 from tests.unit.roles.render import inventory_for
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 
 # playbook_on_stats event_data as ansible-runner reports it (hosts with 0 are left out).

@@ -20,6 +20,9 @@ from gpucluster.render.os_packages import os_packages
 from gpucluster.spec import load_bom
 from tests.unit.roles.render import NATIVE, ROLES, TEXT, first_host, host_context, inventory_for, role_vars
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 KERNEL = "6.8.0-45-generic"
 # NVIDIA's DOCA-Host guide, "Upgrading Software on Host" (deb-based, DOCA online repo):
 # curl https://linux.mellanox.com/public/repo/doca/GPG-KEY-Mellanox.pub | gpg --dearmor ...

@@ -23,6 +23,9 @@ from tests.unit.roles.render import (
     role_vars,
 )
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 
 def _ctx(fabric: str, group: str = "gpu", **extra: Any) -> dict[str, Any]:
     inventory = inventory_for(fabric)

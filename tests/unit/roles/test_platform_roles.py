@@ -30,6 +30,9 @@ from tests.unit.roles.render import (
     role_vars,
 )
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REMOVED_PROFILE_KEYS = ("hca", "efa_interfaces", "large_message_bytes", "ib_write_bw_gbps")
 
 

@@ -17,6 +17,9 @@ import yaml
 from gpucluster.render.rails import rail_settings
 from tests.unit.roles.render import NATIVE, REPO, ROLES, file_entries, render_template
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 COMMON = ROLES / "common"
 SECTIONS = ["common_hosts", "common_time", "common_kernel", "common_ssh", "common_firewall", "common_proxy"]
 

@@ -16,7 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLES = REPO / "tests" / "data" / "samples"

@@ -17,6 +17,9 @@ from gpucluster.kube import kubeadm_plan, render_init_documents, render_join_doc
 from gpucluster.spec import load_spec
 from tests.unit.roles.no_log import NO_LOG
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 ROLES = ["kubernetes_node", "kubernetes_control_plane", "kubernetes_worker"]
 ANSIBLE = REPO / ".venv" / "bin" / "ansible-playbook"

@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "scripts" / "nvidia-driver-check.sh"
 

@@ -19,6 +19,9 @@ from gpucluster.cli import main
 from gpucluster.errors import InputError
 from gpucluster.spec import load_spec
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 Mutate = Callable[[dict[str, Any]], None]
 
 

@@ -27,6 +27,9 @@ from gpucluster.spec.loader import MAX_DEPTH, MAX_INT_DIGITS, MAX_STACK_BYTES
 from gpucluster.spec.models import Secret
 from tests.unit.bounded import cli
 
+# Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
+pytestmark = pytest.mark.process
+
 REPO = Path(__file__).resolve().parents[3]
 LAB = REPO / "Pulumi.lab.yaml"
 AWS = REPO / "Pulumi.aws-h100.yaml"
