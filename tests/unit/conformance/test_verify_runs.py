@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from gpucluster import hostkeys, runs
-from gpucluster.conformance import allreduce_mpi, run_nccl_tests
+from gpucluster.conformance import allreduce_mpi, node_keys, run_nccl_tests
 from gpucluster.conformance import fabric as fabric_module
 from gpucluster.conformance.bandwidth import AllReduceRun
 from gpucluster.conformance.fabric import Fabric
@@ -454,12 +454,19 @@ def test_after_a_sigkilled_controller_the_next_verify_cleans_up(tmp_path: Path, 
         proc.wait(timeout=30)
         assert fakessh.pids_running(f"sleep {seconds}") and _granted(ssh_stub), "the SIGKILL left nothing to clean"
         assert list(runs.unfinished_runs(inventory)) != []
+        # A grant past its expiry that no record names (a run of a lost controller): the sweep's.
+        stale = node_keys.authorized_line("ssh-ed25519", "AAAAC3NzaC1lZDI1NTE5AAAAIStaleStaleStaleStale",
+                                          "0123456789ab", "aaaa", "10.77.0.10", "20200101000000")
+        (ssh_stub / "nodes" / "stor-1" / ".ssh").mkdir(parents=True, exist_ok=True, mode=0o700)
+        with (ssh_stub / "nodes" / "stor-1" / ".ssh" / "authorized_keys").open("a") as fh:
+            fh.write(stale + "\n")
         again = _gc(tmp_path, *_verify(tmp_path, inventory, "--workers", "2"), env=env)
         _out, err = again.communicate(timeout=150)
     finally:
         _stop(proc, seconds)
     assert again.returncode == 1, err[-3000:]
     assert "ended without their cleanup; cleaning up after them" in err
+    assert re.search(r"^stor-1: run keys of earlier runs swept: 1 line", err, re.M), err[-3000:]
     # The stand-in nodes share this machine: whichever node's kill runs first ends the run's mpirun.
     killed = {m[0]: int(m[1]) for m in re.findall(r"^(\S+): (\d+) process\(es\) of the run killed", err, re.M)}
     assert set(killed) == {"gpu-1", "gpu-2", "stor-1"} and sum(killed.values()) >= 1, err[-3000:]

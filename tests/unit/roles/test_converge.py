@@ -608,6 +608,9 @@ def test_no_secret_of_the_controller_or_of_extra_vars_reaches_the_run_folder_or_
     run_dir = next(runs_dir.glob("*-converge"))
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert any(p.name == "command" for p in files), "ansible-runner's command artifact is kept"
+    # ... with the environment's names only: a value kept for ansible-playbook (PATH, ANSIBLE_*) stays out of it.
+    recorded = json.loads(next(p for p in files if p.name == "command").read_text())["env"]
+    assert isinstance(recorded, list) and "PATH" in recorded, recorded
     for path in files:
         text = path.read_text(errors="replace")
         for secret in (aws, pulumi_token, from_file, typed):
