@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucluster import hostkeys, runs
+from gpucluster import hostkeys, runs, sockets
 from gpucluster.conformance import allreduce_mpi, node_keys, run_nccl_tests
 from gpucluster.conformance import fabric as fabric_module
 from gpucluster.conformance.bandwidth import AllReduceRun
@@ -432,6 +432,7 @@ def test_a_crashed_worker_leaves_no_grant_and_no_process(tmp_path: Path, ssh_stu
         _stop(proc, seconds)
     assert proc.returncode == 1, err[-3000:]
     _assert_nothing_left(ssh_stub, seconds)
+    assert sockets.in_use(tmp_path / "run" / "ssh") is None, "the run's SSH control folder outlived it"
     cleanup = json.loads((tmp_path / "run" / "results.json").read_text())["meta"]["session_cleanup"]
     assert set(cleanup) == {"gpu-1", "gpu-2", "stor-1"} and all("run key removed" in v for v in cleanup.values())
     assert runs.unfinished_runs(inventory) == {}
