@@ -85,8 +85,8 @@ def _consistency(cluster: Cluster, outputs: StackOutputs, source: str) -> None:
         if node.profile != planned.profile:
             problems.append(f"{where}.profile: {node.profile!r} but the stack file says {planned.profile!r}")
         if planned.rails and [r.model_dump() for r in node.rails] != [r.as_dict() for r in planned.rails]:
-            # The stack file plans these rails (the lab's target.rails): outputs of an older plan
-            # would configure and check rails the nodes do not have.
+            # The stack file plans these rails (subnet_per_rail: the lab's target.rails, a DGX H100's
+            # RoCE ports): outputs of an older plan would configure and check rails the nodes do not have.
             have = ", ".join(r.interface for r in node.rails) or "none"
             problems.append(f"{where}.rails: {have}, but the stack file plans "
                             f"{', '.join(r.interface for r in planned.rails)} (bring the target up again)")

@@ -72,8 +72,8 @@ class OutputNode(_Out):
     # EC2 i-..., an Azure resource ID, an OCI OCID, a lab or bare-metal name.
     instance_id: str | None = Field(None, pattern=r"^[A-Za-z0-9/][A-Za-z0-9_.:/()-]{0,511}$")
     failure_domain: CrushBucketName | None = None
-    # Compute rails whose addresses the target planned (the lab's); none where the provider or the
-    # site addresses them. At most 64, as a platform's rail has at most 64 ports.
+    # Compute rails whose addresses the spec planned (subnet_per_rail: the lab's, a DGX H100's RoCE
+    # ports); none where the provider or the site addresses them. At most 64, as a platform's rail has at most 64 ports.
     rails: list[OutputRail] = Field(default_factory=list, max_length=64)
 
 

@@ -295,10 +295,21 @@ def fault_command(cluster: Cluster, twin: TwinFile, outputs: dict[str, Any]) -> 
         if provided and not node.get("fabric_ip"):
             # The provider addresses the ports (OCI): its address taken off the node's first one.
             return ["ip", "-4", "addr", "flush", "dev", provided[0][0]]
+        rails = node.get("rails") or []
+        if twin.fault.port is not None:
+            # One compute port the spec addresses loses its address (the others keep theirs).
+            if twin.fault.port >= len(rails):
+                raise InputError(f"twin {twin.name!r}: fault port {twin.fault.port}, but {name} has {len(rails)} "
+                                 "addressed compute port(s) in the target's outputs")
+            rail = rails[twin.fault.port]
+            prefix = ipaddress.IPv4Network(rail["cidr"]).prefixlen
+            return ["ip", "addr", "del", f"{rail['address']}/{prefix}", "dev", rail["interface"]]
         if not node.get("fabric_ip") or not node.get("fabric_interface"):
             raise InputError(f"twin {twin.name!r}: fault remove_fabric_address, but {name} has no fabric address "
                              "on an interface in the target's outputs")
-        prefix = ipaddress.IPv4Network(outputs["fabric"]["fabric_cidr"]).prefixlen
+        # The fabric address at its rail's prefix where a compute port carries it (subnet_per_rail).
+        cidr = next((r["cidr"] for r in rails if r["address"] == node["fabric_ip"]), outputs["fabric"]["fabric_cidr"])
+        prefix = ipaddress.IPv4Network(cidr).prefixlen
         return ["ip", "addr", "del", f"{node['fabric_ip']}/{prefix}", "dev", node["fabric_interface"]]
     if twin.fault.kind == "throttle_management_link":
         # A token bucket on the management port's egress, as the lab's slow-link tests shape a

@@ -122,3 +122,43 @@ def rail_problems(want: Mapping[str, Any], link: Mapping[str, Any] | None, rules
         if sysctls.get(key) != value:
             problems.append(f"{name}: net.ipv4.conf.{name}.{key} = {sysctls.get(key, 'unreadable')}, expected {value}")
     return problems
+
+
+def _links_by_name(links: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    return {str(link.get("ifname")): link for link in links}
+
+
+def rail_address_problems(links: Sequence[Mapping[str, Any]], want: Sequence[Mapping[str, Any]]) -> list[str]:
+    """GC-NET-001 on a node's addressed compute ports: each port of :func:`rail_settings` (``want``)
+    up and carrying its address, read from ``ip -j addr show`` (``links``); one line per port that
+    does not, each starting with the port's name. On RoCE a port without its IPv4 address has no
+    IPv4 RoCEv2 GID, the one NCCL's GID index names (data/platforms/dgx-h100-roce.yaml)."""
+    by_name = _links_by_name(links)
+    problems = []
+    for rail in want:
+        name = rail["interface"]
+        link = by_name.get(name)
+        if link is None:
+            problems.append(f"{name}: no such interface")
+            continue
+        addrs = {(a.get("local"), a.get("prefixlen")) for a in link.get("addr_info") or [] if a.get("family") == "inet"}
+        if (rail["address"], rail["prefixlen"]) not in addrs:
+            have = ", ".join(f"{a}/{p}" for a, p in sorted(addrs, key=str)) or "none"
+            problems.append(f"{name}: no address {rail['address']}/{rail['prefixlen']} (has {have})")
+        state = link.get("operstate")
+        if state not in ("UP", "UNKNOWN") or "UP" not in (link.get("flags") or []):
+            problems.append(f"{name}: link {state or 'state unknown'}")
+    return problems
+
+
+def rail_mtu_problems(links: Sequence[Mapping[str, Any]], want: Sequence[Mapping[str, Any]]) -> list[str]:
+    """GC-NET-002 on a node's addressed compute ports: each port at :func:`rail_settings`' MTU."""
+    by_name = _links_by_name(links)
+    problems = []
+    for rail in want:
+        link = by_name.get(rail["interface"])
+        if link is None:
+            problems.append(f"{rail['interface']}: no such interface")
+        elif int(link.get("mtu") or 0) != rail["mtu"]:
+            problems.append(f"{rail['interface']}: MTU {link.get('mtu')}")
+    return problems

@@ -92,13 +92,23 @@ def _dotted(value: int) -> str:
     return f"{value >> 24 & 255}.{value >> 16 & 255}.{value >> 8 & 255}.{value & 255}"
 
 
-def rail_cidrs(spec: ClusterSpec) -> list[str]:
-    """The subnets of the compute rails the spec addresses: on the lab, ``target.rails`` subnets of
-    fabric_cidr's size, rail i the (i+1)-th after fabric_cidr (10.77.1.0/24: 10.77.2.0/24, 10.77.3.0/24);
-    no other target plans rail addresses. Raises ValueError where a rail would leave IPv4."""
-    if spec.target.kind != "lab":
-        return []
+def rail_cidrs(spec: ClusterSpec, ports: int = 0) -> list[str]:
+    """The subnets of the compute rails the spec addresses, one per port position. On the lab,
+    ``target.rails`` subnets of fabric_cidr's size, rail i the (i+1)-th after fabric_cidr
+    (10.77.1.0/24: 10.77.2.0/24, 10.77.3.0/24). Elsewhere, for a platform with ``ports`` ports the
+    spec addresses (DGX H100 in Ethernet mode: 8), fabric_cidr split into the smallest power of two
+    of equal subnets that holds them, port i the i-th (10.20.0.0/22, 8 ports: 10.20.0.0/25,
+    10.20.0.128/25 ...): the fabric stays inside the range the site gave it, and port 0's subnet
+    starts where fabric_cidr does, so port 0 carries the node's fabric address. Raises ValueError
+    where a rail would leave IPv4 or fabric_cidr cannot be split so."""
     fab = ipaddress.IPv4Network(spec.fabric.fabric_cidr)
+    if spec.target.kind != "lab":
+        if ports <= 0:
+            return []
+        prefix = fab.prefixlen + (ports - 1).bit_length()
+        if prefix > 30:
+            raise ValueError(f"fabric_cidr {fab} cannot be split into {ports} rail subnets (each would be /{prefix})")
+        return [str(net) for net, _ in zip(fab.subnets(new_prefix=prefix), range(ports), strict=False)]
     out = []
     for i in range(1, spec.target.rails + 1):
         start = int(fab.network_address) + i * fab.num_addresses
@@ -106,6 +116,17 @@ def rail_cidrs(spec: ClusterSpec) -> list[str]:
             raise ValueError(f"rail {i - 1} after fabric_cidr {fab} is past 255.255.255.255")
         out.append(str(ipaddress.IPv4Network((start, fab.prefixlen))))
     return out
+
+
+def rail_host(cidr: str, index: int) -> str:
+    """Node ``index``'s address on a rail subnet: the subnet's FIRST_HOST_OFFSET + index-th address,
+    as a fabric or management address is placed. Raises ValueError where the subnet has no such host."""
+    net = ipaddress.IPv4Network(cidr)
+    host = FIRST_HOST_OFFSET + index
+    if host >= net.num_addresses - 1:
+        raise ValueError(f"rail subnet {net} has no host {host} (node {index + 1}: at most "
+                         f"{max(net.num_addresses - 1 - FIRST_HOST_OFFSET, 0)} nodes on it)")
+    return _dotted(int(net.network_address) + host)
 
 
 def aws_vpc_cidr(spec: ClusterSpec) -> str:
@@ -126,10 +147,24 @@ def aws_vpc_cidr(spec: ClusterSpec) -> str:
     return str(net)
 
 
+# The kinds of compute rail whose ports the spec addresses with ``addressing: subnet_per_rail``: the
+# lab's Ethernet rails, and RoCE ports (DGX H100 in Ethernet mode), where every port needs an IPv4
+# address of its own: RoCEv2 GIDs are made from the port's IP addresses, the IPv4-mapped one at
+# GID index 3 on ConnectX, and that is the GID NCCL_IB_GID_INDEX=3 names (the fabric's gid_index).
+SPEC_ADDRESSED_KINDS = ("ethernet", "roce")
+
+
 def spec_addressed(rail: Rail) -> bool:
-    """Whether the spec plans the rail's addresses: a compute Ethernet rail with a subnet per rail
-    (the lab's; a provider or the site addresses every other kind)."""
-    return rail.role == "compute" and rail.kind == "ethernet" and rail.addressing == "subnet_per_rail"
+    """Whether the spec plans the rail's addresses: a compute Ethernet or RoCE rail with a subnet
+    per port (``addressing: subnet_per_rail``); a provider or the site addresses every other kind."""
+    return rail.role == "compute" and rail.kind in SPEC_ADDRESSED_KINDS and rail.addressing == "subnet_per_rail"
+
+
+def spec_addressed_ports(platform: Platform) -> list[str]:
+    """The interfaces of the platform's ports the spec addresses, in rail order: the netdevs a rail
+    names, else (the lab's rails) its device names, which are the lab node's interfaces."""
+    return [d for r in platform.rails if spec_addressed(r)
+            for d in (r.netdev_names() if r.netdevs is not None else r.device_names())]
 
 
 def rail_platform(platform: Platform, rails: int) -> Platform:
@@ -150,17 +185,16 @@ def expand_nodes(spec: ClusterSpec, platforms: dict[str, Platform] | None = None
     fab = ipaddress.IPv4Network(spec.fabric.fabric_cidr)
     mgmt_base = int(mgmt.network_address) + FIRST_HOST_OFFSET
     fab_base = int(fab.network_address) + FIRST_HOST_OFFSET
-    subnets = rail_cidrs(spec)
+    lab_subnets = rail_cidrs(spec) if spec.target.kind == "lab" else []
     nodes = []
     for index, (pool, name) in enumerate(node_names(spec)):
         platform_name = pool_platform(spec, pool)
         rails: tuple[NodeRail, ...] = ()
-        if subnets and platforms and platform_name in platforms:
-            names = [d for r in platforms[platform_name].rails if spec_addressed(r) for d in r.device_names()]
-            rails = tuple(
-                NodeRail(ifname, _dotted(int(ipaddress.IPv4Network(cidr).network_address) + FIRST_HOST_OFFSET + index),
-                         cidr)
-                for ifname, cidr in zip(names, subnets, strict=False))
+        if platforms and platform_name in platforms:
+            names = spec_addressed_ports(platforms[platform_name])
+            subnets = lab_subnets if spec.target.kind == "lab" else rail_cidrs(spec, len(names))
+            rails = tuple(NodeRail(ifname, rail_host(cidr, index), cidr)
+                          for ifname, cidr in zip(names, subnets, strict=False))
         nodes.append(
             Node(
                 name=name,

@@ -899,6 +899,9 @@ class TwinFault(_Model):
     kind: Literal["remove_fabric_address", "boot_service", "throttle_management_link"]
     description: str = Field(pattern=r"^[^\n\r{}%$`\\]{1,200}$")
     expect: list[CheckId] = Field(min_length=1)
+    # remove_fabric_address: the compute port (0-based, the node's addressed rails in the target's
+    # outputs) whose address is removed; None: the fabric interface's address.
+    port: int | None = Field(None, ge=0, le=63)
 
 
 class TwinLinkFloors(_Model):

@@ -23,6 +23,9 @@ from gpucluster.spec.cluster import (
     node_names,
     pool_platform,
     rail_cidrs,
+    rail_host,
+    spec_addressed,
+    spec_addressed_ports,
 )
 from gpucluster.spec.models import (
     AwsTarget,
@@ -160,6 +163,8 @@ def _platforms(spec: ClusterSpec, profiles: dict[str, HardwareProfile], platform
                 problems.append(f"{where}.fabric_interface: {said} names no interface for its nodes' fabric address "
                                 f"on the {spec.fabric.type} fabric; set the pool's fabric_interface (the name "
                                 "`ip link` shows), or the nodes' fabric_macs")
+        if target != "lab":
+            _rail_subnets(spec, i, pool, platform, said, problems)
         provider = platform.provider_qos
         if provider is not None and spec.fabric.type == "roce":
             if spec.fabric.roce_qos is not None:
@@ -176,6 +181,29 @@ def _platforms(spec: ClusterSpec, profiles: dict[str, HardwareProfile], platform
         if kinds and fabric in FABRICS_BY_TARGET[target] and fabric in RDMA_KINDS and fabric not in kinds:
             problems.append(f"{where}.platform: {said} computes over {' and '.join(kinds)}, but fabric.type is "
                             f"{spec.fabric.type}")
+
+
+def _rail_subnets(spec: ClusterSpec, i: int, pool: NodePool, platform: Platform, said: str,
+                  problems: list[str]) -> None:
+    """A platform whose compute ports the spec addresses one subnet each (subnet_per_rail) off the
+    lab: each rail names its netdevs (the interfaces the addresses go on), fabric_cidr splits into
+    a subnet per port, and each of the pool's nodes has a host address on every one of them."""
+    where = f"{NS}.node_pools[{i}]"
+    if any(spec_addressed(r) and r.netdevs is None for r in platform.rails):
+        problems.append(f"{where}.platform: {said} addresses its compute ports one subnet each, but names no "
+                        "netdevs for them (the interfaces the addresses go on)")
+        return
+    ports = len(spec_addressed_ports(platform))
+    if not ports:
+        return
+    try:
+        subnets = rail_cidrs(spec, ports)
+        last = max((index for index, (p, _) in enumerate(node_names(spec)) if p.name == pool.name), default=None)
+        if last is not None:
+            rail_host(subnets[-1], last)
+    except ValueError as exc:
+        problems.append(f"{NS}.fabric.fabric_cidr: {said} has {ports} compute ports, each in its own subnet of "
+                        f"fabric_cidr: {exc}")
 
 
 def _fabric_interface_known(spec: ClusterSpec, pool: NodePool, platform: Platform) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpucluster.render.rails import rail_settings
 from gpucluster.spec import Cluster, Node
 from gpucluster.spec.cluster import MAC_FABRIC_INTERFACE, fabric_interface
 from gpucluster.spec.models import BareMetalNode, BaremetalTarget
@@ -52,11 +53,18 @@ def node_data(cluster: Cluster, node: Node, declared: BareMetalNode) -> NodeData
     fab_ifaces: tuple[Interface, ...] = ()
     address = with_prefix(node.fabric_ip, fabric.fabric_cidr)
     name = fabric_interface_of(cluster, node)
+    # Every compute port the spec addresses (RoCE: each port's IPv4 address makes its RoCEv2 GID,
+    # the platform file says why), one subnet each, matched by the name the image gives it: the
+    # rendering the fabric_rails role writes and GC-NET-001/GC-RAIL-001 check. Port 0 carries the
+    # node's fabric address (gpucluster.spec.cluster.rail_cidrs).
+    rails = tuple(Interface(r["interface"], f"{r['address']}/{r['prefixlen']}", r["mtu"], match_name=r["interface"])
+                  for r in rail_settings([r.as_dict() for r in node.rails], fabric.mtu))
     if name == FABRIC_INTERFACE and declared.fabric_macs:
         fab_ifaces = (Interface(FABRIC_INTERFACE, address, fabric.mtu, mac=declared.fabric_macs[0]),)
-    elif name:
+    elif name and name not in {r.interface for r in node.rails}:
         # Matched by the name the platform's image gives it (an IB MAC, 20 bytes, is not portable).
         fab_ifaces = (Interface(name, address, fabric.mtu, match_name=name, infiniband=ib),)
+    fab_ifaces += rails
     return NodeData(
         hostname=node.name,
         ssh_user=target.ssh_user,

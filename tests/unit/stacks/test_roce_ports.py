@@ -1,0 +1,153 @@
+"""Issue 24: every compute RoCE port of a DGX H100 in Ethernet mode carries its own IPv4 address
+(its RoCEv2 GID at index 3 is made from it; data/platforms/dgx-h100-roce.yaml). One renderer
+(gpucluster.render.rails) feeds the bare-metal network-config, the inventory's rails, the
+fabric_rails role and GC-NET-001/002, so the site's netplan, the role and the check agree."""
+
+from __future__ import annotations
+
+import importlib.util
+import ipaddress
+import json
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucluster.errors import InputError
+from gpucluster.inventory import build_inventory
+from gpucluster.outputs import parse_outputs
+from gpucluster.render.rails import rail_address_problems, rail_mtu_problems, rail_settings
+from gpucluster.seeds import node_seed
+from gpucluster.spec import load_spec
+from gpucluster.spec.cluster import platform_data, rail_cidrs
+from tests.unit.spec.test_invalid import _set
+
+REPO = Path(__file__).resolve().parents[3]
+ONPREM = REPO / "Pulumi.onprem-h100-roce.yaml"
+TWIN = REPO / "Pulumi.twin-dgx-h100-roce.yaml"
+PORTS = ["enp24s0np0", "enp64s0np0", "enp79s0np0", "enp94s0np0", "enp154s0np0", "enp192s0np0", "enp206s0np0",
+         "enp220s0np0"]
+
+
+def test_fabric_cidr_is_split_into_one_subnet_per_port() -> None:
+    cluster = load_spec(ONPREM)
+    assert rail_cidrs(cluster.spec, 8) == [f"10.20.{i // 2}.{128 * (i % 2)}/25" for i in range(8)]
+    # Three ports take four subnets (a power of two); a port count fabric_cidr cannot hold is refused.
+    assert rail_cidrs(cluster.spec, 3) == ["10.20.0.0/24", "10.20.1.0/24", "10.20.2.0/24"]
+    with pytest.raises(ValueError, match="cannot be split into 512 rail subnets"):
+        rail_cidrs(cluster.spec, 512)
+
+
+@pytest.mark.parametrize("stack", [ONPREM, TWIN], ids=["onprem", "twin"])
+def test_the_network_config_addresses_every_roce_port_in_its_own_subnet_at_the_mtu(stack: Path) -> None:
+    cluster = load_spec(stack)
+    for node in cluster.nodes_with_role("gpu"):
+        config = yaml.safe_load(node_seed(cluster, node.name).files["network-config"])
+        ports = {name: e for name, e in config["ethernets"].items() if name in PORTS}
+        assert list(ports) == PORTS, node.name
+        nets = set()
+        for name, entry in ports.items():
+            assert entry["match"] == {"name": name}
+            assert entry["mtu"] == 9000
+            (address,) = entry["addresses"]
+            iface = ipaddress.IPv4Interface(address)
+            assert iface.network.subnet_of(ipaddress.IPv4Network(cluster.spec.fabric.fabric_cidr))
+            nets.add(iface.network)
+        assert len(nets) == 8, node.name
+        # Port 0 carries the node's fabric address (NCCL's socket interface, the all-reduce's oob).
+        assert ports[PORTS[0]]["addresses"][0].split("/")[0] == node.fabric_ip
+
+
+def test_the_inventory_rails_are_the_network_config_and_the_roles_rendering() -> None:
+    cluster = load_spec(ONPREM)
+    from gpucluster.plan import plan_cluster
+
+    outputs = parse_outputs(plan_cluster(cluster).outputs, "plan")
+    hosts = build_inventory(cluster, outputs)["all"]["hosts"]
+    for node in cluster.nodes_with_role("gpu"):
+        rails = hosts[node.name]["gpucluster_rails"]
+        assert [r["interface"] for r in rails] == PORTS
+        want = rail_settings(rails, cluster.spec.fabric.mtu)
+        config = yaml.safe_load(node_seed(cluster, node.name).files["network-config"])
+        rendered = {n: (e["addresses"][0], e["mtu"]) for n, e in config["ethernets"].items() if n in PORTS}
+        assert rendered == {r["interface"]: (f"{r['address']}/{r['prefixlen']}", r["mtu"]) for r in want}
+    for node in cluster.nodes_with_role("storage"):
+        assert hosts[node.name]["gpucluster_rails"] == []
+
+
+def _links(settings: list[dict[str, Any]], drop: str | None = None, mtu: int = 9000) -> list[dict[str, Any]]:
+    out = [{"ifname": "mgmt0", "operstate": "UP", "flags": ["UP"], "mtu": 1500,
+            "addr_info": [{"family": "inet", "local": "10.10.0.10", "prefixlen": 22}]}]
+    for r in settings:
+        addrs = [] if r["interface"] == drop else [{"family": "inet", "local": r["address"],
+                                                     "prefixlen": r["prefixlen"]}]
+        out.append({"ifname": r["interface"], "operstate": "UP", "flags": ["BROADCAST", "UP"], "mtu": mtu,
+                    "addr_info": addrs})
+    return out
+
+
+def _suite() -> Any:
+    path = REPO / "tests" / "conformance" / "test_fabric.py"
+    spec = importlib.util.spec_from_file_location("suite_fabric_roce", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _node(cluster: Any, name: str, links: list[dict[str, Any]]) -> Any:
+    node = cluster.node(name)
+    info = SimpleNamespace(fabric_interface=PORTS[0], fabric_ip=node.fabric_ip, rails=[r.as_dict() for r in node.rails],
+                           platform=platform_data(cluster.platform_of(node)), platform_name=node.platform)
+    by_name = {link["ifname"]: link for link in links}
+
+    def run(cmd: str) -> Any:
+        if cmd == "ip -j addr show":
+            return SimpleNamespace(rc=0, stdout=json.dumps(links), stderr="")
+        dev = cmd.rsplit(" ", 1)[-1]
+        return SimpleNamespace(rc=0, stdout=json.dumps([by_name[dev]]), stderr="")
+
+    figures: dict[str, Any] = {}
+    return SimpleNamespace(info=info, inv=SimpleNamespace(fabric={"mtu": 9000}), run=run, figures=figures,
+                           figure=lambda k, v: figures.__setitem__(k, v))
+
+
+def test_gc_net_001_fails_a_node_with_7_of_8_ports_addressed_naming_the_port() -> None:
+    cluster = load_spec(ONPREM)
+    node = cluster.node("hgx-02")
+    want = rail_settings([r.as_dict() for r in node.rails], 9000)
+    assert rail_address_problems(_links(want), want) == []
+    assert rail_address_problems(_links(want, drop="enp154s0np0"), want) == [
+        "enp154s0np0: no address 10.20.2.11/25 (has none)"]
+    suite = _suite()
+    healthy = _node(cluster, "hgx-02", _links(want))
+    suite.test_fabric_interface(healthy)
+    assert healthy.figures["compute_ports_addressed"] == 8
+    broken = _node(cluster, "hgx-02", _links(want, drop="enp154s0np0"))
+    with pytest.raises(AssertionError, match=r"^enp154s0np0: no address 10\.20\.2\.11/25 \(has none\)$"):
+        suite.test_fabric_interface(broken)
+    assert broken.figures["compute_ports_addressed"] == 7
+
+
+def test_gc_net_002_names_every_port_off_the_fabric_mtu() -> None:
+    cluster = load_spec(ONPREM)
+    want = rail_settings([r.as_dict() for r in cluster.node("hgx-01").rails], 9000)
+    links = _links(want)
+    links[3]["mtu"] = 1500
+    assert rail_mtu_problems(links, want) == ["enp79s0np0: MTU 1500"]
+    with pytest.raises(AssertionError, match=r"enp79s0np0: MTU 1500 \(the spec says 9000\)"):
+        _suite().test_fabric_mtu(_node(cluster, "hgx-01", links))
+
+
+StackFile = Callable[[str, Callable[[dict[str, Any]], None]], Path]
+
+
+def test_a_fabric_cidr_too_small_for_a_subnet_per_port_is_refused(stack_file: StackFile) -> None:
+    # /27 split 8 ways is /30: two hosts each, no room for host .10 of any node.
+    with pytest.raises(InputError) as err:
+        load_spec(stack_file("Pulumi.onprem-h100-roce.yaml", _set("fabric.fabric_cidr", "10.20.0.0/27")))
+    assert any(p.startswith("gpucluster.fabric.fabric_cidr: platform 'dgx-h100-roce' has 8 compute ports, each in "
+                            "its own subnet of fabric_cidr") for p in err.value.problems), err.value.problems
