@@ -286,6 +286,11 @@ def first_gpu_node(cluster: Cluster) -> str:
 THROTTLE_RATE = "20mbit"
 
 
+def _throttle(interface: str) -> list[str]:
+    return ["tc", "qdisc", "replace", "dev", interface, "root", "tbf", "rate", THROTTLE_RATE, "burst", "64kb",
+            "latency", "50ms"]
+
+
 def fault_command(cluster: Cluster, twin: TwinFile, outputs: dict[str, Any]) -> list[str]:
     """The command, run on the twin's first GPU node, that injects the twin's fault."""
     name = first_gpu_node(cluster)
@@ -315,8 +320,15 @@ def fault_command(cluster: Cluster, twin: TwinFile, outputs: dict[str, Any]) -> 
         # A token bucket on the management port's egress, as the lab's slow-link tests shape a
         # rail (tbf's burst above the largest frame, else it drops them): the node's own sends
         # crawl, so every all-reduce it takes part in does, and the pair search singles it out.
-        return ["tc", "qdisc", "replace", "dev", twin.management_interface.name, "root", "tbf",
-                "rate", THROTTLE_RATE, "burst", "64kb", "latency", "50ms"]
+        return _throttle(twin.management_interface.name)
+    if twin.fault.kind == "throttle_rail":
+        # One compute port of the node shaped the same way: its rail's own all-reduce crawls on it.
+        rails = node.get("rails") or []
+        port = twin.fault.port if twin.fault.port is not None else 0
+        if port >= len(rails):
+            raise InputError(f"twin {twin.name!r}: fault port {port}, but {name} has {len(rails)} addressed "
+                             "compute port(s) in the target's outputs")
+        return _throttle(str(rails[port]["interface"]))
     if not twin.boot_services:
         raise InputError(f"twin {twin.name!r}: fault boot_service, but the twin lists no boot service")
     # The image's script run again outside its unit (an image update, an operator), so no drop-in

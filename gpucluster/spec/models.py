@@ -892,16 +892,23 @@ class TwinLimit(_Model):
 class TwinFault(_Model):
     """The fault ``gpucluster twin check`` injects on the twin's first GPU node, and the checks
     that must name it (and only them): the address removed from the node's fabric interface, the
-    image's boot service's script run again outside its unit over what the roles converged, or the
+    image's boot service's script run again outside its unit over what the roles converged, the
     node's management link throttled (where the fabric carries no IP, EFA, the all-reduce's TCP
-    data runs there)."""
+    data runs there), or one of its compute ports throttled."""
 
-    kind: Literal["remove_fabric_address", "boot_service", "throttle_management_link"]
+    kind: Literal["remove_fabric_address", "boot_service", "throttle_management_link", "throttle_rail"]
     description: str = Field(pattern=r"^[^\n\r{}%$`\\]{1,200}$")
     expect: list[CheckId] = Field(min_length=1)
     # remove_fabric_address: the compute port (0-based, the node's addressed rails in the target's
-    # outputs) whose address is removed; None: the fabric interface's address.
+    # outputs) whose address is removed; None: the fabric interface's address. throttle_rail: the
+    # compute port whose link is throttled (required).
     port: int | None = Field(None, ge=0, le=63)
+
+    @model_validator(mode="after")
+    def _port(self) -> TwinFault:
+        if self.kind == "throttle_rail" and self.port is None:
+            raise ValueError("fault throttle_rail names the compute port it throttles (port)")
+        return self
 
 
 class TwinLinkFloors(_Model):

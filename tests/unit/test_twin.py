@@ -270,3 +270,23 @@ def test_the_oci_twin_boots_rdma0_to_rdma15_and_the_images_addressing_of_them() 
     assert all(n["fabric_ip"] is None and n["fabric_interface"] is None for n in inputs.outputs["nodes"])
     assert twin.fault_command(cluster, t, inputs.outputs) == ["ip", "-4", "addr", "flush", "dev", "rdma0"]
     assert cluster.spec.fabric.mtu == t.boot_services[0].mtu  # what GC-NET-002 reads back
+
+
+def test_the_roce_twin_throttles_its_fifth_compute_port_and_a_throttled_rail_names_its_port() -> None:
+    """throttle_rail shapes the node's compute port the fault names (the target's outputs' rails),
+    and a twin file that names no port, or one the node has not, is refused."""
+    cluster = load_spec(REPO / "Pulumi.twin-dgx-h100-roce.yaml")
+    t = twin.twin_of(cluster)
+    assert t is not None and (t.fault.kind, t.fault.port) == ("throttle_rail", 4)
+    outputs = twin.inputs(cluster).outputs
+    assert twin.fault_command(cluster, t, outputs) == [
+        "tc", "qdisc", "replace", "dev", "enp154s0np0", "root", "tbf", "rate", twin.THROTTLE_RATE, "burst", "64kb",
+        "latency", "50ms"]
+    with pytest.raises(InputError, match="fault port 8, but dgx-01 has 8 addressed compute port"):
+        twin.fault_command(cluster, t.model_copy(update={"fault": t.fault.model_copy(update={"port": 8})}), outputs)
+    from pydantic import ValidationError
+
+    from gpucluster.spec.models import TwinFault
+
+    with pytest.raises(ValidationError, match="names the compute port it throttles"):
+        TwinFault(kind="throttle_rail", description="x", expect=["GC-AR-002"])
