@@ -62,7 +62,9 @@ def test_spec_show_json_is_the_resolved_spec(capsys: pytest.CaptureFixture[str])
     data = json.loads(capsys.readouterr().out)
     assert data["stack"] == "onprem-h100-roce"
     assert data["spec"]["fabric"]["roce_qos"]["pfc_priority"] == 3
-    assert data["nodes"][0] == {
+    node = data["nodes"][0]
+    rails = node.pop("rails")
+    assert node == {
         "name": "hgx-01",
         "pool": "hgx",
         "roles": ["gpu"],
@@ -70,9 +72,11 @@ def test_spec_show_json_is_the_resolved_spec(capsys: pytest.CaptureFixture[str])
         "platform": "dgx-h100-roce",
         "management_ip": "10.10.0.10",
         "fabric_ip": "10.20.0.10",
-        # The site addresses its RoCE rails: the spec plans none.
-        "rails": [],
     }
+    # Every RoCE compute port planned, each in its own subnet of fabric_cidr (platform
+    # dgx-h100-roce: subnet_per_rail); the first carries the node's fabric address.
+    assert len(rails) == 8 and len({r["cidr"] for r in rails}) == 8
+    assert rails[0] == {"address": "10.20.0.10", "cidr": "10.20.0.0/25", "interface": "enp24s0np0"}
     assert set(data["profiles"]) == {"h100-sxm-8", "cpu-server"}
     assert data["software"]["kubernetes"]["version"]
 
