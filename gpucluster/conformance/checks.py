@@ -90,12 +90,11 @@ _CHECKS = (
           "Every GPU under a sustained matrix-product load MUST produce zero wrong results and "
           "reach the profile's TFLOP/s floor for each tested precision.", ("gpu",)),
     Check("GC-NET-001", "NET", "Fabric interface",
-          "The fabric interface MUST be up and carry the node's fabric address, and every compute port the spec "
-          "addresses MUST be up with its own address; where the provider addresses the compute ports, every one "
-          "MUST be up with an address in the provider's range.", ("gpu", "storage")),
+          "The fabric interface MUST be up and carry the node's fabric address; where the provider addresses "
+          "the compute ports, every one MUST be up with an address in the provider's range.", ("gpu", "storage")),
     Check("GC-NET-002", "NET", "Fabric MTU",
-          "The fabric interface MTU, and every addressed compute port's (the spec's or the provider's), MUST "
-          "equal the spec's fabric MTU.", ("gpu", "storage")),
+          "The fabric interface MTU (every compute port's, where the provider addresses them) MUST equal the "
+          "spec's fabric MTU.", ("gpu", "storage")),
     Check("GC-NET-003", "NET", "HCAs present",
           "The node MUST show every RDMA device its platform lists on its compute rails, and none that "
           "no rail of the platform names.", ("gpu",)),

@@ -104,8 +104,6 @@ FIGURES: tuple[Figure, ...] = (
     Figure("mtu", _f("link_mtu_bytes"), "MTU of the fabric link.", 1, "B", "MTU"),
     Figure("mtu_(?P<rail>.+)", _f("rail_mtu_bytes"), "MTU of a compute rail's link.", 1, "B", "MTU of {rail}"),
     Figure("rails", _f("compute_rails"), "Addressed compute rails of the node.", 1, "", "compute rails"),
-    Figure("compute_ports_addressed", _f("compute_ports_addressed"),
-           "Compute ports the spec addresses that carry their address (GC-NET-001).", 1, "", "compute ports addressed"),
     Figure("provider_ports_addressed", _f("provider_ports_addressed"),
            "Compute ports the provider addresses that carry an address in its range (GC-NET-001).", 1, "",
            "provider ports addressed"),

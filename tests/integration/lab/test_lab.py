@@ -278,8 +278,11 @@ def test_a_node_that_fails_to_boot_is_named_and_the_others_work(tmp_path: Path) 
 def test_ctrl_c_during_up_leaves_nothing_down_cannot_remove(tmp_path: Path) -> None:
     stack = _stack(tmp_path, "labint", "10.79.20.0/24", "10.79.21.0/24", FAIL_POOLS[:1])
     plan = layout_lab(load_spec(stack))
+    # SIGINT as on a terminal: a shell's background job (nohup CMD &) starts with SIGINT ignored,
+    # and Python keeps an ignored SIGINT so Ctrl-C would never reach `lab up`.
     proc = subprocess.Popen([*CLI, "lab", "up", "--stack", str(stack)], cwd=REPO, stderr=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stderr is not None
     try:
         for line in proc.stderr:
