@@ -112,7 +112,7 @@ def ensure_proxy(plan: LabLayout) -> bool:
         _own(writable, uid, gid)
     running = pids(plan)
     # A proxy an earlier gpucluster started as root, from the lab's own folder: replaced.
-    changed = changed or any(pid in process.find(EXECUTABLE, str(_legacy_conf_dir(plan))) for pid in running)
+    changed = changed or bool(process.find(EXECUTABLE, str(_legacy_conf_dir(plan))))
     if running and not changed and _listening(plan):
         return False
     if running:
