@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-ROLES = ("common", "nvidia_driver", "cuda_toolkit", "nccl", "gpu_validation", "container_runtime",
+ROLES = ("common", "nvidia_cuda_repo", "nvidia_driver", "cuda_toolkit", "nccl", "gpu_validation", "container_runtime",
          "rdma_fabric", "monitoring", "kubernetes_node", "kubernetes_control_plane", "ceph_common")
 
 CUDA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos"
@@ -152,24 +152,25 @@ def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "",
         "kernel_hold": kernel_hold(os_id, kernel, arch) if kernel else [],
         "nvidia_repo_dist": traits.nvidia_repo_dist,
     }
-    if role == "common":
+    if role == "nvidia_cuda_repo":
+        # The one role that adds NVIDIA's CUDA repository, for nvidia_driver, cuda_toolkit, nccl and
+        # gpu_validation (DCGM): they install from it and list no repository of their own.
+        out["repositories"] = [cuda_repo]
+    elif role == "common":
         # The common role owns the kernel: it holds out["kernel_hold"] (common_kernel_hold_enabled).
         out["packages"] = list(names or ("chrony", "nftables", "openssh-server"))
     elif role == "nvidia_driver":
         drv = bom["nvidia_driver"]
-        out["repositories"] = [cuda_repo]
         out["packages"] = [f"nvidia-open-{drv['branch']}={drv['version']}-*", "dkms", *out["kernel_headers"]]
         out["distro_method"] = traits.distro_nvidia
         out["distro_version"] = drv["debian_version"] if traits.distro_nvidia else None
     elif role == "cuda_toolkit":
         cuda = bom["cuda"]
-        out["repositories"] = [cuda_repo]
         out["packages"] = [f"cuda-toolkit-{cuda['package_suffix']}={cuda['version']}-*"]
         out["distro_method"] = traits.distro_nvidia
     elif role == "nccl":
         nccl = bom["nccl"]
         pin = f"{nccl['version']}-1+cuda{nccl['cuda_build']}"
-        out["repositories"] = [cuda_repo]
         out["packages"] = [f"libnccl2={pin}", f"libnccl-dev={pin}"]
     elif role == "gpu_validation":
         # DCGM 4 splits into a CUDA-agnostic core (nv-hostengine, dcgmi) and one package per CUDA
@@ -178,7 +179,6 @@ def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "",
         # branch and version are the driver's.
         dcgm = f"{DCGM_EPOCH}:{bom['dcgm']['version']}-*"
         drv = bom["nvidia_driver"]
-        out["repositories"] = [cuda_repo]
         out["dcgm_packages"] = [f"{DCGM_CORE_PACKAGE}={dcgm}",
                                 f"{DCGM_CUDA_PACKAGE.format(major=cuda_major(bom))}={dcgm}"]
         out["nscq_packages"] = [f"{NSCQ_PACKAGE.format(branch=drv['branch'])}={drv['version']}-*"]

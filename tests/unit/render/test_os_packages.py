@@ -84,9 +84,12 @@ def test_every_role_resolves_with_the_boms_versions(kind: str, os_id: str, role:
     for repo in out["repositories"] + out.get("doca_repositories", []):
         assert all(u.startswith("https://") for u in repo["uris"]), repo
         assert repo["signed_by"].startswith("https://"), repo
-    if role in ("nvidia_driver", "cuda_toolkit", "nccl", "gpu_validation"):
+    if role == "nvidia_cuda_repo":
         assert out["repositories"][0]["uris"] == [
             f"https://developer.download.nvidia.com/compute/cuda/repos/{OS_TRAITS[os_id].nvidia_repo_dist}/x86_64/"]
+    elif role in ("nvidia_driver", "cuda_toolkit", "nccl", "gpu_validation"):
+        # They install from NVIDIA's CUDA repository, which nvidia_cuda_repo alone adds.
+        assert out["repositories"] == []
 
 
 @pytest.mark.parametrize("os_id", ["ubuntu-22.04", "ubuntu-24.04", "debian-12"])

@@ -32,6 +32,7 @@ ROLES = REPO / "roles"
 GOLDEN = REPO / "tests" / "golden" / "roles"
 MY_ROLES = (
     "common",
+    "nvidia_cuda_repo",
     "nvidia_driver",
     "cuda_toolkit",
     "nccl",

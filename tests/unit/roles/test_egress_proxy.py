@@ -131,8 +131,7 @@ def test_mirrors_reach_every_roles_download_urls() -> None:
                "ceph": f"{MIRROR}/ceph", "sources": f"{MIRROR}/github"}
     ctx = _gpu(_inventory(mirrors=mirrors))
     got = {name: role_vars(role, ctx)[name] for role, name in [
-        ("nvidia_driver", "nvidia_driver_cuda_repo_url"), ("cuda_toolkit", "cuda_toolkit_repo_url"),
-        ("nccl", "nccl_cuda_repo_url"), ("gpu_validation", "gpu_validation_dcgm_repo_url"),
+        ("nvidia_cuda_repo", "nvidia_cuda_repo_url"),
         ("container_runtime", "container_runtime_nvidia_toolkit_repo_url"),
         ("rdma_fabric", "rdma_fabric_doca_repo_url"), ("rdma_fabric", "rdma_fabric_efa_installer_url"),
         ("kubernetes_node", "kubernetes_node_mirror_url"),
@@ -143,8 +142,8 @@ def test_mirrors_reach_every_roles_download_urls() -> None:
     assert {k: v for k, v in got.items() if not v.startswith(MIRROR)} == {}
     assert got["nccl_tests_source_url"].startswith(f"{MIRROR}/github/NVIDIA/nccl-tests/archive/")
     # Without mirrors, upstream, as before.
-    plain = role_vars("nvidia_driver", _gpu(_inventory("Pulumi.aws-h100.yaml")))
-    assert plain["nvidia_driver_cuda_repo_url"] == "https://developer.download.nvidia.com/compute/cuda/repos"
+    plain = role_vars("nvidia_cuda_repo", _gpu(_inventory("Pulumi.aws-h100.yaml")))
+    assert plain["nvidia_cuda_repo_url"] == "https://developer.download.nvidia.com/compute/cuda/repos"
 
 
 def _suite() -> Any:

@@ -49,7 +49,10 @@ def test_an_nvswitch_node_gets_dcgm_for_its_cuda_major_and_nscq_for_its_driver_b
     assert v["__gpu_validation_dcgm_packages"] == [
         f"{CORE}={dcgm}", f"{CUDA13}={dcgm}", f"{NSCQ_580}={BOM['nvidia_driver']['version']}-*"]
     assert v["__gpu_validation_dcgm_service"] == "nvidia-dcgm"
-    assert v["__gpu_validation_repo"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/"
+    # From NVIDIA's CUDA repository, which the internal role nvidia_cuda_repo adds (dcgm.yml includes it).
+    inventory = inventory_for("infiniband")
+    repo = role_vars("nvidia_cuda_repo", host_context(inventory, first_host(inventory, "gpu")))
+    assert repo["__nvidia_cuda_repo_uri"] == "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/"
 
 
 @pytest.mark.parametrize("fabric", ["roce", "efa"])
