@@ -156,7 +156,8 @@ def _regex_audit() -> dict[str, object]:
     import importlib
     import inspect
 
-    modules = ["common", "dcgmi", "gpu_burn", "ib_write_bw", "nccl_tests", "nvidia_smi"]
+    modules = ["common", "dcgmi", "gpu_burn", "ib_write_bw", "nccl_tests", "nvidia_smi.shared", "nvidia_smi.query",
+               "nvidia_smi.query_gpu", "nvidia_smi.nvlink", "nvidia_smi.topo", "nvidia_smi.table"]
     shapes = [" ", "9", "-", "a ", "9.", "|", "\t", "a", "x:", "# ", "a b", "| x "]
     worst: dict[str, object] = {"ratio": 0.0}
     count = 0
