@@ -155,7 +155,7 @@ def _boot_node(plan: LabLayout, prep: _Prepared, deadline: float, progress: Prog
     started = time.monotonic()
     try:
         if node.pids(plan, n):
-            ready = node.probe(plan, n, timeout=15)
+            ready = node.probe(plan, n, timeout=15, respawn=True)
             action = "changed" if prep.changed else "unchanged"
         else:
             progress(f"{n.name}: booting ({n.management_ip}, fabric {n.fabric_ip})")
@@ -170,6 +170,10 @@ def _boot_node(plan: LabLayout, prep: _Prepared, deadline: float, progress: Prog
         return NodeResult(n.name, "failed", seconds, ready.system_state, list(ready.failed_units),
                           node.log_tail(plan, n))
     failed = f" (failed units: {', '.join(ready.failed_units)})" if ready.failed_units else ""
+    if ready.respawned:
+        # Said every time: a unit that could not be spawned is this host's fault, never the node's.
+        failed += (f" (started again: {', '.join(ready.respawned)}: systemd could not spawn them, "
+                   "status 219/CGROUP, a fault of this host's cgroups)")
     progress(f"{n.name}: {action}, system {ready.system_state}{failed} [{seconds:.1f} s]")
     return NodeResult(n.name, action, seconds, ready.system_state, list(ready.failed_units))
 
