@@ -32,7 +32,7 @@ import re
 import sys
 import time
 from collections.abc import Generator
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -78,13 +78,74 @@ PROP_LOGS = "logs"  # JSON list: the run folder's logs of what the check ran (mp
 
 CHECK_LOG_DIR = "logs/checks"
 
-_INVENTORY = pytest.StashKey[ClusterInventory]()
-_UNREACHABLE = pytest.StashKey[dict[str, str]]()
-_SWEPT = pytest.StashKey[dict[str, str]]()
-_STARTED = pytest.StashKey[float]()
-_REPORT = pytest.StashKey[Report]()
-_WRITE_ERROR = pytest.StashKey[str]()
-_FLEET_MARGIN = pytest.StashKey[float]()
+COLLECTOR_PLUGIN = "gpucluster-conformance-collector"
+
+
+@dataclass(eq=False)  # a plugin: pluggy keys it by identity
+class Collector:
+    """One pytest session's run state: what the controller learned before the checks, every
+    check's result as its report arrives (xdist ships the workers' reports here), and the report
+    built from them. It lives on the session's ``config`` (:func:`collector`) and is registered
+    as a plugin for the hooks that carry no ``config``; a second session in the same process
+    (pytester, say) has its own and sees nothing of this one."""
+
+    inventory: ClusterInventory | None = None
+    # node -> why, from the controller's probe (workers read it from the run folder)
+    unreachable: dict[str, str] | None = None
+    # node -> what the sweep of earlier runs' keys removed there
+    swept: dict[str, str] = field(default_factory=dict)
+    started: float | None = None
+    fleet_margin: float = fleet.DEFAULT_MARGIN
+    results: list[CheckResult] = field(default_factory=list)
+    suite_errors: list[str] = field(default_factory=list)
+    # test id -> (the whole message, pytest's report text, the logs the check named) for the failures' logs
+    detail: dict[str, tuple[str, str, list[str]]] = field(default_factory=dict)
+    report: Report | None = None
+    write_error: str | None = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props = dict(report.user_properties)
+        if PROP_CHECK not in props:
+            return
+        outcome: Outcome | None = None
+        if report.when == "setup" and report.outcome != "passed":
+            outcome = "skipped" if report.skipped else "error"
+        elif report.when == "call":
+            outcome = report.outcome
+        elif report.when == "teardown" and report.failed:
+            outcome = "error"
+        if outcome is None:
+            return
+        # One result per test: a teardown error replaces the call's outcome.
+        self.results[:] = [r for r in self.results if r.test != report.nodeid]
+        param = None if props.get(PROP_PARAM) is None else str(props[PROP_PARAM])
+        node = str(props.get(PROP_NODE) or CLUSTER)
+        check_id = str(props[PROP_CHECK])
+        message = "" if outcome == "passed" else _message(report)
+        log = ""
+        if outcome in ("failed", "error"):
+            log = check_log(node, f"{check_id}[{param}]" if param else check_id)
+            self.detail[report.nodeid] = (message, report.longreprtext, _logs(props.get(PROP_LOGS)))
+            message = shorten(message, rest=log)
+        self.results.append(CheckResult(
+            node=node, check_id=check_id, outcome=outcome, message=message,
+            figures=_figures(props.get(PROP_FIGURES)), duration_s=round(float(report.duration), 3),
+            test=report.nodeid, param=param,
+            cause=str(props.get(PROP_CAUSE) or "") if outcome in ("failed", "error") else "", log=log,
+        ))
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        # A check module that fails to import must not vanish from the verdict.
+        if report.failed:
+            self.suite_errors.append(f"{report.nodeid}: {_message(report)}")
+
+
+_COLLECTOR = pytest.StashKey[Collector]()
+
+
+def collector(config: pytest.Config) -> Collector:
+    """This session's :class:`Collector` (made by ``pytest_configure``)."""
+    return config.stash.setdefault(_COLLECTOR, Collector())
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -120,9 +181,9 @@ def _controller(config: pytest.Config) -> bool:
 
 
 def _inventory(config: pytest.Config) -> ClusterInventory:
-    cached = config.stash.get(_INVENTORY, None)
-    if cached is not None:
-        return cached
+    state = collector(config)
+    if state.inventory is not None:
+        return state.inventory
     path = config.getoption("--inventory")
     if not path:
         raise pytest.UsageError("no inventory: pass --inventory FILE or set GPUCLUSTER_INVENTORY")
@@ -133,7 +194,7 @@ def _inventory(config: pytest.Config) -> ClusterInventory:
             inv = inv.limited([x for x in limit.split(",") if x])
     except InputError as exc:
         raise pytest.UsageError("; ".join(exc.lines())) from exc
-    config.stash[_INVENTORY] = inv
+    state.inventory = inv
     return inv
 
 
@@ -178,6 +239,8 @@ def _host_keys(inv: ClusterInventory) -> hostkeys.HostKeyPolicy:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     # tryfirst: the JUnit path must be set before pytest's junitxml plugin reads it.
+    state = collector(config)
+    config.pluginmanager.register(state, COLLECTOR_PLUGIN)
     config.addinivalue_line("markers", "check(id): the conformance check this test implements")
     for g in GROUP_MARKERS:
         config.addinivalue_line("markers", f"{g}: runs on hosts of the inventory group {g}")
@@ -187,9 +250,9 @@ def pytest_configure(config: pytest.Config) -> None:
         if g not in GROUP_MARKERS:
             config.addinivalue_line("markers", f"{g}: runs on hosts of the inventory group {g}")
     _selected(config)  # a --checks pattern that names no check is refused here, before any node is probed
-    config.stash[_STARTED] = time.time()
+    state.started = time.time()
     if _controller(config):
-        config.stash[_FLEET_MARGIN] = _fleet_margin(config)
+        state.fleet_margin = _fleet_margin(config)
         _run_id()
         if not config.option.xmlpath and not config.option.collectonly:
             config.option.xmlpath = str(_run_dir(config) / JUNIT_XML)
@@ -221,13 +284,13 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     except InputError as exc:
         raise pytest.UsageError("; ".join(exc.lines())) from None
     down = {k: v.message for k, v in found.items() if not v.ok}
-    config.stash[_UNREACHABLE] = down
+    collector(config).unreachable = down
     for name, why in down.items():
         sys.stderr.write(f"{name}: unreachable, its checks fail at once: {why}\n")
     # What an earlier run left when it was killed before its own cleanup (SIGKILL, a lost
     # controller): run key lines past their expiry, and their files.
     swept = sweep_nodes([SshRemote(n.name, cfg, run_id="") for n in inv.nodes if n.name not in down])
-    config.stash[_SWEPT] = swept
+    collector(config).swept = swept
     for name, what in sorted(swept.items()):
         if not what.startswith("0 line(s), 0 file(s)"):
             sys.stderr.write(f"{name}: run keys of earlier runs swept: {what}\n")
@@ -235,16 +298,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def _unreachable(config: pytest.Config) -> dict[str, str]:
     """node -> why, from the controller's probe (workers read it from the run folder)."""
-    known = config.stash.get(_UNREACHABLE, None)
-    if known is not None:
-        return known
+    state = collector(config)
+    if state.unreachable is not None:
+        return state.unreachable
     try:
         data = json.loads((_run_dir(config) / PROBE_JSON).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         data = {}
-    known = {k: str(v.get("message", "")) for k, v in data.items() if v.get("status") != "ok"}
-    config.stash[_UNREACHABLE] = known
-    return known
+    state.unreachable = {k: str(v.get("message", "")) for k, v in data.items() if v.get("status") != "ok"}
+    return state.unreachable
 
 
 def _selected(config: pytest.Config) -> frozenset[str] | None:
@@ -471,55 +533,12 @@ def _figures(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
 
-_RESULTS: list[CheckResult] = []
-_SUITE_ERRORS: list[str] = []
-# test id -> (the whole message, pytest's report text, the logs the check named) for the failures' logs
-_DETAIL: dict[str, tuple[str, str, list[str]]] = {}
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    props = dict(report.user_properties)
-    if PROP_CHECK not in props:
-        return
-    outcome: Outcome | None = None
-    if report.when == "setup" and report.outcome != "passed":
-        outcome = "skipped" if report.skipped else "error"
-    elif report.when == "call":
-        outcome = report.outcome
-    elif report.when == "teardown" and report.failed:
-        outcome = "error"
-    if outcome is None:
-        return
-    # One result per test: a teardown error replaces the call's outcome.
-    _RESULTS[:] = [r for r in _RESULTS if r.test != report.nodeid]
-    param = None if props.get(PROP_PARAM) is None else str(props[PROP_PARAM])
-    node = str(props.get(PROP_NODE) or CLUSTER)
-    check_id = str(props[PROP_CHECK])
-    message = "" if outcome == "passed" else _message(report)
-    log = ""
-    if outcome in ("failed", "error"):
-        log = check_log(node, f"{check_id}[{param}]" if param else check_id)
-        _DETAIL[report.nodeid] = (message, report.longreprtext, _logs(props.get(PROP_LOGS)))
-        message = shorten(message, rest=log)
-    _RESULTS.append(CheckResult(
-        node=node, check_id=check_id, outcome=outcome, message=message, figures=_figures(props.get(PROP_FIGURES)),
-        duration_s=round(float(report.duration), 3), test=report.nodeid, param=param,
-        cause=str(props.get(PROP_CAUSE) or "") if outcome in ("failed", "error") else "", log=log,
-    ))
-
-
 def _logs(value: Any) -> list[str]:
     try:
         logs = json.loads(value) if isinstance(value, str) else []
     except ValueError:
         return []
     return [str(x) for x in logs] if isinstance(logs, list) else []
-
-
-def pytest_collectreport(report: pytest.CollectReport) -> None:
-    # A check module that fails to import must not vanish from the verdict.
-    if report.failed:
-        _SUITE_ERRORS.append(f"{report.nodeid}: {_message(report)}")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -534,20 +553,22 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[
         junit_error = exc
     if _controller(config) and _active(config) and not config.option.collectonly:
         _finish(config, exitstatus, junit_error)
-        report = config.stash.get(_REPORT, None)
+        report = collector(config).report
         # A failure no pytest test had (the fleet comparison, a cluster row CI asked to fail when
         # skipped) fails a bare pytest run too, as it fails `gpucluster verify`.
         if report is not None and report.exit_code == 1 and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def write_check_logs(run_dir: Path, results: list[CheckResult]) -> None:
+def write_check_logs(run_dir: Path, results: list[CheckResult],
+                     detail: dict[str, tuple[str, str, list[str]]]) -> None:
     """One log per failing check: what it found, its figures, its next step, the logs of what it
-    ran with their tails, and pytest's own report (the traceback operators are not shown)."""
+    ran with their tails, and pytest's own report (the traceback operators are not shown);
+    ``detail`` is :attr:`Collector.detail`."""
     for r in results:
         if not r.log:
             continue
-        message, longrepr, logs = _DETAIL.get(r.test, (r.message, "", []))
+        message, longrepr, logs = detail.get(r.test, (r.message, "", []))
         title = checks.CHECKS[r.check_id].title if r.check_id in checks.CHECKS else r.check_id
         out = [f"check: {r.label} ({title})", f"node: {r.node}", f"outcome: {r.outcome}", f"message: {message}"]
         if r.cause:
@@ -567,10 +588,11 @@ def write_check_logs(run_dir: Path, results: list[CheckResult]) -> None:
 
 
 def _finish(config: pytest.Config, exitstatus: int, junit_error: OSError | None) -> None:
+    state = collector(config)
     inv = _inventory(config)
     run_dir = _run_dir(config)
     finished = time.time()
-    started = config.stash.get(_STARTED, finished)
+    started = finished if state.started is None else state.started
     meta: dict[str, Any] = {
         "cluster": inv.cluster_name,
         "inventory": inv.path,
@@ -579,7 +601,7 @@ def _finish(config: pytest.Config, exitstatus: int, junit_error: OSError | None)
         "finished_unix": round(finished),
         "burn": not config.getoption("--no-burn"),
         "fail_on_skipped_cluster": bool(config.getoption("--fail-on-skipped-cluster")),
-        "suite_errors": list(_SUITE_ERRORS),
+        "suite_errors": list(state.suite_errors),
         "unreachable": dict(_unreachable(config)),
         "run_id": os.environ.get(RUN_ID_ENV, ""),
         # What the run ran with (version, stack, BOM pins) and the previous run of this inventory.
@@ -587,8 +609,7 @@ def _finish(config: pytest.Config, exitstatus: int, junit_error: OSError | None)
                                          bom=inv.bom, run_dir=run_dir, inventory=str(inv.path)),
     }
     down = meta["unreachable"]
-    swept: dict[str, str] = config.stash.get(_SWEPT, {})
-    meta["run_key_sweep"] = swept
+    meta["run_key_sweep"] = state.swept
     if exitstatus == pytest.ExitCode.INTERRUPTED:
         meta["interrupted"] = True
     # Every session ends here, whatever ended it (a failed check, a crashed worker, Ctrl-C):
@@ -599,31 +620,32 @@ def _finish(config: pytest.Config, exitstatus: int, junit_error: OSError | None)
         meta["session_cleanup"] = cleanup_nodes(
             [SshRemote(n.name, cfg) for n in inv.nodes if n.name not in down], meta["run_id"])
     delete_local_keys(run_dir / "ssh" / "run-key")
-    margin = config.stash.get(_FLEET_MARGIN, fleet.DEFAULT_MARGIN)
+    margin = state.fleet_margin
     meta["fleet_margin"] = margin
     # The fleet's verdicts need every node's figures: they are derived here, once all checks ran.
     derived = [replace(r, log=check_log(r.node, r.label)) if r.outcome == "failed" else r
-               for r in fleet.fleet_results(_RESULTS, margin)]
-    report = Report(meta=meta, nodes=[n.name for n in inv.nodes], results=[*_RESULTS, *derived])
-    config.stash[_REPORT] = report
+               for r in fleet.fleet_results(state.results, margin)]
+    report = Report(meta=meta, nodes=[n.name for n in inv.nodes], results=[*state.results, *derived])
+    state.report = report
     xmlpath = config.option.xmlpath
     try:
         if junit_error is not None:
             raise junit_error
-        write_check_logs(run_dir, report.results)
+        write_check_logs(run_dir, report.results, state.detail)
         if xmlpath:
-            finish_junit(Path(xmlpath), report.results, {t: d[2] for t, d in _DETAIL.items()}, run_dir)
+            finish_junit(Path(xmlpath), report.results, {t: d[2] for t, d in state.detail.items()}, run_dir)
         write_all(report, run_dir)
     except OSError as exc:
         # One line, and the verdicts still in the terminal summary; never a traceback.
-        config.stash[_WRITE_ERROR] = f"run folder not written: {runs.write_error_line(run_dir, exc)}"
+        state.write_error = f"run folder not written: {runs.write_error_line(run_dir, exc)}"
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    report = config.stash.get(_REPORT, None)
+    state = collector(config)
+    report = state.report
     if report is None:
         return
-    error = config.stash.get(_WRITE_ERROR, None)
+    error = state.write_error
     if config.getoption("--verdicts-by-caller") and not error:
         return  # gpucluster verify prints them once, from results.json
     terminalreporter.section("gpucluster conformance")
@@ -639,8 +661,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    # The results live in this module for the session: a second session in the same process
-    # (pytester, say) starts from none.
-    _RESULTS.clear()
-    _SUITE_ERRORS.clear()
-    _DETAIL.clear()
+    state = config.stash.get(_COLLECTOR, None)
+    if state is not None and config.pluginmanager.is_registered(state):
+        config.pluginmanager.unregister(state)
