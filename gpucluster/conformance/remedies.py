@@ -6,122 +6,243 @@ under each finding, and ``docs/troubleshooting.md`` is generated from it::
 
     python -m gpucluster.conformance.remedies --markdown > docs/troubleshooting.md
 
-``INV`` in a step stands for the inventory the run used and ``NODE`` for the failing node.
+A step is a template: ``{node}``, ``{inventory}``, ``{service}``, ``{interface}`` and the other
+:data:`FIELDS` are filled from the failing result (:func:`subject`: its node, the run's inventory,
+the service or interface it judged), so a report's next step names what failed. A field the failure
+does not know is said in words (``<the failing node>`` in a command), never left as a token, and the
+doc shows every step so. What no check records (a GPU index, a rail's table) is written in words in
+the table itself.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import shlex
 import sys
 from dataclasses import dataclass
 
 from gpucluster.conformance import checks
+from gpucluster.conformance.verdict import CLUSTER, CheckResult
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a failure names, to fill a remedy's steps with; empty where the failure does not say."""
+
+    node: str = ""  # several nodes that failed alike comma-separated, as Ansible's --limit takes them
+    inventory: str = ""  # the inventory file the run used (the report's meta)
+    run_dir: str = ""  # the run folder
+    service: str = ""  # GC-SYS-003's parameter
+    interface: str = ""  # the fabric interface GC-NET-001/002 judged
+    peer: str = ""  # the other node of a slow pair
+    hca: str = ""
+    gpu: str = ""
+
+
+# Each field in words, for a failure that does not name it: in a command inside <>, in prose as is.
+FIELDS: dict[str, str] = {
+    "node": "the failing node",
+    "inventory": "the inventory the run used",
+    "run_dir": "the run folder",
+    "service": "the service the check names",
+    "interface": "the node's fabric interface, gpucluster_fabric_interface in the inventory",
+    "peer": "the peer the message names",
+    "hca": "the HCA the message names",
+    "gpu": "the GPU index the message names",
+}
+
+_FIELD = re.compile(r"\{(" + "|".join(FIELDS) + r")\}")
+_WORDS = re.compile(r"<[^<>`]*>")  # words to substitute in a command, which may hold a field
+
+
+def fill(template: str, subject: Subject) -> str:
+    """The step with the subject's values in place of its fields, each unknown one in words."""
+
+    def value(m: re.Match[str], code: bool, quote: bool) -> str:
+        given = getattr(subject, m.group(1))
+        if given and m.group(1) == "node" and not code:
+            # Several nodes that failed alike: a list for --limit in a command, words in prose.
+            *rest, last = given.split(",")
+            return f"{', '.join(rest)} and {last}" if rest else last
+        if given:
+            return shlex.quote(given) if quote else given
+        return f"<{FIELDS[m.group(1)]}>" if code else FIELDS[m.group(1)]
+
+    parts = template.split("`")  # odd parts are code spans
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            # A field inside words (<fabric address of {peer}>) is itself words or a bare value.
+            part = _WORDS.sub(lambda w: _FIELD.sub(lambda m: value(m, False, False), w.group(0)), part)
+            part = _FIELD.sub(lambda m: value(m, True, True), part)
+        else:
+            part = _FIELD.sub(lambda m: value(m, False, False), part)
+        out.append(part)
+    return "`".join(out)
+
+
+# Which field a check's parameter is (CheckResult.param): GC-FLEET-001's names a figure, no subject.
+PARAM_FIELDS = {"GC-SYS-003": "service"}
+# The fields each check's results carry beyond the node and the inventory: a report's steps for it
+# name them, and a unit test keeps every template that uses them filled.
+SUBJECTS: dict[str, tuple[str, ...]] = {
+    "GC-SYS-003": ("service",),
+    "GC-NET-001": ("interface",),
+    "GC-NET-002": ("interface",),
+    "GC-AR-003": ("peer",),
+    "GC-RDMA-001": ("peer",),
+    "GC-RDMA-002": ("gpu", "hca"),
+}
+_PAIR = re.compile(r"pair_busbw_gbps_(.+)|min_hca_gbps_(.+)")
+_GDR = re.compile(r"gdr_gbps_gpu(\d+)_(.+)")
+
+
+def _below(value: object, floor: object) -> bool:
+    """A figure that failed its floor: not measured, or under it."""
+    number = (int, float)
+    return not isinstance(value, number) or (isinstance(floor, number) and value < floor)
+
+
+def subject(r: CheckResult, inventory: str = "", run_dir: str = "") -> Subject:
+    """What the failing result names: its node, its parameter, the interface it recorded, and the
+    first peer, GPU and HCA whose figure failed (the message names them all; a step names one)."""
+    f = r.figures
+    peer = hca = gpu = ""
+    for key in sorted(f):
+        pair, gdr = _PAIR.fullmatch(key), _GDR.fullmatch(key)
+        if pair and not peer and _below(f[key], f.get("floor_gbps" if pair.group(1) else "rdma_floor_gbps")):
+            peer = pair.group(1) or pair.group(2)
+        if gdr and not hca and _below(f[key], f.get("rdma_floor_gbps")):
+            gpu, hca = gdr.groups()
+    param_field = PARAM_FIELDS.get(r.check_id)
+    return Subject(node="" if r.node == CLUSTER else r.node, inventory=inventory, run_dir=run_dir,
+                   service=(r.param or "") if param_field == "service" else "",
+                   interface=str(f.get("interface") or ""), peer=peer, hca=hca, gpu=gpu)
+
+
+def steps_for(r: CheckResult, inventory: str = "", run_dir: str = "") -> tuple[str, ...]:
+    """The next steps for one failing result, filled from it (the table's fallback for a check it lacks)."""
+    found = REMEDIES.get(r.check_id, Remedy(r.check_id, ("Open the check's log.",)))
+    return found.filled(subject(r, inventory, run_dir))
 
 
 @dataclass(frozen=True)
 class Remedy:
     check_id: str
-    steps: tuple[str, ...]  # in the order to try them
+    templates: tuple[str, ...]  # in the order to try them, with fields (FIELDS) to fill from the failure
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """The steps for no failure in particular (every field in words): the troubleshooting doc's."""
+        return self.filled(Subject())
 
     @property
     def first(self) -> str:
         return self.steps[0]
 
+    def filled(self, subject: Subject) -> tuple[str, ...]:
+        return tuple(fill(t, subject) for t in self.templates)
 
-_CONVERGE = "gpucluster converge --inventory INV --limit NODE --tags {tag}"
+
+def _converge(tags: str) -> str:
+    return "gpucluster converge --inventory {inventory} --limit {node} --tags " + tags
+
 
 _REMEDIES = (
     Remedy("GC-OS-001", (
-        "Compare `/etc/os-release` on the node with the OS the spec declares for its pool (`os` on the target or "
+        "Compare `/etc/os-release` on {node} with the OS the spec declares for its pool (`os` on the target or "
         "the pool; the inventory's `gpucluster_os`) and that OS's entry in the BOM's `os` table "
         "(`gpucluster/data/bom.yaml`).",
         "A node on another release was imaged wrong: reinstall it from the pinned image; the roles do not "
         "upgrade between releases.",
     )),
     Remedy("GC-OS-002", (
-        "Run `uname -r` and `ls /lib/modules/$(uname -r)` on the node.",
+        "Run `uname -r` and `ls /lib/modules/$(uname -r)` on {node}.",
         "A missing modules folder means the running kernel's package was removed: reinstall "
         "`linux-image-$(uname -r)` or reboot into the installed kernel.",
         "An older kernel: install the OS's current kernel package (Debian `linux-image-amd64`, Ubuntu "
         "`linux-generic` or the cloud's kernel flavour) and reboot, then rerun the driver role "
-        f"(`{_CONVERGE.format(tag='nvidia_driver')}`) so the module is built for it.",
+        f"(`{_converge('nvidia_driver')}`) so the module is built for it.",
     )),
     Remedy("GC-SYS-001", (
-        "Run `chronyc tracking` and `chronyc sources -v` on the node: a leap status other than Normal or no `*` "
+        "Run `chronyc tracking` and `chronyc sources -v` on {node}: a leap status other than Normal or no `*` "
         "source means chrony has no usable server.",
         "Check that the NTP servers the common role configured are reachable from the node (UDP 123 through the "
-        f"firewall), then rerun `{_CONVERGE.format(tag='common_time')}`.",
+        f"firewall), then rerun `{_converge('common_time')}`.",
         "A large offset with a good source: `chronyc makestep` once, then watch `chronyc tracking` settle.",
     )),
     Remedy("GC-SYS-002", (
-        "Run `systemctl status nftables` and `nft list ruleset` on the node: the input chain must have "
+        "Run `systemctl status nftables` and `nft list ruleset` on {node}: the input chain must have "
         "`policy drop`.",
         "Check `/etc/nftables.conf` with `nft -c -f /etc/nftables.conf`; a syntax error leaves no ruleset loaded.",
         "SSH sources differ: `nft list set inet gpucluster management_v4` must hold the management network and "
         "the target's admin_cidrs (`gpucluster_admin_cidrs` in the inventory) or, behind a bastion, the bastion's "
         "source (`gpucluster_access.bastion.source_cidr`); regenerate the inventory after changing admin_cidrs or "
         "the access path in the stack file.",
-        f"Rerun `{_CONVERGE.format(tag='common_firewall')}` to rewrite and reload the ruleset.",
+        f"Rerun `{_converge('common_firewall')}` to rewrite and reload the ruleset.",
     )),
     Remedy("GC-SYS-003", (
-        "Run `systemctl status SERVICE` and `journalctl -u SERVICE -b --no-pager | tail -50` on the node "
-        "(SERVICE is the check's parameter).",
-        "Rerun the role that owns the service on the node (`gpucluster converge --inventory INV --limit NODE`); "
+        "Run `systemctl status {service}` and `journalctl -u {service} -b --no-pager | tail -50` on {node}.",
+        "Rerun the role that owns the service on {node} (`gpucluster converge --inventory {inventory} --limit "
+        "{node}`); "
         "its handler restarts the service and waits until it is ready.",
     )),
     Remedy("GC-SYS-004", (
-        "Run `systemctl status prometheus-node-exporter` and `ss -ltnp | grep 9100` on the node.",
-        "`curl -s http://MGMT_IP:9100/metrics | grep collector=\\\"textfile\\\"`: without the textfile collector, "
+        "Run `systemctl status prometheus-node-exporter` and `ss -ltnp | grep 9100` on {node}.",
+        "`curl -s http://<the node's management address>:9100/metrics | grep collector=\\\"textfile\\\"`: without "
+        "the textfile collector, "
         "check `--collector.textfile.directory` against `monitoring_textfile_dir`.",
-        f"Rerun `{_CONVERGE.format(tag='monitoring')}`.",
+        f"Rerun `{_converge('monitoring')}`.",
     )),
     Remedy("GC-SYS-005", (
-        "Run `apt-config dump | grep Proxy` and `systemctl show -p Environment containerd` on the node: both must "
+        "Run `apt-config dump | grep Proxy` and `systemctl show -p Environment containerd` on {node}: both must "
         "name the spec's `egress.http_proxy`/`https_proxy`.",
         "A stale file: `/etc/apt/apt.conf.d/90gpucluster-proxy` and "
         "`/etc/systemd/system/containerd.service.d/http-proxy.conf` are the roles'; another file of apt.conf.d "
         "that sets Acquire::http::Proxy later in the order wins over it.",
         f"Regenerate the inventory after changing `egress` in the stack file, then rerun "
-        f"`{_CONVERGE.format(tag='common_proxy,container_runtime')}`.",
+        f"`{_converge('common_proxy,container_runtime')}`.",
     )),
     Remedy("GC-GPU-001", (
-        "Run `cat /proc/driver/nvidia/version` and `dpkg -l | grep -E 'nvidia-(driver|kernel)'` on the node; "
+        "Run `cat /proc/driver/nvidia/version` and `dpkg -l | grep -E 'nvidia-(driver|kernel)'` on {node}; "
         "compare with `nvidia_driver` in the BOM.",
         "Nothing loaded: `dkms status` and `journalctl -k -b | grep -i nvidia` show a module that failed to build "
         "or load (Secure Boot, a kernel without headers).",
         "Another version: the package is held at the old pin; upgrade it with the rolling upgrade "
-        "(`gpucluster converge --inventory INV --playbook playbooks/upgrade-rolling.yml "
+        "(`gpucluster converge --inventory {inventory} --playbook playbooks/upgrade-rolling.yml "
         "-e upgrade_rolling_components=[driver]`), or on a drained node "
-        f"`{_CONVERGE.format(tag='nvidia_driver')} -e nvidia_driver_upgrade_enabled=true "
+        f"`{_converge('nvidia_driver')} -e nvidia_driver_upgrade_enabled=true "
         "-e nvidia_driver_reboot_enabled=true`.",
     )),
     Remedy("GC-GPU-002", (
-        "Run `nvidia-smi -L` and `lspci -d 10de: | wc -l` on the node: a GPU on the PCI bus but not in "
+        "Run `nvidia-smi -L` and `lspci -d 10de: | wc -l` on {node}: a GPU on the PCI bus but not in "
         "nvidia-smi has fallen off the bus (see `journalctl -k -b | grep -E 'Xid|fallen off'`).",
-        "Reset it with `nvidia-smi -r -i N` on an idle node or reboot; a GPU missing from `lspci` needs a reseat "
+        "Reset it with `nvidia-smi -r -i <GPU index>` on an idle node or reboot; a GPU missing from `lspci` needs a "
+        "reseat "
         "or an RMA with the hardware vendor.",
         "If the node really has another GPU count, its hardware profile in the inventory is wrong.",
     )),
     Remedy("GC-GPU-003", (
-        "Run `nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv` on the node.",
+        "Run `nvidia-smi --query-gpu=index,name,pci.bus_id --format=csv` on {node}.",
         "The wrong model in a node is a hardware or ordering matter; a whole node of another model needs another "
         "hardware profile in the spec.",
     )),
     Remedy("GC-GPU-004", (
-        "Run `nvidia-smi --query-gpu=index,memory.total --format=csv` on the node.",
+        "Run `nvidia-smi --query-gpu=index,memory.total --format=csv` on {node}.",
         "Less memory than the profile on one GPU: check `nvidia-smi -q -d ROW_REMAPPER,PAGE_RETIREMENT`; a GPU "
         "with retired memory past the vendor's limit goes to RMA.",
         "MIG partitions also show less memory: `nvidia-smi -mig 0` when the profile expects whole GPUs.",
     )),
     Remedy("GC-GPU-005", (
-        "Run `systemctl status nvidia-persistenced` and `nvidia-smi -q | grep -i persistence` on the node.",
-        f"Rerun `{_CONVERGE.format(tag='nvidia_driver')}` (with `nvidia_driver_persistenced_enabled: true`).",
+        "Run `systemctl status nvidia-persistenced` and `nvidia-smi -q | grep -i persistence` on {node}.",
+        f"Rerun `{_converge('nvidia_driver')}` (with `nvidia_driver_persistenced_enabled: true`).",
     )),
     Remedy("GC-GPU-006", (
         "Run `nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT` and `nvidia-smi -q | grep -iE 'reset|recovery'` "
-        "on the node and note the GPU's serial (`nvidia-smi -q | grep Serial`).",
+        "on {node} and note the GPU's serial (`nvidia-smi -q | grep Serial`).",
         "Pending row remaps or retired pages, \"reset required\" and a recovery action of Reset clear with a GPU "
-        "reset: drain the node, `nvidia-smi -r -i N` or reboot, and run verify again; a recovery action of "
+        "reset: drain the node, `nvidia-smi -r -i <GPU index>` or reboot, and run verify again; a recovery action of "
         "Reboot needs the reboot.",
         "\"nvidia-smi could not reach a GPU\" (Unable to determine the device handle, GPU is lost): the GPU fell "
         "off the bus; reboot, and if it stays lost reseat it or RMA it.",
@@ -133,7 +254,7 @@ _REMEDIES = (
         "\"The kernel log could not be read\": the check runs `journalctl -k -b` and then `dmesg`; give the "
         "verifying user read access to the journal (group `systemd-journal` or `adm`) or the kernel ring "
         "buffer (`kernel.dmesg_restrict=0`, or verify as root).",
-        "Run `journalctl -k -b | grep -E 'NVRM: Xid|SXid'` on the node and look up each Xid code in NVIDIA's "
+        "Run `journalctl -k -b | grep -E 'NVRM: Xid|SXid'` on {node} and look up each Xid code in NVIDIA's "
         "Xid catalog (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html). Xids 13, 31, 43 "
         "and 45, which the catalog attributes to user applications, are reported but do not fail the check.",
         "Hardware Xids (48, 63, 64, 74, 79, 92, 94, 95): drain the node, run `nvidia-smi -q -d ECC`, reset or "
@@ -144,29 +265,29 @@ _REMEDIES = (
         "The check reads the log since boot: a reboot clears it once the cause is dealt with.",
     )),
     Remedy("GC-GPU-008", (
-        "Run `nvidia-smi nvlink -s` and `nvidia-smi topo -m` on the node.",
+        "Run `nvidia-smi nvlink -s` and `nvidia-smi topo -m` on {node}.",
         "Links down on every GPU: check `systemctl status nvidia-fabricmanager` (GC-GPU-009) and reboot.",
         "Links down on one GPU: drain, reset the GPU or reboot; persisting, RMA the GPU or the baseboard.",
     )),
     Remedy("GC-GPU-009", (
-        "Run `systemctl status nvidia-fabricmanager` and `journalctl -u nvidia-fabricmanager -b` on the node: "
+        "Run `systemctl status nvidia-fabricmanager` and `journalctl -u nvidia-fabricmanager -b` on {node}: "
         "its version must equal the driver's.",
-        f"Rerun `{_CONVERGE.format(tag='nvidia_driver')}`, which installs and starts the fabric manager where "
+        f"Rerun `{_converge('nvidia_driver')}`, which installs and starts the fabric manager where "
         "the profile needs it.",
     )),
     Remedy("GC-GPU-010", (
-        "Run `cat /usr/local/cuda/version.json` and `dpkg -l | grep cuda-toolkit` on the node; compare with "
+        "Run `cat /usr/local/cuda/version.json` and `dpkg -l | grep cuda-toolkit` on {node}; compare with "
         "`cuda.version` in the BOM.",
-        f"Rerun `{_CONVERGE.format(tag='cuda_toolkit')}` (on the lab add `--heavy`).",
+        f"Rerun `{_converge('cuda_toolkit')}` (on the lab add `--heavy`).",
     )),
     Remedy("GC-GPU-011", (
-        "Run `dpkg-query -W libnccl2` on the node; compare with `nccl.version` in the BOM.",
-        f"Rerun `{_CONVERGE.format(tag='nccl')}`; a held package at another version is replaced there.",
+        "Run `dpkg-query -W libnccl2` on {node}; compare with `nccl.version` in the BOM.",
+        f"Rerun `{_converge('nccl')}`; a held package at another version is replaced there.",
     )),
     Remedy("GC-GPU-012", (
-        "Run `nvidia-container-cli info` and `nvidia-ctk --version` on the node.",
+        "Run `nvidia-container-cli info` and `nvidia-ctk --version` on {node}.",
         "An error about the driver means GC-GPU-001 fails too: fix the driver first.",
-        f"Rerun `{_CONVERGE.format(tag='container_runtime')}` to reinstall the toolkit and its runtime "
+        f"Rerun `{_converge('container_runtime')}` to reinstall the toolkit and its runtime "
         "configuration.",
     )),
     Remedy("GC-BURN-001", (
@@ -178,56 +299,57 @@ _REMEDIES = (
         "cooling, power caps (`nvidia-smi -pl`) and clocks (`nvidia-smi -q -d CLOCK`).",
     )),
     Remedy("GC-NET-001", (
-        "Run `ip -br addr show` and `ip -s link show DEV` on the node (DEV: the inventory's fabric interface).",
-        "Link down: check the cable and the switch port (`ethtool DEV` or `ibstat`).",
-        f"Address missing: rerun `{_CONVERGE.format(tag='rdma_fabric')}`, which configures the fabric interface.",
+        "Run `ip -br addr show` and `ip -s link show {interface}` on {node}.",
+        "Link down: check the cable and the switch port (`ethtool {interface}` or `ibstat`).",
+        f"Address missing: rerun `{_converge('rdma_fabric')}`, which configures the fabric interface.",
         "A compute port the provider addresses (OCI's rdma0-rdma15) without an address in its range: the roles "
         "never address it; the image's RDMA configuration did not run or the port's 802.1X authentication "
-        "failed: `wpa_cli status -i PORT` (AUTHENTICATED), `systemctl status oci-rdma-configure`, and rerun it.",
+        "failed: `wpa_cli status -i <port>` (AUTHENTICATED), `systemctl status oci-rdma-configure`, and rerun it.",
     )),
     Remedy("GC-NET-002", (
-        "Run `ip link show DEV` on the node and compare its MTU with the spec's fabric MTU.",
-        f"Rerun `{_CONVERGE.format(tag='rdma_fabric')}`; if it will not hold, the switch port's MTU is lower "
-        "(`ping -M do -s MTU-28 PEER_FABRIC_IP` finds the largest that passes).",
+        "Run `ip link show {interface}` on {node} and compare its MTU with the spec's fabric MTU.",
+        f"Rerun `{_converge('rdma_fabric')}`; if it will not hold, the switch port's MTU is lower "
+        "(`ping -M do -s <fabric MTU minus 28> <a peer's fabric address>` finds the largest that passes).",
     )),
     Remedy("GC-RAIL-001", (
-        "The check names each rail and what differs: run `networkctl status RAIL`, `ip addr show dev RAIL`, "
-        "`ip rule` and `ip route show table TABLE` on the node.",
-        f"Rerun `{_CONVERGE.format(tag='fabric_rails')}`; a rail its network file does not configure is run by "
+        "The check names each rail and what differs: run `networkctl status <rail>`, `ip addr show dev <rail>`, "
+        "`ip rule` and `ip route show table <the rail's table>` on {node}.",
+        f"Rerun `{_converge('fabric_rails')}`; a rail its network file does not configure is run by "
         "another file that matches first (the role fails naming it: remove or rename that file).",
     )),
     Remedy("GC-RAIL-002", (
-        "The check names the rail and the pair: `ping -M do -s MTU-28 -I RAIL PEER_RAIL_IP` from each end finds "
+        "The check names the rail and the pair: `ping -M do -s <fabric MTU minus 28> -I <rail> <the peer's address "
+        "on the rail>` from each end finds "
         "the side that drops full-size frames.",
         "A node named alone on a rail: its rail interface, cable or switch port (MTU, link state). "
         "Both ends named: the path between them.",
     )),
     Remedy("GC-NET-003", (
-        "Run `ibv_devices` and `lspci | grep -i mellanox` on the node; the check names each compute device of "
+        "Run `ibv_devices` and `lspci | grep -i mellanox` on {node}; the check names each compute device of "
         "the platform (gpucluster/data/platforms/) it lacks and each device no rail names.",
         "An HCA on the PCI bus but not in `ibv_devices`: `lsmod | grep mlx5`, then rerun "
-        f"`{_CONVERGE.format(tag='rdma_fabric')}`; one missing from `lspci` needs a reseat or an RMA.",
+        f"`{_converge('rdma_fabric')}`; one missing from `lspci` needs a reseat or an RMA.",
     )),
     Remedy("GC-NET-004", (
-        "Run `ibstat` (or `cat /sys/class/infiniband/*/ports/*/{state,rate}`) on the node.",
+        "Run `ibstat` (or `cat /sys/class/infiniband/*/ports/*/{state,rate}`) on {node}.",
         "Ports not ACTIVE: InfiniBand needs a subnet manager (`sminfo`); RoCE needs the Ethernet link up.",
-        "Active at a lower rate: a degraded cable or transceiver; `mlxlink -d DEVICE` shows the lane errors; swap "
+        "Active at a lower rate: a degraded cable or transceiver; `mlxlink -d <device>` shows the lane errors; swap "
         "the cable.",
     )),
     Remedy("GC-NET-005", (
-        "Run `dcb app show dev DEV dscp-prio` and `dcb pfc show dev DEV prio-pfc` on the node for each rail the "
-        "check names (`mlnx_qos -i DEV` where DOCA-OFED is installed).",
-        f"Rerun `{_CONVERGE.format(tag='rdma_fabric')}` (RoCE QoS); the switch must have PFC on the same "
+        "Run `dcb app show dev <netdev> dscp-prio` and `dcb pfc show dev <netdev> prio-pfc` on {node} for each "
+        "rail's netdev the check names (`mlnx_qos -i <netdev>` where DOCA-OFED is installed).",
+        f"Rerun `{_converge('rdma_fabric')}` (RoCE QoS); the switch must have PFC on the same "
         "priority.",
     )),
     Remedy("GC-NET-006", (
-        "Run `cat /etc/nccl.conf` on the node; the check's message names each setting that differs.",
-        f"Rerun `{_CONVERGE.format(tag='nccl')}`; a hand edit is overwritten there.",
+        "Run `cat /etc/nccl.conf` on {node}; the check's message names each setting that differs.",
+        f"Rerun `{_converge('nccl')}`; a hand edit is overwritten there.",
     )),
     Remedy("GC-AR-001", (
         "Open the check's log for the per-size figures. Check `nvidia-smi topo -m` and `nvidia-smi nvlink -s` "
-        "(GC-GPU-008) on the node.",
-        "Rerun nccl-tests by hand: `/opt/nccl-tests/build/all_reduce_perf -b 8 -e 512M -f 2 -g NGPUS` with "
+        "(GC-GPU-008) on {node}.",
+        "Rerun nccl-tests by hand: `/opt/nccl-tests/build/all_reduce_perf -b 8 -e 512M -f 2 -g <GPUs per node>` with "
         "`NCCL_DEBUG=INFO` to see the transport chosen.",
         "Wrong results: drain the node and burn its GPUs (GC-BURN-001).",
     )),
@@ -235,59 +357,62 @@ _REMEDIES = (
         "Read GC-AR-003's verdicts first: a slow node or link named there is the cause, and this check names it.",
         "With no node singled out, open the run's log in `logs/` (mpirun's own output) for an error such as "
         "a refused connection or a wrong interface.",
-        "Measure node to node on the fabric addresses (`iperf3 -s` on one, `iperf3 -c FABRIC_IP -P 8` on the "
+        "Measure node to node on the fabric addresses (`iperf3 -s` on one, `iperf3 -c <the first node's fabric "
+        "address> -P 8` on the "
         "other; `ib_write_bw` on RDMA fabrics) to find the slow path.",
     )),
     Remedy("GC-AR-003", (
-        "Measure the two fabric addresses of the slow pair directly: `iperf3 -s` on one node, "
-        "`iperf3 -c PEER_FABRIC_IP -P 8 -t 10` on the other (on RDMA fabrics `ib_write_bw -d HCA` on one and "
-        "`ib_write_bw -d HCA PEER_FABRIC_IP` on the other).",
-        "On both nodes look at `ip -s link show DEV` (errors, drops) and `tc qdisc show dev DEV` (a shaping or "
-        "netem qdisc left behind: `tc qdisc del dev DEV root`).",
+        "Measure the two fabric addresses of the slow pair directly: `iperf3 -s` on {peer}, "
+        "`iperf3 -c <fabric address of {peer}> -P 8 -t 10` on {node} (on RDMA fabrics `ib_write_bw -d <HCA>` on "
+        "{peer} and `ib_write_bw -d <HCA> <fabric address of {peer}>` on {node}).",
+        "On both nodes look at `ip -s link show <fabric interface>` (errors, drops) and `tc qdisc show dev <fabric "
+        "interface>` "
+        "(a shaping or netem qdisc left behind: `tc qdisc del dev <fabric interface> root`).",
         "Add a third node to the run (`--limit` with one more GPU node) so the pair search can tell a slow node "
         "from a slow link, then check that node's cable, switch port and NIC firmware.",
     )),
     Remedy("GC-RDMA-001", (
-        "Rerun the pair by hand: `ib_write_bw -d HCA --report_gbits` on the peer, `ib_write_bw -d HCA "
-        "--report_gbits PEER_FABRIC_IP` on the node, for the HCA the message names.",
+        "Rerun the pair by hand, for the HCA the message names: `ib_write_bw -d <HCA> --report_gbits` on {peer}, "
+        "`ib_write_bw -d <HCA> --report_gbits <fabric address of {peer}>` on {node}.",
         "Check the HCA's port (`ibstat`: rate and state; GC-NET-004) and its error counters (`perfquery` on "
-        "InfiniBand, `ethtool -S DEV | grep -i -E 'err|discard'` on RoCE).",
+        "InfiniBand, `ethtool -S <the HCA's netdev> | grep -i -E 'err|discard'` on RoCE).",
         "A slow HCA on every pair: its cable or transceiver; on one pair only: the switch path between them.",
     )),
     Remedy("GC-GPU-013", (
-        "Run `nvidia-smi -q | grep -A3 Fabric` and `systemctl status nvidia-fabricmanager` on the node; "
+        "Run `nvidia-smi -q | grep -A3 Fabric` and `systemctl status nvidia-fabricmanager` on {node}; "
         "State In Progress means the fabric manager has not finished training the NVSwitches.",
         "A Status other than Success: `journalctl -u nvidia-fabricmanager -b` names the failing switch or GPU; "
         "restart the fabric manager, then reboot if the state stays Not Started or the status an error.",
     )),
     Remedy("GC-GPU-014", (
-        "Run `nvidia-smi nvlink -s` on the node: every link must show the profile's GB/s.",
-        "Links down or slow on one GPU: drain, reset the GPU (`nvidia-smi -r -i N`) or reboot; persisting, RMA the "
+        "Run `nvidia-smi nvlink -s` on {node}: every link must show the profile's GB/s.",
+        "Links down or slow on one GPU: drain, reset the GPU (`nvidia-smi -r -i <GPU index>`) or reboot; "
+        "persisting, RMA the "
         "GPU or baseboard. Links down on every GPU: check the fabric manager (GC-GPU-009, GC-GPU-013).",
     )),
     Remedy("GC-GPU-015", (
-        "Run `nvidia-smi nvlink -e` on the node and note the GPU and link; reset the counters with "
+        "Run `nvidia-smi nvlink -e` on {node} and note the GPU and link; reset the counters with "
         "`nvidia-smi nvlink -r 0` and rerun an all-reduce to see whether they grow.",
         "Counters that grow under load point at the link's hardware (GPU, NVSwitch, baseboard): open a case "
         "with the vendor with `nvidia-bug-report.sh` attached.",
     )),
     Remedy("GC-GPU-016", (
-        "Run `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER` on the node: the active reason names the cause.",
+        "Run `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER` on {node}: the active reason names the cause.",
         "Thermal slowdown: check the node's fans, inlet temperature and airflow (`ipmitool sdr`); power "
         "slowdown: check the power limit (`nvidia-smi -q -d POWER`) and the PSUs.",
     )),
     Remedy("GC-DCGM-001", (
         "\"dcgmi is not installed\" where the inventory expects DCGM (capabilities `nvidia_repo` and "
-        f"`heavy_packages`): rerun `{_CONVERGE.format(tag='gpu_validation')}`, which installs DCGM and starts "
+        f"`heavy_packages`): rerun `{_converge('gpu_validation')}`, which installs DCGM and starts "
         "nvidia-dcgm; then check `systemctl status nvidia-dcgm`.",
-        "Run `dcgmi diag -r LEVEL -j` on the node (LEVEL from `gpucluster_conformance.dcgm_diag_level`, 2 unless "
-        "set) and read the warnings of the failing test's GPU entries; output that is not complete JSON means "
+        "Run `dcgmi diag -r <level> -j` on {node} (the level is `gpucluster_conformance.dcgm_diag_level`, 2 "
+        "unless set) and read the warnings of the failing test's GPU entries; output that is not complete JSON means "
         "the diagnostic was cut short (timeout, host engine restart).",
         "\"Unable to connect to host engine\": nv-hostengine is not running; `systemctl restart nvidia-dcgm` and "
         "check `journalctl -u nvidia-dcgm`.",
         "\"every test past the deployment checks was skipped\": nothing was diagnosed; the DCGM package must match "
         "the driver's CUDA major (`datacenter-gpu-manager-4-cuda12` on a CUDA 12 driver) and the diagnostic must "
-        "see the GPUs idle; rerun with `dcgmi diag -r LEVEL -v` to read why each test skipped.",
+        "see the GPUs idle; rerun with `dcgmi diag -r <level> -v` to read why each test skipped.",
         "Memory or PCIe failures on one GPU: drain the node, reset the GPU and rerun; failing again, RMA the GPU "
         "with the `dcgmi diag` output and `nvidia-bug-report.sh` attached.",
     )),
@@ -301,44 +426,45 @@ _REMEDIES = (
         "settings of the slot, and compare with a sibling node.",
     )),
     Remedy("GC-PCIE-002", (
-        "Run `cat /sys/class/infiniband/HCA/device/current_link_speed` and `current_link_width` (or "
-        "`lspci -vv -s BUS | grep LnkSta`) on the node.",
+        "Run `cat /sys/class/infiniband/<HCA>/device/current_link_speed` and `current_link_width` (or "
+        "`lspci -vv -s <the HCA's PCI address> | grep LnkSta`) on {node}.",
         "A downgraded link: reseat the HCA, check the slot's BIOS settings and the HCA firmware (`mlxfwmanager`).",
         "Skipped as an SR-IOV VF (Azure ND H100 v5 and other VMs): a VF reads `Unknown` and width 0 as it has no "
         "link of its own; the physical link is the cloud's to check, and GC-RDMA-001 measures what it carries.",
     )),
     Remedy("GC-PCIE-003", (
-        "Run `nvbandwidth -t host_to_device_memcpy_ce -t device_to_host_memcpy_ce` on the node.",
+        "Run `nvbandwidth -t host_to_device_memcpy_ce -t device_to_host_memcpy_ce` on {node}.",
         "One slow GPU: its PCIe link (GC-PCIE-001) or NUMA placement (`nvidia-smi topo -m`); all slow: the "
         "BIOS (IOMMU, ACS, power profile) and the CPU governor.",
     )),
     Remedy("GC-IB-001", (
-        "Run `ibstat` (or `cat /sys/class/infiniband/*/ports/*/{state,rate}`) on the node.",
+        "Run `ibstat` (or `cat /sys/class/infiniband/*/ports/*/{state,rate}`) on {node}.",
         "A port down or at a lower rate: check the cable and transceiver, the switch port, then "
-        "`mlxlink -d HCA` for the negotiated speed.",
+        "`mlxlink -d <HCA>` for the negotiated speed.",
     )),
     Remedy("GC-IB-002", (
         "Run `grep -H . /sys/class/infiniband/*/ports/*/counters/{symbol_error,link_downed,port_rcv_errors}` "
-        "on the node, and `perfquery` on InfiniBand.",
+        "on {node}, and `perfquery` on InfiniBand.",
         "Errors on one port: replace its cable or transceiver and clear the counters (`perfquery -R`); a "
         "rising link_downed is a flapping link: check the switch side's log too.",
         "\"rose during the run\" compares the reading taken before the suite's GPUDirect RDMA, all-reduce and "
         "ib_write_bw checks with one after them: rerun `ib_write_bw` on that HCA and watch the counter.",
     )),
     Remedy("GC-IB-003", (
-        "Run `cat /sys/class/infiniband/*/fw_ver` on the node and on a node with the fleet's version.",
+        "Run `cat /sys/class/infiniband/*/fw_ver` on {node} and on a node with the fleet's version.",
         "Flash the fleet's firmware with `mlxfwmanager -u` (NVIDIA MFT) and reboot the node.",
     )),
     Remedy("GC-RDMA-002", (
-        "Rerun the pair the message names (GPU N, HCA, peer and its HCA): `ib_write_bw -d PEER_HCA --use_cuda=N "
-        "--report_gbits -F -D 5` on the peer, then `ib_write_bw -d HCA --use_cuda=N --report_gbits -F -D 5 "
-        "PEER_FABRIC_IP` on the node (add `--use_cuda_dmabuf` on a node without nvidia_peermem).",
+        "Rerun the pair the message names: `ib_write_bw -d <the peer's HCA> --use_cuda={gpu} --report_gbits -F "
+        "-D 5` on {peer}, then `ib_write_bw -d {hca} --use_cuda={gpu} "
+        "--report_gbits -F -D 5 <fabric address of {peer}>` on {node} (add `--use_cuda_dmabuf` on a node without "
+        "nvidia_peermem).",
         "A run that fails at once: `lsmod | grep nvidia_peermem` (or a DMA-BUF capable driver and perftest) "
         "and the HCA's port (GC-IB-001); slow on one GPU only while GC-RDMA-001 passes on its HCA: the GPU's "
         "PCIe path to the HCA (`nvidia-smi topo -m`: PIX or PXB expected, GC-PCIE-001).",
     )),
     Remedy("GC-EFA-001", (
-        "Run `fi_info -p efa -t FI_EP_RDM` and `ls /sys/class/infiniband` on the node.",
+        "Run `fi_info -p efa -t FI_EP_RDM` and `ls /sys/class/infiniband` on {node}.",
         "Fewer devices than the profile: the instance was launched with fewer EFA interfaces (check the launch "
         "template), or the EFA driver is missing (`lsmod | grep efa`; reinstall the EFA software).",
     )),
@@ -349,16 +475,16 @@ _REMEDIES = (
         "and that `FI_PROVIDER` is `efa`.",
     )),
     Remedy("GC-K8S-001", (
-        "Run `kubectl get nodes -o wide` and `kubectl describe node NODE`: the conditions say why it is not "
+        "Run `kubectl get nodes -o wide` and `kubectl describe node {node}`: the conditions say why it is not "
         "Ready (kubelet stopped, network plugin not ready, disk or memory pressure).",
         "On the node: `systemctl status kubelet` and `journalctl -u kubelet -b | tail -50`.",
-        "A node missing from the list never joined: rerun `gpucluster converge --inventory INV --playbook "
-        "playbooks/deploy-kubernetes.yml --limit NODE`.",
+        "A node missing from the list never joined: rerun `gpucluster converge --inventory {inventory} --playbook "
+        "playbooks/deploy-kubernetes.yml --limit {node}`.",
     )),
     Remedy("GC-K8S-002", (
-        "Run `kubectl describe node NODE | grep -A8 Allocatable` and "
+        "Run `kubectl describe node {node} | grep -A8 Allocatable` and "
         "`kubectl -n kube-system get pods -o wide | grep nvidia-device-plugin`.",
-        "A device plugin pod not running on the node: read its log (`kubectl -n kube-system logs POD`); it needs "
+        "A device plugin pod not running on {node}: read its log (`kubectl -n kube-system logs <pod>`); it needs "
         "the container toolkit (GC-GPU-012) and the driver (GC-GPU-001).",
     )),
     Remedy("GC-K8S-003", (
@@ -371,13 +497,13 @@ _REMEDIES = (
     )),
     Remedy("GC-CEPH-001", (
         "Run `ceph health detail` on a storage node: each code (OSD_DOWN, PG_DEGRADED, MON_DOWN, "
-        "MDS_ALL_DOWN...) names what is wrong; `ceph health mute CODE` is no fix.",
+        "MDS_ALL_DOWN...) names what is wrong; `ceph health mute <code>` is no fix.",
         "A warning that is expected on this cluster belongs in the spec's `storage.allowed_health_warnings`.",
     )),
     Remedy("GC-CEPH-002", (
-        "Run `ceph osd tree` and, on the host the message names, `systemctl status ceph-osd@ID` and "
-        "`journalctl -u ceph-osd@ID -b | tail -50`.",
-        "An OSD out but up: `ceph osd in ID`. A dead disk: replace it and recreate the OSD (deploy-ceph.yml).",
+        "Run `ceph osd tree` and, on the host the message names, `systemctl status ceph-osd@<OSD id>` and "
+        "`journalctl -u ceph-osd@<OSD id> -b | tail -50`.",
+        "An OSD out but up: `ceph osd in <OSD id>`. A dead disk: replace it and recreate the OSD (deploy-ceph.yml).",
     )),
     Remedy("GC-CEPH-003", (
         "Run `ceph pg dump_stuck` and `ceph health detail`: stuck PGs usually follow a down OSD (GC-CEPH-002).",
@@ -385,33 +511,35 @@ _REMEDIES = (
     )),
     Remedy("GC-CEPH-004", (
         "Run `ceph quorum_status -f json-pretty` and `ceph mon stat`; on the monitor out of quorum "
-        "`systemctl status ceph-mon@HOST` and its clock (`chronyc tracking`, GC-SYS-001: skew breaks quorum).",
+        "`systemctl status ceph-mon@<its host name>` and its clock (`chronyc tracking`, GC-SYS-001: skew breaks "
+        "quorum).",
     )),
     Remedy("GC-CEPH-005", (
-        "Run `findmnt MOUNT_PATH` and `journalctl -b | grep -i ceph` on the node.",
-        f"Rerun `{_CONVERGE.format(tag='ceph_client')}`, which writes the node's own client key and mounts "
+        "Run `findmnt <the CephFS mount path>` and `journalctl -b | grep -i ceph` on {node}.",
+        f"Rerun `{_converge('ceph_client')}`, which writes the node's own client key and mounts "
         "CephFS.",
         "Mounted but not writable: `ceph fs status` and `ceph health detail` (MDS or full pools).",
     )),
     Remedy("GC-CEPH-006", (
         "Run `sha256sum` on the same file from both nodes and `ceph fs status`; a difference points at a "
-        "client caching issue: remount (`umount MOUNT_PATH && mount MOUNT_PATH`) and report it.",
+        "client caching issue: remount (`umount <mount path> && mount <mount path>`) and report it.",
     )),
     Remedy("GC-FLEET-001", (
         "Read the node's figure beside the fleet median in `summary.md` (Fleet comparison); the check's "
         "parameter names the figure and the message the GPU or peer it came from.",
-        "Burn throughput: run `nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER -i N` on the node for the GPU "
+        "Burn throughput: run `nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE,POWER -i <GPU index>` on {node} for "
+        "the GPU "
         "named: an active clock-throttle reason (thermal, power brake, HW slowdown) points at cooling or power; "
         "reseat or RMA a GPU that stays slow when cool.",
         "Intra-node all-reduce: compare `nvidia-smi topo -m` and `nvidia-smi nvlink -s` with a node that passes "
         "(GC-GPU-008); an NVLink down or a GPU on another PCIe root is the usual cause.",
-        "RDMA: run `ibstat` and `perfquery -x` on the node and compare rate, width and error counters with a "
+        "RDMA: run `ibstat` and `perfquery -x` on {node} and compare rate, width and error counters with a "
         "peer that passes (GC-NET-004).",
         "A fleet of mixed hardware on purpose: raise the margin (`gpucluster verify --fleet-margin 0.2` or "
         "`gpucluster_conformance.fleet_margin` in the inventory) rather than ignoring the failure.",
     )),
     Remedy("GC-CEPH-007", (
-        "Run `rados bench -p POOL 10 write --no-cleanup` by hand, then `ceph -s` and `ceph osd perf` for slow "
+        "Run `rados bench -p <pool> 10 write --no-cleanup` by hand, then `ceph -s` and `ceph osd perf` for slow "
         "OSDs; `ceph health detail` for full or read-only pools.",
     )),
 )
@@ -420,7 +548,7 @@ REMEDIES: dict[str, Remedy] = {r.check_id: r for r in _REMEDIES}
 
 # Not a check: every check of a node the run could not reach fails for this one reason.
 UNREACHABLE = Remedy("unreachable", (
-    "Run `ssh -F RUN_DIR/ssh/probe/ssh_config NODE true` from this machine: the error names a refused "
+    "Run `ssh -F {run_dir}/ssh/probe/ssh_config {node} true` from this machine: the error names a refused "
     "connection, a timeout or a changed host key.",
     "A changed host key after a reinstall: remove the old one with the `ssh-keygen -R` command the message "
     "gives, then run verify again.",
@@ -460,7 +588,8 @@ def markdown() -> str:
         "pytest's report and the tail of the tool's own log (`logs/allreduce-*.log` for mpirun);",
         "- `junit.xml`: the same figures, log path and log tail in each failing test case's `<system-out>`.",
         "",
-        "In the steps below `INV` is the inventory, `NODE` the failing node and `DEV` its fabric interface.",
+        "In a report the steps name the failing node, the inventory, the service, interface, HCA or peer the "
+        "failure names; below they are said in words (`<the failing node>` in a command).",
         "",
         "### A node is unreachable",
         "",

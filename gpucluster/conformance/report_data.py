@@ -9,7 +9,7 @@ and it imports none of them.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpucluster import runs
@@ -246,6 +246,8 @@ def findings(report: Report) -> list[Finding]:
         if r.outcome in ("failed", "error"):
             groups.setdefault(_key(r, down), []).append(r)
     out = []
+    # The steps name what failed: the lead result's node, service, interface..., the run's inventory.
+    inventory, run_dir = str(report.meta.get("inventory") or ""), str(report.meta.get("run_dir") or "")
     for key, rs in groups.items():
         ids = [r.check_id for r in rs]
         if key.startswith("unreachable:"):
@@ -254,10 +256,18 @@ def findings(report: Report) -> list[Finding]:
             order = [c for c in FABRIC_REMEDY_ORDER if c in ids] if key.startswith("fabric-") else []
             lead = next(r for r in rs if r.check_id == (order[0] if order else ids[0]))
             remedy = remedies.REMEDIES.get(lead.check_id, remedies.Remedy(lead.check_id, ("Open the check's log.",)))
+        subject = remedies.subject(lead, inventory, run_dir)
+        kind, _, link = key.partition(":")
+        if kind == "fabric-link" and not subject.peer:
+            a, _, b = link.partition("+")
+            subject = replace(subject, peer=b if lead.node == a else a)
+        elif not kind.startswith("fabric-") and subject.node:
+            # The same failure on several nodes: the steps name them all.
+            subject = replace(subject, node=",".join(sorted({r.node for r in rs} - {CLUSTER})))
         by_figure = sorted(rs, key=lambda r: (r.check_id != lead.check_id, r.node, r.label))
         figure = next((t for t in (figure_text(r) for r in by_figure) if t), "")
         out.append(Finding(key, _cause(key, rs, down), tuple((r.label, r.node) for r in rs), figure,
-                           remedy.check_id, remedy.steps, lead.log))
+                           remedy.check_id, remedy.filled(subject), lead.log))
     return sorted(out, key=lambda f: (-len(f.checks), f.cause))
 
 

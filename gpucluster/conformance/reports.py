@@ -12,6 +12,7 @@ node -> why), and a run stopped by Ctrl-C says so (``meta.interrupted``) and exi
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 from datetime import UTC, datetime
@@ -94,7 +95,7 @@ def _system_out(r: CheckResult, logs: list[str], run_dir: Path | None) -> str:
     for log in logs:
         out.append(f"raw log: {log}")
     if r.check_id in remedies.REMEDIES:
-        out.append(f"next step: {remedies.REMEDIES[r.check_id].first}")
+        out.append(f"next step: {remedies.steps_for(r, run_dir=str(run_dir or ''))[0]}")
     source = logs[-1] if logs else r.log
     if source and run_dir is not None:
         out += [f"--- last {LOG_TAIL_LINES} lines of {source} ---", log_tail(run_dir / source)]
@@ -314,6 +315,8 @@ def markdown(report: Report) -> str:
 def write_all(report: Report, run_dir: Path) -> dict[str, Path]:
     """Every report into the run folder; raises OSError (a full disk, say) with nothing half written."""
     run_dir.mkdir(parents=True, exist_ok=True, mode=runs.RUN_DIR_MODE)
+    # The next steps name the run folder (the unreachable node's ssh_config under it).
+    report.meta.setdefault("run_dir", os.path.abspath(run_dir))
     if not report.series:
         report.series = series_from_results(report.results)
     out = {

@@ -22,6 +22,7 @@ def _iface(node):
     if not iface:
         pytest.fail("the inventory names no fabric interface for this node (its platform names no netdev "
                     "and its pool no fabric_interface)")
+    node.figure("interface", iface)  # what the report's next steps name (remedies.subject)
     return iface
 
 

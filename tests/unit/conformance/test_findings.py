@@ -69,7 +69,9 @@ def test_a_throttled_link_is_one_finding_with_the_checks_it_failed():
     assert f.checks == (("GC-AR-002", "gpu-3"), ("GC-AR-003", "gpu-3"))
     assert f.cause.startswith("gpu-3 is the slow node on the fabric")
     assert f.figure == f"busbw with gpu-2 {SLOW} GB/s, busbw with gpu-4 0.0026 GB/s < floor {FLOOR} GB/s"
-    assert f.remedy_check == "GC-AR-003" and f.remedy == remedies.REMEDIES["GC-AR-003"].steps
+    # The steps name the slow node and the peer of its first slow pair.
+    assert f.remedy_check == "GC-AR-003"
+    assert f.remedy == remedies.REMEDIES["GC-AR-003"].filled(remedies.Subject(node="gpu-3", peer="gpu-2"))
     assert f.log == "logs/checks/gpu-3/GC-AR-003.log"
     # The per-check results stay as they were.
     assert len([r for r in report.to_json()["results"] if r["outcome"] == "failed"]) == 2
@@ -92,7 +94,8 @@ def test_the_same_message_is_one_finding_and_different_ones_are_not():
     assert set(found) == {(("GC-NET-002",), ("a", "b")), (("GC-NET-002",), ("c",)),
                           (("GC-SYS-003[chrony]",), ("a", "b")), (("GC-SYS-003[chrony]",), ("c",)),
                           (("GC-CEPH-001", "GC-CEPH-002"), ("c",))}
-    assert found[(("GC-NET-002",), ("a", "b"))].remedy == remedies.REMEDIES["GC-NET-002"].steps
+    assert found[(("GC-NET-002",), ("a", "b"))].remedy == remedies.REMEDIES["GC-NET-002"].filled(
+        remedies.Subject(node="a,b"))
     assert found[(("GC-CEPH-001", "GC-CEPH-002"), ("c",))].remedy_check == "GC-CEPH-001"
 
 
