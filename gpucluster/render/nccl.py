@@ -156,15 +156,16 @@ def nccl_settings(fabric: Mapping[str, Any], platform: Mapping[str, Any],
     """The NCCL settings, in file order, for a node of ``platform`` on ``fabric``.
 
     ``fabric_interface`` is the node's fabric interface from the inventory; the spec's
-    ``fabric.socket_ifname`` takes its place when set. Socket traffic (NCCL's bootstrap, and
-    the data path on Ethernet) is pinned to that interface where one is known.
+    ``fabric.socket_ifname`` takes its place when set, and where neither is, the platform's
+    ``nccl_socket_interface`` (the provider's own choice: OCI's eth0). Socket traffic (NCCL's
+    bootstrap, and the data path on Ethernet) is pinned to that interface where one is known.
     """
     kind = fabric.get("type")
     if kind not in FABRIC_TYPES:
         raise ValueError(f"fabric type {kind!r} is not one of {', '.join(FABRIC_TYPES)}")
     settings: dict[str, str] = {}
     rails = socket_rails(platform) if kind == "ethernet" else []
-    ifname = fabric.get("socket_ifname") or fabric_interface
+    ifname = fabric.get("socket_ifname") or fabric_interface or platform.get("nccl_socket_interface")
     if fabric.get("socket_ifname") or not rails:
         if ifname:
             settings["NCCL_SOCKET_IFNAME"] = socket_ifname_value(str(ifname))

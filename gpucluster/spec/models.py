@@ -960,6 +960,10 @@ class Platform(_Model):
     # A unit of the provider's image that rewrites /etc/nccl.conf at every boot (Azure's
     # sku-customizations.service): the nccl role puts its own file back after it.
     nccl_conf_rewritten_by: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.@-]{1,100}\.service$")] | None = None
+    # The interface the provider's own NCCL settings pin NCCL's sockets (bootstrap) to, where the
+    # node has no fabric interface of the spec's (OCI's eth0 beside RDMA ports it addresses itself):
+    # NCCL_SOCKET_IFNAME names it unless the spec's fabric.socket_ifname or a fabric interface does.
+    nccl_socket_interface: IfName | None = None
     rails: list[Rail] = Field(default_factory=list)
     floors: PlatformFloors
 

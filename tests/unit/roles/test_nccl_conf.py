@@ -200,6 +200,18 @@ def test_oci_nodes_take_ocis_published_rdma_settings() -> None:
     assert render_nccl.gid_index(data["all"]["vars"]["gpucluster_fabric"], platform) == 3
 
 
+def test_oci_nodes_bootstrap_nccl_over_the_primary_vnic() -> None:
+    """OCI addresses the RDMA ports itself and the target exports no fabric interface: NCCL's sockets
+    go over eth0, as OCI's nccl.conf for the shape pins them (oci-hpc nccl-conf/templates/h100), not
+    over whichever port NCCL would pick. A spec's own socket_ifname still wins."""
+    data = _inventory(REPO / "Pulumi.oci-h100.yaml", None)
+    host = next(iter(data["all"]["children"]["gpu"]["hosts"]))
+    assert render_nccl.parse_nccl_conf(render_nccl_conf(data, host))["NCCL_SOCKET_IFNAME"] == "=eth0"
+    platform = data["all"]["vars"]["gpucluster_platforms"]["oci-bm-gpu-h100-8"]
+    fabric = {**data["all"]["vars"]["gpucluster_fabric"], "socket_ifname": "ens300"}
+    assert render_nccl.nccl_settings(fabric, platform, None)["NCCL_SOCKET_IFNAME"] == "=ens300"
+
+
 def test_azures_boot_rewrite_is_undone_and_its_keys_are_kept() -> None:
     """Azure's HPC image rewrites /etc/nccl.conf at every boot (sku-customizations.service, ndv5.sh):
     the file keeps the image's keys beside the spec's, and a drop-in for that unit restores it."""
