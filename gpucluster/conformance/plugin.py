@@ -561,10 +561,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> Generator[
 
 
 def write_check_logs(run_dir: Path, results: list[CheckResult],
-                     detail: dict[str, tuple[str, str, list[str]]]) -> None:
-    """One log per failing check: what it found, its figures, its next step, the logs of what it
-    ran with their tails, and pytest's own report (the traceback operators are not shown);
-    ``detail`` is :attr:`Collector.detail`."""
+                     detail: dict[str, tuple[str, str, list[str]]], inventory: str = "") -> None:
+    """One log per failing check: what it found, its figures, its next steps (naming the node,
+    the inventory and what the check judged, as the report's do), the logs of what it ran with
+    their tails, and pytest's own report (the traceback operators are not shown); ``detail`` is
+    :attr:`Collector.detail`."""
     for r in results:
         if not r.log:
             continue
@@ -577,7 +578,8 @@ def write_check_logs(run_dir: Path, results: list[CheckResult],
         if shown:
             out.append("figures: " + json.dumps(shown, default=str, sort_keys=True))
         if r.check_id in remedies.REMEDIES:
-            out += ["next steps:"] + [f"  {i}. {s}" for i, s in enumerate(remedies.REMEDIES[r.check_id].steps, 1)]
+            steps = remedies.steps_for(r, inventory=inventory, run_dir=str(run_dir))
+            out += ["next steps:"] + [f"  {i}. {s}" for i, s in enumerate(steps, 1)]
         for log in logs:
             out += ["", f"--- last {LOG_TAIL_LINES} lines of {log} ---", log_tail(run_dir / log)]
         if longrepr:
@@ -631,7 +633,7 @@ def _finish(config: pytest.Config, exitstatus: int, junit_error: OSError | None)
     try:
         if junit_error is not None:
             raise junit_error
-        write_check_logs(run_dir, report.results, state.detail)
+        write_check_logs(run_dir, report.results, state.detail, str(inv.path))
         if xmlpath:
             finish_junit(Path(xmlpath), report.results, {t: d[2] for t, d in state.detail.items()}, run_dir)
         write_all(report, run_dir)

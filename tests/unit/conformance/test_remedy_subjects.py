@@ -181,3 +181,14 @@ def test_markdown_of_a_failed_check_has_no_placeholder(tmp_path: Path):
     steps = text.split("- Next steps")[1].split("\n## ")[0]
     assert "`ip link show enp154s0np0` on gpu-1" in steps
     assert not [p for line in steps.splitlines() for p in placeholders(line)]
+
+
+def test_a_checks_own_log_names_the_service_the_node_and_the_inventory(tmp_path: Path):
+    from gpucluster.conformance.plugin import write_check_logs
+
+    r = CheckResult("gpu-1", "GC-SYS-003", "failed", "chrony is inactive", param="chrony",
+                    log="logs/checks/gpu-1/GC-SYS-003[chrony].log")
+    write_check_logs(tmp_path, [r], {}, INVENTORY)
+    text = (tmp_path / r.log).read_text()
+    assert "  1. Run `systemctl status chrony` and `journalctl -u chrony -b --no-pager | tail -50` on gpu-1." in text
+    assert f"--inventory {INVENTORY} --limit gpu-1" in text
