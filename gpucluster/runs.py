@@ -44,6 +44,7 @@ from typing import Any, TextIO
 import psutil
 
 from gpucluster.errors import InputError
+from gpucluster.files import write_whole
 
 STATE_DIR_ENV = "GPUCLUSTER_STATE_DIR"
 # The shell's convention for a run stopped by SIGINT (the CLI returns it on Ctrl-C as well).
@@ -229,19 +230,9 @@ def open_for_write(path: Path) -> int:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write ``text`` whole or not at all: a temporary file in the same folder (0600), renamed
-    over ``path``; a reader never finds half a file, even when the disk fills mid-write."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = open_for_write(tmp)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, RUN_FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    """Write ``text`` whole or not at all, 0600 (gpucluster.files): a reader never finds half a
+    file, even when the disk fills mid-write."""
+    write_whole(path, text, mode=RUN_FILE_MODE, opener=open_for_write)
 
 
 class RunFile:

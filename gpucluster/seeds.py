@@ -14,14 +14,13 @@ folder's name here. The content is the target program's own (stacks/targets/bare
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from gpucluster.errors import InputError
+from gpucluster.files import write_whole
 from gpucluster.spec import Cluster
 from gpucluster.spec.models import BaremetalTarget
 
@@ -79,19 +78,8 @@ def machine_seeds(cluster: Cluster) -> tuple[Seed, ...]:
 
 
 def _write(path: Path, text: str) -> bool:
-    if path.is_file() and not path.is_symlink() and path.read_text(encoding="utf-8") == text:
-        return False
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        # Read by the site's web server: the seeds hold public keys and addresses, no secret.
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return True
+    # Read by the site's web server: the seeds hold public keys and addresses, no secret.
+    return write_whole(path, text, mode=0o644, skip_unchanged=True)
 
 
 def write_seeds(cluster: Cluster, out: Path) -> tuple[tuple[Seed, ...], list[Path]]:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucluster.errors import InputError
+from gpucluster.files import write_whole
 from gpucluster.lab.host import LabError
 from gpucluster.lab.layout import LabLayout
 from gpucluster.spec.models import _NAME
@@ -33,19 +34,9 @@ _MARKER_KIND = "gpucluster-lab"
 
 
 def atomic_write(path: Path, text: str, mode: int = 0o644) -> bool:
-    """Write ``text`` unless the file already holds it; return whether it changed."""
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            return False
-    except (FileNotFoundError, UnicodeDecodeError):
-        pass
+    """Write ``text`` whole unless the file already holds it (gpucluster.files); return whether it changed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-    return True
+    return write_whole(path, text, mode=mode, skip_unchanged=True)
 
 
 def state_file(lab_dir: Path) -> Path:
