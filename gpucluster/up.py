@@ -398,6 +398,15 @@ class Plan:
     # verify's run folder for this up: made by up (or named with --verify-run-dir) so that up
     # knows where its reports are.
     verify_run_dir: Path | None = None
+    # kubernetes_skip()'s answer, read from the outputs once per up (provision writes them first).
+    _kubernetes_skip: tuple[str | None] | None = field(default=None, repr=False)
+
+    def kubernetes_skip(self) -> str | None:
+        """Why this up deploys no Kubernetes, or None when it does (:func:`kubernetes_skip_reason`),
+        read once: the kubernetes stage and verify's --kubeconfig decide from the same answer."""
+        if self._kubernetes_skip is None:
+            self._kubernetes_skip = (kubernetes_skip_reason(self.cluster, self.paths.outputs_file),)
+        return self._kubernetes_skip[0]
 
     def stage_input(self, stage: str) -> list[Path]:
         return {
@@ -577,7 +586,7 @@ def _up(summary: UpSummary, stack_file: Path, *, start: str | None, out: TextIO,
                 read_verify_report(Path(prior["run_dir"]), summary)
             continue
         if name == KUBERNETES:
-            reason = kubernetes_skip_reason(plan.cluster, paths.outputs_file)
+            reason = plan.kubernetes_skip()
             if reason is not None:
                 summary.stages.append(StageResult(name, "skipped", exit_code=EXIT_OK, detail=reason,
                                                   input_sha256=digest))
@@ -670,7 +679,7 @@ def _run_stage(plan: Plan, name: str, out: TextIO,
     runs_dir = [] if plan.runs_dir == RUNS_DIR else ["--runs-dir", str(plan.runs_dir)]
     if name == "converge":
         return cli(["converge", "--inventory", str(paths.inventory_file), *runs_dir, *plan.converge_args], out)
-    deploys_kubernetes = kubernetes_skip_reason(plan.cluster, paths.outputs_file) is None
+    deploys_kubernetes = plan.kubernetes_skip() is None
     if name == KUBERNETES:
         # The control plane's role fetches the cluster-admin kubeconfig into the cluster's folder.
         return cli(["converge", "--inventory", str(paths.inventory_file), "--playbook", KUBERNETES_PLAYBOOK,

@@ -197,6 +197,24 @@ def test_kubernetes_is_skipped_with_the_reason_where_the_spec_has_none_or_the_no
     assert "--kubeconfig" not in cli.calls[3]
 
 
+def test_the_kubernetes_stage_and_verify_decide_from_one_reading_of_the_outputs(
+        stack: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpucluster import outputs as outputs_mod
+
+    reads: list[Path] = []
+    real = outputs_mod.load_outputs
+
+    def counted(path: Path) -> outputs_mod.StackOutputs:
+        reads.append(path)
+        return real(path)
+
+    monkeypatch.setattr(outputs_mod, "load_outputs", counted)
+    cli = FakeCli()
+    assert run_up(stack, cli=cli, provision=_provision, yes=True).exit_code == 0
+    assert cli.commands()[-2:] == ["kubernetes", "verify"] and "--kubeconfig" in cli.calls[-1]
+    assert reads == [resolve(stack).outputs_file]
+
+
 def test_a_deployed_kubernetes_without_its_kubeconfig_fails_verify_naming_the_file(stack: Path) -> None:
     class NoFetch(FakeCli):
         def __call__(self, argv: Sequence[str], out: TextIO) -> int:
