@@ -25,9 +25,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpucluster.errors import InputError
 from gpucluster.inventory import SCHEMA_VERSION, parse_inventory_text
+from gpucluster.spec.facts import FABRIC_TYPES, MTU_MIN
 from gpucluster.spec.loader import validation_problems
 from gpucluster.spec.models import (
     Cidr,
+    Conformance,
     HostName,
     HttpUrl,
     IfName,
@@ -37,6 +39,7 @@ from gpucluster.spec.models import (
     NoProxyEntry,
     OsId,
     ProxyUrl,
+    Rail,
     SshUser,
 )
 
@@ -45,7 +48,7 @@ _REGENERATE = "write the inventory again with `gpucluster inventory` (or `gpuclu
 
 __all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryAccess", "InventoryBastion",
            "InventoryCapabilities", "InventoryConformance", "InventoryEgress", "InventoryGroup", "InventoryHost",
-           "InventoryRail", "InventoryVars", "read_inventory", "validate_inventory"]
+           "InventoryPlatform", "InventoryRail", "InventoryVars", "read_inventory", "validate_inventory"]
 
 
 class _Open(BaseModel):
@@ -121,12 +124,18 @@ class InventoryCapabilities(BaseModel):
     kubernetes_nodes: bool
 
 
-class InventoryConformance(BaseModel):
-    """How the conformance suite judges the nodes (the spec's ``conformance:``)."""
+# How the conformance suite judges the nodes: the spec's ``conformance:`` as the writer dumped it,
+# read back through the spec's own model (its ranges and defaults are defined there once).
+InventoryConformance = Conformance
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    dcgm_diag_level: int = Field(ge=1, le=4)
-    fleet_margin: float = Field(ge=0.0, le=0.5)
+
+class InventoryPlatform(_Open):
+    """A platform as the writer dumped it (gpucluster.spec.cluster.platform_data): its rails are read
+    back through the spec's own model, so that the suite (gpucluster.conformance.expect) holds the
+    rails the spec defined; the rest stays data the roles and the renderers read."""
+
+    # Inventories written before rails were exported have none.
+    rails: list[Rail] = Field(default_factory=list)
 
 
 class InventoryBastion(BaseModel):
@@ -174,7 +183,7 @@ class InventoryVars(_Open):
     gpucluster_kubernetes: dict[str, Any] | None
     gpucluster_bom: dict[str, Any]
     gpucluster_profiles: dict[str, dict[str, Any]]
-    gpucluster_platforms: dict[str, dict[str, Any]]
+    gpucluster_platforms: dict[str, InventoryPlatform]
     gpucluster_conformance: InventoryConformance
     # Inventories written before it was exported admit SSH from the management network alone.
     gpucluster_admin_cidrs: list[Cidr] = Field(default_factory=list)
@@ -248,8 +257,6 @@ def _reference_problems(root: dict[str, Any]) -> list[str]:
 
 # The bill of materials' entries the roles install from (each pins a version or a source).
 BOM_KEYS = ("nvidia_driver", "cuda", "nccl", "nccl_tests", "gpu_burn", "nvbandwidth", "dcgm", "container_toolkit")
-FABRIC_TYPES = ("infiniband", "roce", "efa", "ethernet")
-MIN_MTU = 1280
 
 
 def _rule_problems(root: dict[str, Any]) -> list[str]:
@@ -275,8 +282,8 @@ def _rule_problems(root: dict[str, Any]) -> list[str]:
         if kind not in FABRIC_TYPES:
             problems.append(f"{where}.type: {kind!r}, expected one of {', '.join(FABRIC_TYPES)}")
         mtu = fabric.get("mtu")
-        if not isinstance(mtu, int) or isinstance(mtu, bool) or mtu < MIN_MTU:
-            problems.append(f"{where}.mtu: {mtu!r}, expected an integer of at least {MIN_MTU}")
+        if not isinstance(mtu, int) or isinstance(mtu, bool) or mtu < MTU_MIN:
+            problems.append(f"{where}.mtu: {mtu!r}, expected an integer of at least {MTU_MIN}")
         for key in ("management_cidr", "fabric_cidr"):
             try:
                 if "/" not in str(fabric.get(key)):

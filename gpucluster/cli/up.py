@@ -14,6 +14,7 @@ from types import FrameType
 from gpucluster.cli.spec import stack_args, stack_file
 from gpucluster.errors import EXIT_BAD_INPUT, InputError
 from gpucluster.paths import RUNS_DIR
+from gpucluster.spec.facts import DCGM_DIAG_LEVELS, FLEET_MARGIN_DEFAULT
 from gpucluster.up import KUBERNETES, STAGES, UpSummary, VerifyPassThrough, run_up
 
 
@@ -57,8 +58,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     v.add_argument("--workers", type=int, metavar="N", help="hosts checked at once (verify's default 8)")
     v.add_argument("--no-publish", action="store_true", help="do not copy the Prometheus textfiles onto the nodes")
     v.add_argument("--kubeconfig", type=Path, metavar="FILE", help="kubeconfig for the Kubernetes checks")
-    v.add_argument("--fleet-margin", type=float, metavar="FRACTION", help="fleet comparison margin (e.g. 0.10)")
-    v.add_argument("--dcgm-level", type=int, choices=(1, 2, 3, 4), metavar="N", help="dcgmi diag run level")
+    v.add_argument("--fleet-margin", type=float, metavar="FRACTION",
+                   help=f"fleet comparison margin (e.g. {FLEET_MARGIN_DEFAULT:.2f})")
+    v.add_argument("--dcgm-level", type=int, choices=DCGM_DIAG_LEVELS, metavar="N", help="dcgmi diag run level")
     v.add_argument("--fail-on-skipped-cluster", action="store_true",
                    help="fail verify when every cluster-level check (Kubernetes) was skipped")
     p.set_defaults(func=_up)

@@ -19,6 +19,7 @@ from gpucluster import verify
 from gpucluster.conformance import checks as registry
 from gpucluster.conformance import fleet
 from gpucluster.errors import InputError
+from gpucluster.spec.facts import DCGM_DIAG_LEVEL_DEFAULT, DCGM_DIAG_LEVELS, FLEET_MARGIN_DEFAULT
 
 
 def register(sub: Any) -> None:
@@ -50,10 +51,11 @@ def register(sub: Any) -> None:
     p.add_argument("--fleet-margin", type=float, metavar="FRACTION",
                    help="a node more than this fraction below the fleet median of a figure (burn TFLOP/s, "
                         "all-reduce and RDMA bandwidth) fails, with 3 nodes or more (default: the inventory's "
-                        "gpucluster_conformance.fleet_margin, else 0.10)")
-    p.add_argument("--dcgm-level", type=int, choices=(1, 2, 3, 4), metavar="N",
+                        f"gpucluster_conformance.fleet_margin, else {FLEET_MARGIN_DEFAULT:.2f})")
+    p.add_argument("--dcgm-level", type=int, choices=DCGM_DIAG_LEVELS, metavar="N",
                    help="dcgmi diag run level for GC-DCGM-001: 3 or 4 for a burn-in (default: the inventory's "
-                        "gpucluster_conformance.dcgm_diag_level, from the spec; 2 for acceptance)")
+                        f"gpucluster_conformance.dcgm_diag_level, from the spec; {DCGM_DIAG_LEVEL_DEFAULT} "
+                        "for acceptance)")
     p.add_argument("--fail-on-skipped-cluster", action="store_true",
                    help="exit 1 when every cluster-level check (Kubernetes) was skipped, for CI that expects the "
                         "cluster's Kubernetes; the (cluster) row reads SKIPPED either way, never PASS")

@@ -96,7 +96,7 @@ def hca_pcie_verdict(speeds: dict[str, str], widths: dict[str, str], rails: list
     out: list[str] = []
     unjudged: list[str] = []
     for rail in rails:
-        for hca in rail.devices:
+        for hca in rail.device_names():
             if rail.pcie_generation is None and rail.pcie_width is None:
                 continue
             who = f"{hca} (rail {rail.name})"

@@ -9,13 +9,16 @@ from an inventory written before they existed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from gpucluster.render.platform import platform_rail_count
+from pydantic import ValidationError
 
-DCGM_LEVELS = (1, 2, 3, 4)
-DCGM_DEFAULT_LEVEL = 2
+from gpucluster.render.platform import platform_rail_count
+from gpucluster.spec.facts import DCGM_DIAG_LEVEL_DEFAULT, DCGM_DIAG_LEVELS
+from gpucluster.spec.models import Rail
+
+# The rails the checks judge are the spec's (the inventory carries them as the spec dumped them).
+__all__ = ["Rail", "Unstated", "compute_rails", "dcgm_level", "efa_count", "floor", "profile_number", "rails"]
 
 
 class Unstated(LookupError):
@@ -45,46 +48,35 @@ def floor(profile: dict[str, Any], key: str) -> float:
 
 
 def dcgm_level(host_vars: dict[str, Any], all_vars: dict[str, Any]) -> int:
-    """``gpucluster_conformance.dcgm_diag_level`` (host over cluster), 2 when unset; bad values raise ValueError."""
+    """``gpucluster_conformance.dcgm_diag_level`` (host over cluster), the spec's default when unset;
+    bad values raise ValueError."""
     for scope in (host_vars, all_vars):
         level = _dig(scope, "gpucluster_conformance", "dcgm_diag_level")
         if level is not None:
-            if isinstance(level, bool) or not isinstance(level, int) or level not in DCGM_LEVELS:
-                raise ValueError(f"gpucluster_conformance.dcgm_diag_level: {level!r} is not one of 1, 2, 3, 4")
+            if isinstance(level, bool) or not isinstance(level, int) or level not in DCGM_DIAG_LEVELS:
+                raise ValueError(f"gpucluster_conformance.dcgm_diag_level: {level!r} is not one of "
+                                 f"{', '.join(map(str, DCGM_DIAG_LEVELS))}")
             return level
-    return DCGM_DEFAULT_LEVEL
-
-
-@dataclass(frozen=True)
-class Rail:
-    name: str
-    kind: str
-    role: str
-    rate_gbps: float | None
-    devices: tuple[str, ...]
-    pcie_generation: int | None
-    pcie_width: int | None
+    return DCGM_DIAG_LEVEL_DEFAULT
 
 
 def rails(info: Any) -> list[Rail]:
-    """The platform's rails (``node.info.platform['rails']``); Unstated when there are none."""
+    """The platform's rails (``node.info.platform['rails']``) as the spec's model; Unstated when there are
+    none. The inventory model has read them through the same model, so a rail it refused never gets here;
+    one that is not a rail (a platform given by hand) is Unstated, with what is wrong."""
     platform = getattr(info, "platform", None)
     raw = _dig(platform, "rails") if isinstance(platform, dict) else None
     if not isinstance(raw, list) or not raw:
         raise Unstated("the platform states no rails")
     out = []
-    for r in raw:
-        if not isinstance(r, dict):
-            continue
-        devices = r.get("devices")
-        out.append(Rail(
-            name=str(r.get("name", "")), kind=str(r.get("kind", "")), role=str(r.get("role", "")),
-            rate_gbps=_opt_number(r.get("rate_gbps")),
-            devices=tuple(str(d) for d in devices) if isinstance(devices, list) else (),
-            pcie_generation=_opt_int(r.get("pcie_generation")), pcie_width=_opt_int(r.get("pcie_width")),
-        ))
-    if not out:
-        raise Unstated("the platform states no rails")
+    for i, r in enumerate(raw):
+        try:
+            out.append(Rail.model_validate(r))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise Unstated(f"the platform's rail {i} is not a rail: {where + ': ' if where else ''}{first['msg']}") \
+                from None
     return out
 
 
@@ -103,10 +95,3 @@ def efa_count(info: Any) -> int:
     platform = getattr(info, "platform", None)
     return platform_rail_count(platform if isinstance(platform, dict) else None, ("efa",), role=None)
 
-
-def _opt_number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
-
-
-def _opt_int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

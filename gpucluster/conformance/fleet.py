@@ -38,9 +38,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucluster.conformance.verdict import CLUSTER, CheckResult, Outcome
+from gpucluster.spec.facts import FLEET_MARGIN_DEFAULT
 
 FLEET_CHECK = "GC-FLEET-001"
-DEFAULT_MARGIN = 0.10
+# The spec's default (conformance.fleet_margin), for a run whose inventory and command line give none.
+DEFAULT_MARGIN = FLEET_MARGIN_DEFAULT
 MIN_NODES = 3
 INVENTORY_VAR = "gpucluster_conformance"
 INVENTORY_KEY = "fleet_margin"

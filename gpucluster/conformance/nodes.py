@@ -137,7 +137,9 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
     inv = validate_inventory(data, source)
     groups = inv.groups()
     profiles = inv.vars.gpucluster_profiles
-    platforms = inv.vars.gpucluster_platforms
+    # The platforms as data (the renderers and the checks read mappings); the inventory model has
+    # typed their rails (gpucluster.spec.models.Rail), and expect.rails reads them through it.
+    platforms = data["all"]["vars"]["gpucluster_platforms"]
     raw_hosts = data["all"]["hosts"]
     nodes = [
         NodeInfo(
@@ -150,7 +152,7 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
             profile_name=hv.gpucluster_profile,
             profile=profiles[hv.gpucluster_profile],
             platform_name=hv.gpucluster_platform,
-            platform=platforms[hv.gpucluster_platform],
+            platform=dict(platforms[hv.gpucluster_platform]),
             fabric_ip=hv.gpucluster_fabric_ip,
             fabric_interface=hv.gpucluster_fabric_interface,
             host_vars=dict(raw_hosts[name]),

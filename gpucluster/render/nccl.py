@@ -28,8 +28,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpucluster.spec.facts import FABRIC_TYPES
+
 NCCL_CONF_PATH = "/etc/nccl.conf"
-FABRIC_TYPES = ("infiniband", "roce", "efa", "ethernet")
 
 # NCCL matches the names in NCCL_IB_HCA and NCCL_SOCKET_IFNAME as prefixes unless the list begins
 # with "=": "using mlx5_1 without a preceding = will select mlx5_1 as well as mlx5_10 to mlx5_19,

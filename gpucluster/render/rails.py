@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpucluster.spec.facts import MTU_MAX, MTU_MIN
+
 # Rail i's routing table and its rule's priority: above the kernel's local table (priority 0) and
 # below main (32766), clear of the tables numbered by name in /etc/iproute2/rt_tables (253-255).
 RAIL_TABLE_BASE = 1000
@@ -43,8 +45,8 @@ def rail_settings(rails: Sequence[Mapping[str, Any]] | None, mtu: int) -> list[d
     items = list(rails or [])
     if len(items) > MAX_RAILS:
         raise ValueError(f"{len(items)} rails; a node has at most {MAX_RAILS}")
-    if not 1280 <= int(mtu) <= 9216:
-        raise ValueError(f"MTU {mtu} is outside 1280-9216")
+    if not MTU_MIN <= int(mtu) <= MTU_MAX:
+        raise ValueError(f"MTU {mtu} is outside {MTU_MIN}-{MTU_MAX}")
     seen: set[str] = set()
     for i, rail in enumerate(items):
         name = str(rail.get("interface", ""))

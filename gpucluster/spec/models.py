@@ -28,9 +28,17 @@ from pydantic import (
 from pydantic_core import PydanticCustomError, core_schema
 
 from gpucluster.render.devices import RDMA_KINDS, expand_devices
+from gpucluster.spec.facts import (
+    DCGM_DIAG_LEVEL_DEFAULT,
+    DCGM_DIAG_LEVELS,
+    FLEET_MARGIN_DEFAULT,
+    FLEET_MARGIN_MAX,
+    MTU_MAX,
+    MTU_MIN,
+    FabricType,
+)
 
 Role = Literal["gpu", "storage", "control_plane"]
-FabricType = Literal["infiniband", "roce", "efa", "ethernet"]
 TargetKind = Literal["aws", "azure", "oci", "baremetal", "lab"]
 # The operating systems a node may run; the bill of materials' `os` table names each one's release.
 OsId = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
@@ -547,7 +555,7 @@ class RoceQos(_Model):
 
 class Fabric(_Model):
     type: FabricType
-    mtu: int = Field(ge=1280, le=9216)
+    mtu: int = Field(ge=MTU_MIN, le=MTU_MAX)
     management_cidr: Cidr
     fabric_cidr: Cidr
     subnet_managers: list[Name] = Field(default_factory=list)
@@ -633,10 +641,9 @@ class Kubernetes(_Model):
 class Conformance(_Model):
     """How the conformance suite judges the nodes (the inventory's ``gpucluster_conformance``)."""
 
-    # dcgmi diag run levels 1 (quick) to 4 (longest); 2 is NVIDIA's "medium" pre-job check.
-    dcgm_diag_level: int = Field(2, ge=1, le=4)
-    # A node more than this fraction below its fleet's median fails, whatever the absolute floor.
-    fleet_margin: float = Field(0.10, ge=0.0, le=0.5)
+    # The values and their reasons: gpucluster/spec/facts.py.
+    dcgm_diag_level: int = Field(DCGM_DIAG_LEVEL_DEFAULT, ge=DCGM_DIAG_LEVELS[0], le=DCGM_DIAG_LEVELS[-1])
+    fleet_margin: float = Field(FLEET_MARGIN_DEFAULT, ge=0.0, le=FLEET_MARGIN_MAX)
 
 
 class TwinRef(_Model):
@@ -725,7 +732,8 @@ class HardwareProfile(_Model):
 
 # --- platforms: the network shape of a node ----------------------------------------------
 
-RailKind = Literal["infiniband", "roce", "efa", "ethernet"]
+# A rail is of the kinds a fabric is.
+RailKind = FabricType
 RailRole = Literal["compute", "storage", "frontend"]
 # none: the rail's devices carry no IP address (EFA-only interfaces, RDMA-only ports);
 # subnet_per_rail: each rail of the group sits in its own subnet; shared_subnet: one subnet for all;
@@ -877,7 +885,7 @@ class TwinBootService(_Model):
     action: Literal["rewrite_nccl_conf", "address_provider_ports"]
     # address_provider_ports: the MTU the image gives each port, and the prefix length of each
     # port's address (None: the range's own).
-    mtu: int | None = Field(None, ge=1280, le=9216)
+    mtu: int | None = Field(None, ge=MTU_MIN, le=MTU_MAX)
     prefixlen: int | None = Field(None, ge=8, le=30)
     source: Source
 

@@ -205,7 +205,7 @@ def test_hca_pcie_link(node):
     """Every HCA a platform rail lists MUST run its PCIe link at the rail's generation and width."""
     node.require_hcas()
     rails = _stated(lambda: expect.compute_rails(node.info))
-    if not any(r.devices for r in rails):
+    if not any(r.device_names() for r in rails):
         pytest.skip("the platform's rails list no HCA devices")
     values = _hca_dump(node)
     problems, unjudged = acc.hca_pcie_verdict(sysfs.hca_attr(values, "current_link_speed"),
@@ -237,7 +237,7 @@ def test_hca_ports_at_rail_rate(node):
     """Every port of an HCA a platform rail lists MUST be ACTIVE at the rail's rate."""
     node.require_hcas()
     rails = _stated(lambda: expect.compute_rails(node.info))
-    rates = {d: r.rate_gbps for r in rails for d in r.devices if r.rate_gbps is not None}
+    rates = {d: float(r.rate_gbps) for r in rails for d in r.device_names()}
     if not rates:
         pytest.skip("the platform's rails state no HCA devices with a rate")
     ports = sysfs.ib_ports(_hca_dump(node))

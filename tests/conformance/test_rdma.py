@@ -128,7 +128,7 @@ def test_hca_port_counters(node, fabric):
     """Every HCA port MUST show zero symbol errors, link-downed events and receive errors, with none rising during the run."""  # noqa: E501
     node.require_hcas()
     try:
-        compute = {d for r in expect.compute_rails(node.info) for d in r.devices}
+        compute = {d for r in expect.compute_rails(node.info) for d in r.device_names()}
     except expect.Unstated as exc:
         pytest.skip(str(exc))
     after = [p for p in sysfs.ib_ports(sysfs.readings(node.run(IB_COUNTER_DUMP, timeout=60).stdout))

@@ -99,7 +99,8 @@ def test_ib_sysfs_ports_counters_and_pcie():
     flapped = sysfs.ib_ports(sysfs.readings(dump.replace("link_downed=0", "link_downed=2")))
     assert acc.ib_counter_problems(ports, flapped) == [
         "mlx5_0/1: link_downed rose 0 -> 2 during the run (link flapped)"]
-    rail = expect.Rail("r0", "ib", "compute", 400.0, ("mlx5_0",), 5, 16)
+    rail = expect.Rail(name="r0", kind="infiniband", role="compute", count=1, rate_gbps=400, devices=["mlx5_0"],
+                       pcie_generation=5, pcie_width=16, addressing="none")
     speeds, widths = sysfs.hca_attr(values, "current_link_speed"), sysfs.hca_attr(values, "current_link_width")
     assert acc.hca_pcie_verdict(speeds, widths, [rail], {}) == ([], [])
     assert acc.hca_pcie_verdict({"mlx5_0": "16.0 GT/s PCIe"}, widths, [rail], {})[0]
@@ -179,13 +180,16 @@ def test_nvlink_errors_with_no_counter_read_is_not_a_pass():
 
 def test_only_compute_rails_are_judged_and_efa_is_counted_from_the_platform():
     info = SimpleNamespace(platform={"rails": [
-        {"name": "compute", "kind": "infiniband", "role": "compute", "count": 8, "rate_gbps": 400,
-         "devices": ["mlx5_0", "mlx5_1"]},
-        {"name": "storage", "kind": "infiniband", "role": "storage", "count": 2, "rate_gbps": 400,
-         "devices": ["mlx5_8"]},
-        {"name": "efa", "kind": "efa", "role": "compute", "count": 32, "rate_gbps": 100}]})
+        {"name": "compute", "kind": "infiniband", "role": "compute", "count": 2, "rate_gbps": 400,
+         "devices": ["mlx5_0", "mlx5_1"], "addressing": "none"},
+        {"name": "storage", "kind": "infiniband", "role": "storage", "count": 1, "rate_gbps": 400,
+         "devices": ["mlx5_8"], "addressing": "none"},
+        {"name": "efa", "kind": "efa", "role": "compute", "count": 32, "rate_gbps": 100, "addressing": "none"}]})
     assert [r.name for r in expect.compute_rails(info)] == ["compute", "efa"]
     assert expect.efa_count(info) == 32
     assert expect.efa_count(SimpleNamespace(platform={})) == 0
     with pytest.raises(expect.Unstated):
         expect.compute_rails(SimpleNamespace(platform={"rails": [info.platform["rails"][1]]}))
+    # A rail is read through the spec's model: one it would refuse is no expectation, with the reason.
+    with pytest.raises(expect.Unstated, match=r"rail 0 is not a rail: kind: "):
+        expect.rails(SimpleNamespace(platform={"rails": [{**info.platform["rails"][0], "kind": "ib"}]}))

@@ -141,7 +141,8 @@ def test_burn_load_samples_links_while_gpu_burn_runs_and_ends_the_sampler(tmp_pa
 
 # --- GC-PCIE-002 ---------------------------------------------------------------------------
 
-RAIL = expect.Rail("compute", "infiniband", "compute", 400.0, ("mlx5_ib0", "mlx5_ib1"), 5, 16)
+RAIL = expect.Rail(name="compute", kind="infiniband", role="compute", count=2, rate_gbps=400,
+                   devices=["mlx5_ib0", "mlx5_ib1"], pcie_generation=5, pcie_width=16, addressing="none")
 
 
 def _dump(speed: str, width: str, device: str) -> dict[str, str]:

@@ -55,3 +55,16 @@ def test_roles_extra_variables_are_kept() -> None:
     model = validate_inventory(data, "inv.yml")
     assert model.vars.model_extra == {"monitoring_textfile_dir": "/srv/textfiles"}
     assert model.hosts["gpu-1"].model_extra == {"ansible_connection": "local"}
+
+
+def test_a_platforms_rails_are_read_through_the_specs_rail() -> None:
+    data = _golden()
+    platform = next(iter(data["all"]["vars"]["gpucluster_platforms"]))
+    rails = data["all"]["vars"]["gpucluster_platforms"][platform]["rails"]
+    assert rails, platform
+    rails[0]["kind"] = "ib"
+    with pytest.raises(InputError) as err:
+        validate_inventory(data, "inv.yml")
+    assert any(p.startswith(f"all.vars.gpucluster_platforms.{platform}.rails[0].kind: must be one of")
+               for p in err.value.problems), \
+        err.value.problems

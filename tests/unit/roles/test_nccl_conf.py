@@ -25,6 +25,7 @@ from gpucluster.inventory import build_inventory, dump_inventory, parse_inventor
 from gpucluster.outputs import StackOutputs
 from gpucluster.render import nccl as render_nccl
 from gpucluster.spec import load_spec
+from gpucluster.spec.facts import FABRIC_TYPES
 from tests.unit.example_outputs import example_outputs
 from tests.unit.loading import load_file
 from tests.unit.roles.render import ANSIBLE_MANAGED, REPO, ROLES, TEXT, file_entries, host_context, role_vars
@@ -97,7 +98,7 @@ def render_nccl_conf(data: dict[str, Any], host: str) -> str:
 
 def test_every_stack_is_covered() -> None:
     kinds = {yaml.safe_load(s.read_text())["config"]["gpucluster:fabric"]["type"] for s in STACKS}
-    assert kinds == set(render_nccl.FABRIC_TYPES), kinds
+    assert kinds == set(FABRIC_TYPES), kinds
 
 
 @pytest.mark.parametrize(("stack", "interface"), _cases())
