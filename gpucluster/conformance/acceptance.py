@@ -24,7 +24,8 @@ NVLINK_COUNTERS = ("Replay Errors", "Recovery Errors", "CRC Errors")
 
 
 def dcgm_problems(parsed: dict[str, Any]) -> list[str]:
-    """Every failed or warning DCGM test, with the GPUs it names and DCGM's first warning or error."""
+    """Every failed or warning DCGM test, with the GPUs it names and DCGM's first warning or error, then
+    the parser's verdict where the run is not ``ok`` for another reason (a GPU nothing diagnosed)."""
     out = []
     for t in parsed.get("tests", []):
         if t.get("result") in ("fail", "warn"):
@@ -33,7 +34,11 @@ def dcgm_problems(parsed: dict[str, Any]) -> list[str]:
             why = next((d.get("text") for d in t.get("details", []) if d.get("kind") in ("warning", "error")), None)
             out.append(f"DCGM {t.get('name')}: {t.get('result')}{where}" + (f": {str(why)[:200]}" if why else ""))
     out += [f"DCGM error: {e}" for e in parsed.get("errors", [])[:5]]
-    return out or verdict_problems(parsed, "dcgmi diag")
+    # An incomplete run's notes say what was not diagnosed (a GPU every hardware test skipped):
+    # a warning elsewhere must not stand in for that reason.
+    if not out or parsed.get("status") == "incomplete":
+        out += verdict_problems(parsed, "dcgmi diag")
+    return out
 
 
 def fabric_problems(gpus: list[dict[str, Any]]) -> list[str]:

@@ -412,7 +412,9 @@ _REMEDIES = (
         "check `journalctl -u nvidia-dcgm`.",
         "\"every test past the deployment checks was skipped\": nothing was diagnosed; the DCGM package must match "
         "the driver's CUDA major (`datacenter-gpu-manager-4-cuda12` on a CUDA 12 driver) and the diagnostic must "
-        "see the GPUs idle; rerun with `dcgmi diag -r <level> -v` to read why each test skipped.",
+        "see the GPUs idle; rerun with `dcgmi diag -r <level> -v` to read why each test skipped. \"... skipped or "
+        "not run on GPU <n>\": the other GPUs were diagnosed and that one was not; check on {node} that no process "
+        "holds it and that it is not in MIG mode (`nvidia-smi`), then rerun with `-v` to read why.",
         "Memory or PCIe failures on one GPU: drain the node, reset the GPU and rerun; failing again, RMA the GPU "
         "with the `dcgmi diag` output and `nvidia-bug-report.sh` attached.",
     )),

@@ -23,6 +23,18 @@ Deployment section, DCGM 4.x's ``software``) was skipped or not run, diagnosed n
 level asked for: ``incomplete``, never ``ok`` (NVIDIA/DCGM#55: ``dcgmi diag -r 3`` whose tests
 "beyond the level 1 tests" all read ``Skip``).
 
+The same holds for one GPU. Each test keeps its per-GPU results (``gpu_results``, GPU index as
+text to the worst result) where the output gives them: DCGM 4.x's ``GPU0: Pass`` rows, the
+``- GPU 3``/``- GPU: 3``/``- GPUs: 1, 2`` suffixes DCGM 2.x/3.x print when GPUs disagree (one row
+per result, ``Skip - GPU: 7`` among them), and the JSON's ``gpu_ids``/``entity_id`` entries. A GPU
+that appears in the run (in any test's results, the deployment checks' included) and that every
+test past the deployment checks skipped or did not run is a GPU nothing diagnosed: the run is
+``incomplete``, with a note naming the GPU and the tests, unless it already failed. A test that
+names GPUs but not this one did not run on it (DCGM 3.x leaves a GPU whose result is "not run" out
+of every list). A test without a per-GPU breakdown (``Pass - All``, a bare ``Pass``, a JSON test
+with only a summary) judged every GPU alike, so where no test gives one (DCGM 2.x/3.x runs whose
+GPUs all agreed) only the whole-run rule above applies.
+
 dcgmi that failed before its table prints ``Error: <message>`` (``Error: Unable to connect to
 host engine. Host engine connection invalid/disconnected.``, ``Error: Unable to complete
 diagnostic for group 2. Return: (-3) ...``): such a line makes the output dcgmi's failed run,
@@ -53,6 +65,11 @@ from typing import Any
 from gpucluster.parsers.common import NotToolOutput, ParseResult, clean_lines, crash
 
 _RESULT = re.compile(r"(pass|fail|warn(?:ing)?|skip|not run)\b[ \t]*(?:-[ \t]*(.*))?", re.IGNORECASE)
+# "GPU 3", "GPU: 3", "GPUs: 1, 2" after a result's dash (dcgmi/Diag.cpp HelperDisplayGpuResults). A list
+# longer than the column is cut and ends in "..." (CommandOutputController::ReplaceTag): "GPUs: 0, 1, 1...".
+# The list is split at its commas, not matched by one regex: optional blanks on both sides of an
+# optional comma backtrack cubically over a long run of blanks.
+_GPU_WORD = re.compile(r"GPUs?[ \t]*:?", re.IGNORECASE)
 _GPU_RESULT = re.compile(r"GPU[ \t]?(\d{1,9})[ \t]*:[ \t]*(pass|fail|warn(?:ing)?|skip|not run)", re.IGNORECASE)
 _DETAIL_KINDS = {"warning": "warning", "info": "info", "error": "error"}
 _RANK = {"fail": 3, "warn": 2, "pass": 1, "skip": 0}
@@ -86,6 +103,11 @@ class DcgmTest:
     raw: str
     failed_gpus: list[int] = field(default_factory=list)
     details: list[DcgmDetail] = field(default_factory=list)
+    # GPU index (as text, a JSON key) -> the worst result the output gives that GPU for this test;
+    # empty when the output gives no per-GPU breakdown ("Pass - All", a bare "Pass").
+    gpu_results: dict[str, str] = field(default_factory=dict)
+    # The output cut a GPU list short ("GPUs: 0, 1, ..."): a GPU missing from gpu_results may have run it.
+    gpu_results_partial: bool = False
 
 
 @dataclass
@@ -97,14 +119,53 @@ class DcgmiResult(ParseResult):
     errors: list[str] = field(default_factory=list)
 
 
-def _result_of(text: str) -> tuple[str | None, list[int]]:
+def _result_of(text: str) -> tuple[str | None, list[int], list[int], bool]:
+    """(result, failed GPUs, the GPUs the result names: ``- GPU 3``, ``- GPUs: 1, 2``, none for ``- All``;
+    whether that list was cut short)."""
     m = _RESULT.fullmatch(text)
     if not m:
-        return None, []
+        return None, [], [], False
     word = m.group(1).lower()
     result = "warn" if word.startswith("warn") else ("skip" if word == "not run" else word)
-    gpus = [int(g) for g in re.findall(r"\d{1,9}", m.group(2) or "")] if result == "fail" else []
-    return result, gpus
+    suffix = m.group(2) or ""
+    gpus = [int(g) for g in re.findall(r"\d{1,9}", suffix)] if result == "fail" else []
+    named, cut = _gpu_list(suffix.strip())
+    return result, gpus, named, cut
+
+
+def _gpu_list(suffix: str) -> tuple[list[int], bool]:
+    """The GPUs of ``GPU 3``, ``GPU: 3``, ``GPUs: 1, 2`` (none for anything else), and whether the list
+    was cut short with ``...``."""
+    m = _GPU_WORD.match(suffix)
+    if m is None:
+        return [], False
+    rest = suffix[m.end():].strip()
+    cut = rest.endswith("...")
+    if cut:
+        rest = rest[:-3].rstrip()
+    items = [item.strip() for item in rest.split(",")[: _MAX_GPUS + 1]]
+    open_end = len(items) > 1 and items[-1] == ""
+    if open_end:
+        items.pop()
+    if not all(item.isascii() and item.isdigit() and len(item) <= 9 for item in items):
+        return [], False
+    named = [int(item) for item in items][:_MAX_GPUS]
+    if cut and named and not open_end:
+        named.pop()  # "1..." may be the start of 10 or 11
+    return named, cut
+
+
+def _record_gpus(test: DcgmTest, gpus: list[int], result: str) -> None:
+    """The worst result stays per GPU, as per test."""
+    for gpu in gpus:
+        key = str(gpu)
+        known = test.gpu_results.get(key)
+        if known is None:
+            if len(test.gpu_results) >= _MAX_GPUS:
+                continue
+            test.gpu_results[key] = result
+        elif _RANK[result] > _RANK[known]:
+            test.gpu_results[key] = result
 
 
 def _is_header(line: str) -> bool:
@@ -242,14 +303,15 @@ def parse_table(text: str) -> DcgmiResult:
                 continue
             if (gm := _GPU_RESULT.fullmatch(value)) is not None and current is not None:
                 # DCGM 4.x: one row per GPU under the test's own result.
-                extra, _ = _result_of(gm.group(2))
+                extra, _, _, _ = _result_of(gm.group(2))
                 assert extra is not None
-                _merge(current, value, extra, [int(gm.group(1))] if extra == "fail" else [])
+                gpu = int(gm.group(1))
+                _merge(current, value, extra, [gpu] if extra == "fail" else [], [gpu], False)
                 detail = None
                 continue
-            extra, gpus = _result_of(value)
+            extra, gpus, named, cut = _result_of(value)
             if current is not None and extra is not None and detail is None:
-                _merge(current, value, extra, gpus)
+                _merge(current, value, extra, gpus, named, cut)
             elif detail is not None:
                 # DCGM wraps at the column edge, mid-word: a piece that filled the column
                 # continues without a space.
@@ -260,8 +322,11 @@ def parse_table(text: str) -> DcgmiResult:
                 if detail.kind == "error" and current is None and result.errors:
                     result.errors[-1] = detail.text
             continue
-        outcome, gpus = _result_of(value)
-        current = DcgmTest(name=name, section=section, result=outcome, raw=value, failed_gpus=gpus)
+        outcome, gpus, named, cut = _result_of(value)
+        current = DcgmTest(name=name, section=section, result=outcome, raw=value, failed_gpus=gpus,
+                           gpu_results_partial=cut)
+        if outcome is not None:
+            _record_gpus(current, named, outcome)
         detail = None
         result.tests.append(current)
     if not header_seen and not ran:
@@ -282,11 +347,13 @@ def parse_table(text: str) -> DcgmiResult:
     return _verdict(result, open_tables)
 
 
-def _merge(test: DcgmTest, value: str, extra: str, gpus: list[int]) -> None:
+def _merge(test: DcgmTest, value: str, extra: str, gpus: list[int], named: list[int], cut: bool) -> None:
     if len(test.raw) < _MAX_TEXT:
         test.raw += "; " + value
     if len(test.failed_gpus) < _MAX_GPUS:
         test.failed_gpus += [g for g in gpus if g not in test.failed_gpus]
+    _record_gpus(test, named, extra)
+    test.gpu_results_partial = test.gpu_results_partial or cut
     if test.result is None or _RANK[extra] > _RANK[test.result]:
         test.result = extra
 
@@ -298,6 +365,33 @@ def _names(names: list[str]) -> str:
 
 def _is_deployment(test: DcgmTest) -> bool:
     return (test.section or "").lower() == "deployment" or test.name.lower() in _DEPLOYMENT_TESTS
+
+
+def _gpus_not_diagnosed(tests: list[DcgmTest], hardware: list[DcgmTest]) -> list[int]:
+    """The GPUs the run names that every test past the deployment checks skipped or did not run."""
+    seen = {int(k) for t in tests for k in t.gpu_results}
+    if not hardware or not seen:
+        return []
+    out = []
+    for gpu in sorted(seen):
+        key = str(gpu)
+        ran = False
+        for t in hardware:
+            # No breakdown: the test's one result stands for every GPU. A breakdown without this
+            # GPU: the test did not run on it.
+            absent = None if t.gpu_results_partial else "skip"
+            outcome = t.gpu_results.get(key, absent) if t.gpu_results else t.result
+            if outcome != "skip":  # pass, warn, fail, or unrecognised (judged by its own rule)
+                ran = True
+                break
+        if not ran:
+            out.append(gpu)
+    return out
+
+
+def _gpu_names(gpus: list[int]) -> str:
+    shown = ", ".join(map(str, gpus[:20])) + (f" and {len(gpus) - 20} more" if len(gpus) > 20 else "")
+    return ("GPU " if len(gpus) == 1 else "GPUs ") + shown
 
 
 def _verdict(result: DcgmiResult, open_tables: int) -> DcgmiResult:
@@ -323,6 +417,12 @@ def _verdict(result: DcgmiResult, open_tables: int) -> DcgmiResult:
         # The level-1 checks passed and nothing past them ran: `dcgmi diag -r 3` that diagnosed
         # no GPU (NVIDIA/DCGM#55: every test "beyond the level 1 tests" skipped) is no pass.
         result.note(f"every test past the deployment checks was skipped: {_names([t.name for t in hardware])}")
+        result.status = "incomplete"
+    elif undiagnosed := _gpus_not_diagnosed(result.tests, hardware):
+        # The hardware tests ran, but not on these GPUs: they are as undiagnosed as a run whose
+        # every test skipped, and a run that says ok for them would pass a GPU nothing looked at.
+        result.note(f"every test past the deployment checks was skipped or not run on {_gpu_names(undiagnosed)}: "
+                    f"{_names(list(dict.fromkeys(t.name for t in hardware)))}")
         result.status = "incomplete"
     elif unknown:
         result.status = "incomplete"
@@ -394,6 +494,7 @@ def _json_test(test: dict[str, Any], section: str | None) -> DcgmTest:
         if outcome is None:
             unknown = True
             continue
+        _record_gpus(current, gpus, outcome)
         if outcome == "fail":
             current.failed_gpus += [g for g in gpus if g not in current.failed_gpus]
         if current.result is None or _RANK[outcome] > _RANK[current.result]:

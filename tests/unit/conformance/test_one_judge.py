@@ -144,3 +144,21 @@ def test_gc_dcgm_001_fails_without_a_host_engine_with_dcgmis_error() -> None:
     node = _Node({"command -v dcgmi": (0, "/usr/bin/dcgmi\n"), "dcgmi diag": (255, _sample("dcgmi_diag_02.txt"))})
     with pytest.raises(AssertionError, match="DCGM error: Unable to connect to host engine"):
         _suite("test_acceptance").test_dcgm_diag(node, _FABRIC, _CONFIG)
+
+
+def test_gc_dcgm_001_fails_a_run_that_diagnosed_one_gpu_with_nothing() -> None:
+    """The real DCGM 3.1.0 JSON given hardware tests that ran on GPUs 0-6 and skipped GPU 7 (issue 26):
+    the check fails, and its reason is the parser's note naming GPU 7, even beside a warning."""
+    text = _sample("dcgmi_diag_json_01.txt")
+    doc = json.loads(text[text.index("{"):])
+    memory = {"name": "GPU Memory", "results": [{"gpu_ids": g, "status": "SKIPPED" if g == 7 else "PASS"}
+                                                for g in range(8)]}
+    doc["DCGM GPU Diagnostic"]["test_categories"].append({"category": "Hardware", "tests": [memory]})
+    node = _Node({"command -v dcgmi": (0, "/usr/bin/dcgmi\n"), "dcgmi diag": (0, json.dumps(doc, indent="\t"))})
+    note = "every test past the deployment checks was skipped or not run on GPU 7: GPU Memory"
+    with pytest.raises(AssertionError, match=f"dcgmi diag incomplete: {note}"):
+        _suite("test_acceptance").test_dcgm_diag(node, _FABRIC, _CONFIG)
+    memory["results"][2].update(status="WARN", warnings=["GPU 2 memory clock throttled"])
+    node.answers["dcgmi diag"] = (0, json.dumps(doc, indent="\t"))
+    with pytest.raises(AssertionError, match=f"DCGM GPU Memory: warn .*; dcgmi diag incomplete: {note}"):
+        _suite("test_acceptance").test_dcgm_diag(node, _FABRIC, _CONFIG)
