@@ -189,8 +189,25 @@ def shape(plan: LabLayout, cluster: Cluster, twin: TwinFile) -> LabLayout:
             + boot_service_files(cluster, twin, n.name, n.management_ip)))
     packages = plan.packages + (NETPLAN_PACKAGES if twin.image.network == "netplan" else ())
     return dataclasses.replace(plan, nodes=tuple(nodes), rail_bridges=tuple(bridges.values()), rail_cidrs=(),
-                               twin=twin.name, packages=packages,
+                               twin=twin.name, packages=packages, node_apt_proxy=not declares_proxy(cluster, plan),
                                rootfs_key=rootfs_key(plan.suite, plan.mirror, packages))
+
+
+def declares_proxy(cluster: Cluster, plan: LabLayout) -> bool:
+    """Whether the stack's egress is a proxy. On a twin that proxy is the lab's own (the only way
+    out of this host's nodes): the lab then writes no apt proxy of its own into the nodes, and they
+    reach packages only once converge has configured the egress the stack declares, as on the
+    platform. A declared proxy anywhere else is refused: no node of the twin could reach it."""
+    egress = getattr(cluster.spec.target, "egress", None)
+    if egress is None or egress.mode != "proxy":
+        return False
+    for key in ("http_proxy", "https_proxy"):
+        url = str(getattr(egress, key) or "").rstrip("/")
+        if url != plan.proxy_url:
+            raise InputError(f"gpucluster.target.egress.{key}: {url or 'unset'}, but the twin's nodes reach only "
+                             f"the lab's proxy, {plan.proxy_url}: name it (it is the platform's proxy on the twin)",
+                             source=str(cluster.source))
+    return True
 
 
 def management_mac(cluster: Cluster, node_name: str) -> str | None:

@@ -12,10 +12,12 @@ so a link there is replaced, not written through, and a FIFO or a device there i
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from gpucluster.lab.host import LabError
@@ -86,15 +88,29 @@ def _split(rel: str) -> tuple[str, str]:
     return "/".join(parts[:-1]), parts[-1]
 
 
-def read(root: Path, rel: str) -> tuple[bytes, int] | None:
-    """(content, permission bits) of the regular file ``rel`` inside ``root``; None when there
-    is none: missing, or a link, a folder, a FIFO or a device in its place."""
+@contextlib.contextmanager
+def _in_folder(root: Path, rel: str) -> Iterator[tuple[int, str] | None]:
+    """(descriptor of ``rel``'s folder inside ``root``, ``rel``'s own name), or None when the folder
+    is missing; the descriptor is closed after."""
     folder, name = _split(rel)
     try:
         dir_fd = open_dir(root, folder)
     except FileNotFoundError:
-        return None
+        yield None
+        return
     try:
+        yield dir_fd, name
+    finally:
+        os.close(dir_fd)
+
+
+def read(root: Path, rel: str) -> tuple[bytes, int] | None:
+    """(content, permission bits) of the regular file ``rel`` inside ``root``; None when there
+    is none: missing, or a link, a folder, a FIFO or a device in its place."""
+    with _in_folder(root, rel) as found:
+        if found is None:
+            return None
+        dir_fd, name = found
         try:
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
         except OSError as exc:
@@ -106,8 +122,6 @@ def read(root: Path, rel: str) -> tuple[bytes, int] | None:
             if not stat.S_ISREG(st.st_mode):
                 return None
             return fh.read(), stat.S_IMODE(st.st_mode)
-    finally:
-        os.close(dir_fd)
 
 
 def read_text(root: Path, rel: str) -> str | None:
@@ -149,6 +163,18 @@ def write(root: Path, rel: str, data: bytes, mode: int = 0o644) -> bool:
         raise NotConfined(f"{root}: {rel} is a folder") from None
     finally:
         os.close(dir_fd)
+    return True
+
+
+def remove(root: Path, rel: str) -> bool:
+    """Remove the file (or link) ``rel`` inside ``root``; False when there was none."""
+    with _in_folder(root, rel) as found:
+        if found is None:
+            return False
+        try:
+            os.unlink(found[1], dir_fd=found[0])
+        except FileNotFoundError:
+            return False
     return True
 
 

@@ -90,6 +90,10 @@ class LabLayout:
     rail_cidrs: tuple[str, ...] = ()
     # The twin file this lab is shaped by (gpucluster/data/twins/), or None for the lab target.
     twin: str | None = None
+    # Whether the lab writes its own apt proxy into every node (apt's only way out). Off where the
+    # stack declares a proxy egress that is the lab's proxy (a twin): converge writes it, as on the
+    # platform, and until then nothing on the node reaches a package.
+    node_apt_proxy: bool = True
 
     # --- derived paths ------------------------------------------------------------
     @property

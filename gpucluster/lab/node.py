@@ -111,7 +111,10 @@ def ensure_files(plan: LabLayout, node: NodeLayout, authorized_key: str, disks: 
                  f'Acquire::http::Proxy "{plan.proxy_url}";\n'
                  # A fetch the proxy could not complete (a mirror's hiccup on a cold cache) is tried again.
                  'Acquire::Retries "3";\n')
-    changed |= _write(root, "etc/apt/apt.conf.d/01gpucluster-proxy", apt_proxy)
+    if plan.node_apt_proxy:
+        changed |= _write(root, "etc/apt/apt.conf.d/01gpucluster-proxy", apt_proxy)
+    else:
+        changed |= confined.remove(root, "etc/apt/apt.conf.d/01gpucluster-proxy")
     # No DNS server is reachable from a node: names come from /etc/hosts, apt goes through the proxy.
     changed |= _write(root, "etc/resolv.conf", "# gpucluster lab: no DNS; names are in /etc/hosts.\n")
     changed |= _write(root, "etc/gpucluster/data-disks.json", json.dumps(disks) + "\n")

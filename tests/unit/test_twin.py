@@ -290,3 +290,23 @@ def test_the_roce_twin_throttles_its_fifth_compute_port_and_a_throttled_rail_nam
 
     with pytest.raises(ValidationError, match="names the compute port it throttles"):
         TwinFault(kind="throttle_rail", description="x", expect=["GC-AR-002"])
+
+
+def test_a_declared_proxy_egress_is_the_nodes_only_way_to_packages() -> None:
+    """The Azure twin's stack declares a proxy egress, the lab's proxy: the lab writes no apt proxy
+    of its own into the nodes (converge configures the declared one); a NAT egress keeps the lab's."""
+    azure = twin.inputs(load_spec(REPO / "Pulumi.twin-azure-nd-h100-v5.yaml")).plan
+    assert azure.node_apt_proxy is False and azure.proxy_url == "http://10.83.0.1:3142"
+    assert twin.inputs(load_spec(REPO / "Pulumi.twin-aws-p5.yaml")).plan.node_apt_proxy is True
+    assert "GC-SYS-005" in load_twins()["azure-nd-h100-v5"].must_pass
+
+
+def test_a_declared_proxy_the_twins_nodes_cannot_reach_is_refused(tmp_path: Path) -> None:
+    text = (REPO / "Pulumi.twin-azure-nd-h100-v5.yaml").read_text()
+    old = "      https_proxy: http://10.83.0.1:3142\n"
+    assert old in text
+    path = tmp_path / "Pulumi.twin-x.yaml"
+    path.write_text(text.replace(old, "      https_proxy: http://proxy.example.com:3128\n"))
+    with pytest.raises(InputError, match=r"gpucluster.target.egress.https_proxy: http://proxy.example.com:3128, "
+                                         r"but the twin's nodes reach only the lab's proxy, http://10.83.0.1:3142"):
+        twin.inputs(load_spec(path))

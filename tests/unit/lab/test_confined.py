@@ -127,3 +127,23 @@ def test_lab_up_writes_nothing_outside_a_node_that_planted_links_everywhere(
     assert "Acquire::http::Proxy" in (confined.read_text(root, "etc/apt/apt.conf.d/01gpucluster-proxy") or "")
     assert confined.read(root, "etc/ssh/ssh_host_ed25519_key")[1] == 0o600  # type: ignore[index]
     assert node.ensure_files(lab, gpu1, "ssh-ed25519 AAAA lab-key", []) == (False, host_key)
+
+
+def test_a_lab_whose_stack_declares_the_proxy_leaves_it_to_converge(
+        tmp_path: Path, lab: LabLayout, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With node_apt_proxy off (a twin whose stack's egress is a proxy), the lab writes no apt proxy
+    of its own and takes back one it wrote before; anything else at another path stays."""
+    root = tmp_path / "node-root"
+    (root / "etc" / "ssh").mkdir(parents=True)
+    (root / "etc" / "machine-id").write_text("")
+    (root / "root").mkdir(mode=0o700)
+    monkeypatch.setattr(node, "root_dir", lambda plan, n: root)
+    node.ensure_files(lab, lab.nodes[0], "ssh-ed25519 AAAA lab-key", [])
+    assert confined.exists(root, "etc/apt/apt.conf.d/01gpucluster-proxy")
+    converge_file = root / "etc" / "apt" / "apt.conf.d" / "90gpucluster-proxy"
+    converge_file.write_text('Acquire::http::Proxy "http://10.77.0.1:3142";\n')
+    no_proxy = dataclasses.replace(lab, node_apt_proxy=False)
+    changed, _ = node.ensure_files(no_proxy, lab.nodes[0], "ssh-ed25519 AAAA lab-key", [])
+    assert changed and not confined.exists(root, "etc/apt/apt.conf.d/01gpucluster-proxy")
+    assert converge_file.exists()
+    assert node.ensure_files(no_proxy, lab.nodes[0], "ssh-ed25519 AAAA lab-key", [])[0] is False

@@ -79,3 +79,23 @@ def test_removed_but_configured_packages_are_not_installed() -> None:
     out = "chrony\tconfig-files\t4.3-2\nnftables\tinstalled\t1.0.6-2\nntp\tnot-installed\t\n"
     assert apt.unsatisfied([("chrony", None), ("nftables", None), ("ntp", None)],
                            apt.parse_dpkg_query(out)) == ["chrony", "ntp"]
+
+
+@pytest.mark.parametrize("first_try", [0, 1])
+def test_the_bindings_are_fetched_through_the_tasks_proxy(tmp_path: Path, first_try: int) -> None:
+    """A node whose only way out is the egress proxy gets python3-apt through it: the raw command
+    carries the play's environment to apt-get, on the first try and after apt-get update (the
+    Azure twin with a proxy egress found the bare command resolving deb.debian.org itself)."""
+    log = tmp_path / "calls"
+    fake = tmp_path / "apt-get"
+    fake.write_text(f'#!/bin/sh\necho "$* via ${{http_proxy:-none}} ${{https_proxy:-none}}" >> {log}\n'
+                    f'case "$1" in install) [ -e {tmp_path}/updated ] || exit {first_try} ;; '
+                    f'update) : > {tmp_path}/updated ;; esac\n')
+    fake.chmod(0o755)
+    env = {"http_proxy": "http://10.83.0.1:3142", "https_proxy": "http://10.83.0.1:3142", "no_proxy": "a b,'c'"}
+    cmd = apt.bindings_command(env)
+    subprocess.run(["/bin/sh", "-c", cmd], env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, check=True, timeout=30)
+    calls = log.read_text().splitlines()
+    assert calls and all(c.endswith("via http://10.83.0.1:3142 http://10.83.0.1:3142") for c in calls), calls
+    assert len(calls) == (1 if first_try == 0 else 3)
+    assert apt.bindings_command({}) == apt._INSTALL_BINDINGS

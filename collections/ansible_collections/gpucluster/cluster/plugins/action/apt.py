@@ -9,8 +9,9 @@ task is ok and unchanged; otherwise, or whenever the arguments ask for more than
 with the same arguments, so the outcome is apt's own. Check mode behaves the same way.
 GPUCLUSTER_APT_FAST_PATH=0 turns the fast path off (the benchmark measures what it buys).
 
-A node without python3-apt (which the apt module needs) gets it first with apt-get: Ansible's
-own way, installing it and re-spawning the module under the system Python, fails under Mitogen.
+A node without python3-apt (which the apt module needs) gets it first with apt-get, under the
+task's environment (the egress proxy): Ansible's own way, installing it and re-spawning the
+module under the system Python, fails under Mitogen.
 
 Measured in `make bench` (bench/bench_converge.py): see docs/roles.md, "Converge speed".
 """
@@ -36,6 +37,16 @@ APT_BINDINGS = "python3-apt"
 _INSTALL_BINDINGS = ("export DEBIAN_FRONTEND=noninteractive; "
                      "apt-get install -y -q --no-install-recommends python3-apt "
                      "|| { apt-get update -q && apt-get install -y -q --no-install-recommends python3-apt; }")
+
+
+def bindings_command(environment: dict[str, Any]) -> str:
+    """The shell command that installs python3-apt, under the task's ``environment`` (the play's
+    egress proxy: a node whose only way out is the proxy reaches no package without it). A raw
+    command takes no task environment of its own, unlike a module."""
+    if not environment:
+        return _INSTALL_BINDINGS
+    assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in environment.items())
+    return f"env {assignments} /bin/sh -c {shlex.quote(_INSTALL_BINDINGS)}"
 
 
 def wanted_packages(args: dict[str, Any]) -> list[tuple[str, str | None]] | None:
@@ -106,7 +117,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             # The apt module needs python3-apt. Ansible's own answer (installing it, then
             # re-spawning the module under the system Python) does not survive Mitogen, so the
             # bindings are installed here first, the way the apt module would.
-            boot = self._low_level_execute_command(_INSTALL_BINDINGS, sudoable=True)
+            environment: dict[str, Any] = {}
+            self._compute_environment_string(environment)
+            boot = self._low_level_execute_command(bindings_command(environment), sudoable=True)
             if boot.get("rc") != 0:
                 result.update(failed=True, msg=f"could not install {APT_BINDINGS}, which the apt module needs: "
                                                f"{(boot.get('stderr') or boot.get('stdout') or '').strip()[-400:]}")
