@@ -63,6 +63,7 @@ from gpucluster.conformance.reports import (
 )
 from gpucluster.conformance.verdict import CLUSTER, CheckResult, Outcome, shorten
 from gpucluster.errors import InputError
+from gpucluster.spec.facts import DCGM_DIAG_LEVELS, FLEET_MARGIN_DEFAULT
 
 GROUP_MARKERS = ("gpu", "storage", "control_plane")
 PROBE_JSON = "probe.json"
@@ -156,13 +157,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--limit", default=None, help="comma-separated host names")
     g.addoption("--no-burn", action="store_true", default=False, help="skip the GPU burn")
     g.addoption("--burn-seconds", type=int, default=60, help="GPU burn time per precision")
-    g.addoption("--dcgm-level", type=int, default=None, choices=(1, 2, 3, 4),
+    g.addoption("--dcgm-level", type=int, default=None, choices=DCGM_DIAG_LEVELS,
                 help="dcgmi diag run level (default: the inventory's gpucluster_conformance.dcgm_diag_level)")
     g.addoption("--checks", default=None,
                 help="comma-separated check IDs or patterns (GC-NET-*,GC-GPU-001): run only these")
     g.addoption("--fleet-margin", default=None,
                 help="how far below the fleet median a node's figure may fall, as a fraction (default: the "
-                     "inventory's gpucluster_conformance.fleet_margin, else 0.10)")
+                     f"inventory's gpucluster_conformance.fleet_margin, else {FLEET_MARGIN_DEFAULT:.2f})")
     g.addoption("--fail-on-skipped-cluster", action="store_true", default=False,
                 help="fail the run when every cluster-level check (Kubernetes) was skipped: the (cluster) row "
                      "reads SKIPPED either way, never PASS")

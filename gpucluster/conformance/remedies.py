@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from gpucluster.conformance import checks
 from gpucluster.conformance.verdict import CLUSTER, CheckResult
+from gpucluster.spec.facts import DCGM_DIAG_LEVEL_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -405,9 +406,9 @@ _REMEDIES = (
         "\"dcgmi is not installed\" where the inventory expects DCGM (capabilities `nvidia_repo` and "
         f"`heavy_packages`): rerun `{_converge('gpu_validation')}`, which installs DCGM and starts "
         "nvidia-dcgm; then check `systemctl status nvidia-dcgm`.",
-        "Run `dcgmi diag -r <level> -j` on {node} (the level is `gpucluster_conformance.dcgm_diag_level`, 2 "
-        "unless set) and read the warnings of the failing test's GPU entries; output that is not complete JSON means "
-        "the diagnostic was cut short (timeout, host engine restart).",
+        "Run `dcgmi diag -r <level> -j` on {node} (the level is `gpucluster_conformance.dcgm_diag_level`, "
+        f"{DCGM_DIAG_LEVEL_DEFAULT} unless set) and read the warnings of the failing test's GPU entries; "
+        "output that is not complete JSON means the diagnostic was cut short (timeout, host engine restart).",
         "\"Unable to connect to host engine\": nv-hostengine is not running; `systemctl restart nvidia-dcgm` and "
         "check `journalctl -u nvidia-dcgm`.",
         "\"every test past the deployment checks was skipped\": nothing was diagnosed; the DCGM package must match "
