@@ -17,13 +17,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def holds(path: Path, text: str) -> bool:
-    """Whether ``path`` is a regular file (not a link) whose text is ``text``."""
+def holds(path: Path, text: str, mode: int | None = None) -> bool:
+    """Whether ``path`` is a regular file (not a link) of ours whose text is ``text`` (and whose
+    permission bits are ``mode``, when given)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return False
-    if not stat.S_ISREG(st.st_mode):
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+        return False
+    if mode is not None and stat.S_IMODE(st.st_mode) != mode:
         return False
     try:
         return path.read_text(encoding="utf-8") == text
@@ -40,13 +43,14 @@ def write_whole(path: Path, text: str, *, mode: int, skip_unchanged: bool = Fals
     """Write ``text`` to ``path`` whole, with ``mode``; return whether the file changed. With
     ``skip_unchanged``, a regular file that already holds ``text`` is left as it is. ``opener``
     opens the temporary file (the run folder's opens every file of a run in one place)."""
-    if skip_unchanged and holds(path, text):
+    if skip_unchanged and holds(path, text, mode):
         return False
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         with os.fdopen(opener(tmp), "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
+            os.fsync(fh.fileno())
             os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:

@@ -226,7 +226,7 @@ def write_error_line(folder: Path, exc: OSError, what: str = "") -> str:
 
 def open_for_write(path: Path) -> int:
     """The one place a run opens its files for writing (0600, truncated)."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, RUN_FILE_MODE)
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, RUN_FILE_MODE)
 
 
 def write_private(path: Path, text: str) -> None:

@@ -210,7 +210,7 @@ class Readiness:
     ok: bool
     system_state: str  # running, degraded, ... or why it is not up
     failed_units: tuple[str, ...] = ()
-    # Units started again because systemd could not spawn their process (see RESPAWN_SCRIPT).
+    # Units started again because systemd could not spawn their process (see _PROBE_SCRIPT).
     respawned: tuple[str, ...] = ()
 
 
@@ -218,13 +218,15 @@ class Readiness:
 # starts ("Failed at step CGROUP spawning ...", status 219/CGROUP): at boot a oneshot unit (the
 # firewall's, a twin's image boot service) then fails without having run at all, which a real
 # node's kernel never does. A unit whose last run ended with status 219 is started once more, and
-# said so; every other failed unit is left as it is and reported.
+# said so; every other failed unit is left as it is and reported. `systemctl show` prints an Exec*
+# command's last run as `{ path=... ; pid=280 ; code=exited ; status=219 }` (a /NAME follows the
+# number only for a signal), the main process's as ExecMainStatus=219.
 _PROBE_SCRIPT = (
     "state=$(systemctl is-system-running --wait); "
     "if [ \"$1\" = respawn ]; then "
     "for u in $(systemctl list-units --state=failed --plain --no-legend | awk '{print $1}'); do "
     "if systemctl show -p ExecMainStatus -p ExecStartPre -p ExecStart -p ExecStartPost \"$u\" "
-    "| grep -Eq '(ExecMainStatus=219$|status=219/)'; then "
+    "| grep -Eq '(^ExecMainStatus=219$|code=exited ; status=219 )'; then "
     "systemctl reset-failed \"$u\"; systemctl restart \"$u\" && echo \"respawned $u\"; fi; done; "
     "state=$(systemctl is-system-running); fi; "
     "echo \"state $state\"; "

@@ -63,3 +63,12 @@ def test_a_file_that_is_not_text_is_rewritten(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe")
     assert files.write_whole(path, "ok\n", mode=0o600, skip_unchanged=True)
     assert path.read_text() == "ok\n"
+
+
+def test_an_unchanged_text_at_another_mode_is_given_the_mode(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text("one\n")
+    path.chmod(0o644)
+    assert files.write_whole(path, "one\n", mode=0o600, skip_unchanged=True)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert not files.write_whole(path, "one\n", mode=0o600, skip_unchanged=True)

@@ -33,11 +33,16 @@ def _run_probe(tmp_path: Path, mode: str) -> tuple[node.Readiness, list[str]]:
     fake.chmod(0o755)
     (tmp_path / "failed").write_text("nftables.service\nsku-customizations.service\nbroken.service\n")
     (tmp_path / "show.nftables.service").write_text(
-        "ExecMainStatus=219\nExecStart={ path=/usr/sbin/nft ; pid=271 ; code=exited ; status=219/CGROUP }\n")
+        "ExecMainStatus=219\nExecStart={ path=/usr/sbin/nft ; argv[]=/usr/sbin/nft -f /etc/nftables.conf ; "
+        "ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=271 ; code=exited ; status=219 }\n")
     (tmp_path / "show.sku-customizations.service").write_text(
-        "ExecMainStatus=0\nExecStartPost={ path=/usr/bin/install ; pid=280 ; code=exited ; status=219/CGROUP }\n")
+        "ExecMainStatus=0\nExecStart={ path=/bin/sh ; argv[]=/bin/sh /usr/sbin/x.sh ; ignore_errors=no ; "
+        "start_time=[Sat 2026-11-28 04:47:17 UTC] ; stop_time=[Sat 2026-11-28 04:47:17 UTC] ; pid=279 ; "
+        "code=exited ; status=0 }\nExecStartPost={ path=/usr/bin/install ; argv[]=/usr/bin/install a b ; "
+        "ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=280 ; code=exited ; status=219 }\n")
     (tmp_path / "show.broken.service").write_text(
-        "ExecMainStatus=1\nExecStart={ path=/bin/false ; pid=290 ; code=exited ; status=1/FAILURE }\n")
+        "ExecMainStatus=1\nExecStart={ path=/bin/false ; argv[]=/bin/false ; ignore_errors=no ; "
+        "start_time=[n/a] ; stop_time=[n/a] ; pid=290 ; code=exited ; status=1 }\n")
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
     out = subprocess.run(["sh", "-c", node._PROBE_SCRIPT, "probe", mode], env=env, capture_output=True,
                          text=True, check=True, timeout=30).stdout

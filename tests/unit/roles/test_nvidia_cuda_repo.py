@@ -189,7 +189,8 @@ def test_a_mirror_a_url_as_written_and_a_local_folder() -> None:
 
 def _failing(v: dict[str, Any]) -> list[str]:
     task = yaml.safe_load((ROLES / ROLE / "tasks" / "preflight.yml").read_text())[0]["ansible.builtin.assert"]
-    return [c for c in task["that"] if NATIVE.from_string("{{ " + c + " }}").render(v) is not True]
+    # Ansible's `vars`: every variable of the host, by name.
+    return [c for c in task["that"] if NATIVE.from_string("{{ " + c + " }}").render({**v, "vars": v}) is not True]
 
 
 def test_preflight_refuses_a_source_that_is_not_a_url_or_a_relative_folder() -> None:
@@ -197,6 +198,15 @@ def test_preflight_refuses_a_source_that_is_not_a_url_or_a_relative_folder() -> 
     assert _failing(_vars("infiniband", "ubuntu-22.04", nvidia_cuda_repo_local_dir="/srv/cuda")) == []
     assert len(_failing(_vars("infiniband", "ubuntu-22.04", nvidia_cuda_repo_url="mirror.example/cuda"))) == 1
     assert len(_failing(_vars("infiniband", "ubuntu-22.04", nvidia_cuda_repo_local_dir="srv/cuda"))) == 1
+
+
+def test_preflight_refuses_a_removed_repository_input_that_is_still_set() -> None:
+    """A site's group_vars that still name a role's old repository URL would be ignored, its nodes
+    going to NVIDIA's servers instead of its mirror: refused, naming the variable."""
+    failing = _failing(_vars("infiniband", "ubuntu-22.04", nccl_cuda_repo_url="http://mirror.example/cuda"))
+    assert len(failing) == 1 and "__nvidia_cuda_repo_removed_inputs" in failing[0]
+    removed = yaml.safe_load((ROLES / ROLE / "vars" / "main.yml").read_text())["__nvidia_cuda_repo_removed_inputs"]
+    assert "nccl_cuda_repo_url" in removed and "gpu_validation_dcgm_repo_url" in removed
 
 
 def test_the_refresh_follows_the_entry_and_the_result_is_the_callers_guard() -> None:
