@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from gpucluster.errors import InputError
 from gpucluster.kube.kubeadm import LABEL_PREFIX
+from gpucluster.render.os_packages import DCGM_HOSTENGINE
 from gpucluster.spec.cluster import Cluster, Node
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -73,7 +74,17 @@ def gpu_operator_release(cluster: Cluster) -> HelmRelease:
             "driver": {"enabled": False},
             "toolkit": {"enabled": False},
             "devicePlugin": {"enabled": True},
-            "dcgmExporter": {"enabled": True},
+            # The node's own nvidia-dcgm (gpu_validation), never a second host engine embedded in the
+            # exporter (gpucluster.render.os_packages.DCGM_HOSTENGINE, with its sources). The chart's
+            # env list is replaced whole, so its three defaults (deployments/gpu-operator/values.yaml at
+            # v25.3.2) are carried over; the Operator's own standalone DCGM pod stays off.
+            "dcgm": {"enabled": False},
+            "dcgmExporter": {"enabled": True, "env": [
+                {"name": "DCGM_EXPORTER_LISTEN", "value": ":9400"},
+                {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
+                {"name": "DCGM_EXPORTER_COLLECTORS", "value": "/etc/dcgm-exporter/dcp-metrics-included.csv"},
+                {"name": "DCGM_REMOTE_HOSTENGINE_INFO", "value": DCGM_HOSTENGINE},
+            ]},
             "migManager": {"enabled": False},
             "operator": {"defaultRuntime": "containerd"},
             # Only nodes the spec gives the gpu role run the operator's node components.

@@ -40,6 +40,16 @@ DCGM_EPOCH = "1"
 # The host engine's unit: "A typical DCGM installation runs nv-hostengine as nvidia-dcgm.service"
 # (https://docs.nvidia.com/datacenter/dcgm/latest/learn/getting-started-for-system-administrators/systemd-service.html).
 DCGM_SERVICE = "nvidia-dcgm"
+# Where that host engine listens: "With no options, it daemonizes and opens a TCP listener on
+# 127.0.0.1:5555" (https://docs.nvidia.com/datacenter/dcgm/latest/reference/command-line-reference/nv-hostengine.html).
+# A dcgm-exporter on the node connects to it instead of starting one of its own: "Without
+# --remote-hostengine-info, the exporter initializes an embedded DCGM host engine inside its process"
+# (https://docs.nvidia.com/datacenter/dcgm/latest/reference/command-line-reference/dcgm-exporter.html).
+# The monitoring role's exporter passes it as --remote-hostengine-info; the GPU Operator's as
+# DCGM_REMOTE_HOSTENGINE_INFO, and the Operator runs its exporter on the host's network where that value
+# starts with "localhost" ("case for DCGM running on the host itself", TransformDCGMExporter in
+# NVIDIA/gpu-operator controllers/object_controls.go at v25.3.2, commit 616690d88d86bb4e88897b6775dfe76a6c15c741).
+DCGM_HOSTENGINE = "localhost:5555"
 # NVSwitch Configuration and Query library, "used by DCGM for monitoring NVSwitch devices";
 # libnvidia-nscq-<branch>, "the version of libnvidia-nscq must match the NVIDIA driver installed"
 # (https://github.com/NVIDIA/apt-packaging-libnvidia-nscq; e.g. libnvidia-nscq-570 570.172.08,
@@ -208,6 +218,7 @@ def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "",
             out["doca_repositories"] = []
     elif role == "monitoring":
         out["packages"] = ["prometheus-node-exporter"]
+        out["dcgm_hostengine"] = DCGM_HOSTENGINE
     elif role == "kubernetes_node":
         kube = bom["kubernetes"]
         uri = f"{KUBERNETES_REPO_URL}/v{kube['minor']}/deb/"

@@ -72,3 +72,45 @@ def test_no_gid_index_on_infiniband() -> None:
     assert gid_index(ib, platform) is None
     assert "-x" not in run_ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(ib, platform))
     assert "NCCL_IB_GID_INDEX" not in nccl_settings(ib, platform, "ibp24s0")
+
+
+class _Node:
+    """A node of the fabric's ib_write_bw run: lists its HCAs, prints a real run as the client."""
+
+    def __init__(self, name: str, hcas: list[str]) -> None:
+        self.name, self.hcas = name, hcas
+        self.commands: list[str] = []
+
+    def run(self, command: str, *, stdin: str | None = None, timeout: float = 120.0) -> CommandResult:
+        self.commands.append(command)
+        if command == run_ib_write_bw.LIST_HCAS:
+            return CommandResult(0, "\n".join(self.hcas) + "\n", "")
+        if "ib_write_bw -d" in command and "&)" not in command:
+            return CommandResult(0, SAMPLE, "")
+        return CommandResult(0, "", "")
+
+
+def test_gc_rdma_001_passes_the_gid_index_nccl_conf_names_on_both_ends(tmp_path: Path) -> None:
+    """Issue 24: the fabric's ib_write_bw (GC-RDMA-001) measured another GID than NCCL's. Fabric.rdma,
+    run over the RoCE example's inventory, hands every server and client the NCCL_IB_GID_INDEX that
+    /etc/nccl.conf carries for the node (gpucluster.render.nccl, the one judge)."""
+    from gpucluster import hostkeys
+    from gpucluster.conformance.fabric import Fabric
+    from gpucluster.conformance.nodes import load_inventory
+    from gpucluster.render.nccl import nccl_settings
+    from gpucluster.render.platform import platform_devices
+
+    repo = Path(__file__).resolve().parents[3]
+    inv = load_inventory(repo / "tests" / "golden" / "inventory" / "onprem-h100-roce.yml")
+    nodes = [n for n in inv.in_groups(("gpu",)) if n.hca_count > 0]
+    assert len(nodes) >= 2 and inv.fabric["type"] == "roce"
+    nccl = {nccl_settings(inv.fabric, n.platform, n.fabric_interface).get("NCCL_IB_GID_INDEX") for n in nodes}
+    assert len(nccl) == 1 and None not in nccl
+    fabric = Fabric(inv, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(inv.target, inv.cluster_name), "")
+    remotes = {n.name: _Node(n.name, platform_devices(n.platform)) for n in inv.nodes}
+    fabric.remote = lambda name: remotes[name]  # type: ignore[method-assign]
+    fabric.rdma()
+    servers = [c for r in remotes.values() for c in r.commands if "ib_write_bw -d" in c and "&)" in c]
+    clients = [c for r in remotes.values() for c in r.commands if "ib_write_bw -d" in c and "&)" not in c]
+    assert servers and len(servers) == len(clients)
+    assert {c.split(" -x ", 1)[1].split()[0] if " -x " in c else None for c in servers + clients} == nccl

@@ -3,6 +3,7 @@ of embedding a second one in its own process."""
 
 from __future__ import annotations
 
+from gpucluster.render.os_packages import DCGM_HOSTENGINE
 from tests.unit.roles.render import first_host, host_context, inventory_for, render_template, role_vars
 
 
@@ -12,5 +13,6 @@ def test_the_exporter_connects_to_the_nodes_host_engine() -> None:
     unit = render_template("monitoring", "dcgm-exporter.service.j2",
                            {**ctx, "__monitoring_dcgm_exporter_path": "/usr/bin/dcgm-exporter"})
     exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
-    assert exec_start.endswith("--remote-hostengine-info localhost:5555"), exec_start
+    assert exec_start.endswith(f"--remote-hostengine-info {DCGM_HOSTENGINE}"), exec_start
+    assert DCGM_HOSTENGINE == "localhost:5555"  # nv-hostengine's default listener (the constant's source)
     assert "Wants=nvidia-dcgm.service" in unit and "After=nvidia-dcgm.service" in unit

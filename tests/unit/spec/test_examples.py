@@ -56,3 +56,14 @@ def test_baremetal_nodes_keep_their_declared_names() -> None:
     cluster = load_spec(REPO / "Pulumi.onprem-h100-ib.yaml")
     assert [n.name for n in cluster.nodes][:2] == ["hgx-01", "hgx-02"]
     assert {n.name for n in cluster.nodes_with_role("storage")} == {"stor-01", "stor-02", "stor-03"}
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_a_stack_that_says_hgx_names_no_dgx_platform(name: str) -> None:
+    """Issue 24: the on-premises examples described OEM "HGX H100" nodes on the dgx-h100 platforms,
+    whose RDMA devices and netdevs are the DGX H100's numbering (DGX H100 User Guide); an HGX
+    server's differ. A stack's own words name the machine its platforms describe."""
+    cluster = load_spec(REPO / name)
+    words = " ".join(line.split("#", 1)[1] for line in (REPO / name).read_text().splitlines() if "#" in line)
+    dgx = sorted({p for p in cluster.platforms if p.startswith("dgx-")})
+    assert not (dgx and "HGX" in words), f"{name} says HGX but its pools use {', '.join(dgx)}"

@@ -238,3 +238,22 @@ def test_a_whole_bill_of_materials_is_an_overlay_too(tmp_path: Path) -> None:
     doc = _doc("Pulumi.lab.yaml")
     doc["config"]["gpucluster:bom"] = "mine.yaml"
     assert load_spec(_write(tmp_path, doc)).bom == load_spec(REPO / "Pulumi.lab.yaml").bom
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(":", 1)[-1].split("-", 1)[0].split("."))
+
+
+def test_no_image_ships_a_newer_container_toolkit_than_the_pin() -> None:
+    """Issue 24 (the DLAMI half): container_runtime installs the BOM's nvidia-container-toolkit with no
+    adopt-or-replace step of its own, so a pin older than what an image ships is a downgrade apt refuses.
+    Until the role decides on the toolkit as nvidia_driver does on the driver, every manifest's stated
+    toolkit is at or below the pin (the bill of materials says so beside container_toolkit)."""
+    from gpucluster.spec.loader import load_bom
+
+    pin = load_bom().container_toolkit.version
+    for name, manifest in load_images().items():
+        shipped = manifest.components.get("container-toolkit")
+        if shipped is not None and shipped.version:
+            assert _release(shipped.version) <= _release(pin), (
+                f"{name} ships nvidia-container-toolkit {shipped.version}, newer than the pin {pin}")

@@ -180,3 +180,26 @@ def test_netdevs_name_one_interface_per_device() -> None:
     with pytest.raises(ValueError, match="netdevs name 1 interfaces for 2 devices"):
         Rail(name="r", kind="infiniband", role="compute", count=2, rate_gbps=400, devices=["mlx5_{0..1}"],
              netdevs=["ibp24s0"], addressing="shared_subnet")
+
+
+def test_each_inter_node_floor_names_the_algorithm_the_measurement_pins() -> None:
+    """Issue 24: the inter-node floors were justified with NVLS/tree figures and measured with Ring.
+    Every platform with an all-reduce floor says, beside it, which algorithm it holds for; on GPU
+    nodes that is the one GC-AR-002/003 pin (run_nccl_tests.INTER_ENV, NCCL_ALGO), and a sample the
+    file cites (a figure under NCCL's own algorithm choice) is said to be no ring's."""
+    from gpucluster.conformance.run_nccl_tests import INTER_ENV, INTER_PINNED
+
+    assert "NCCL_ALGO" in INTER_PINNED and INTER_ENV["NCCL_ALGO"] == "Ring"
+    profiles = load_profiles()
+    for name, platform in load_platforms().items():
+        if platform.floors.allreduce_inter_busbw_gbps is None:
+            continue
+        block = (PLATFORM_DIR / f"{name}.yaml").read_text().split("\nfloors:\n", 1)[1]
+        said = [line for line in block.splitlines() if line.startswith("  # algorithm (the all-reduce floors): ")]
+        assert len(said) == 1, f"{name}: no '# algorithm' line beside its floors"
+        gpus = any(profiles[p].gpu.count > 0 for p in platform.profiles)
+        if gpus:
+            assert f"Ring, the one GC-AR-002/003 pin (NCCL_ALGO={INTER_ENV['NCCL_ALGO']}," in said[0], name
+        # A measured figure cited for the floor (shared/samples) says whether it was a ring's.
+        if "nccl_allreduce_" in block:
+            assert "not a ring" in block, f"{name}: cites an all-reduce sample without saying it is no Ring figure"
