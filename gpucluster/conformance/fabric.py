@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +45,7 @@ from gpucluster.conformance.remote import (
 )
 from gpucluster.hostkeys import HostKeyPolicy
 from gpucluster.render.nccl import gid_index
+from gpucluster.runs import write_private
 
 # The fabric cache key of GC-IB-002's "before" reading (Fabric.counter_baseline).
 COUNTER_BASELINE_KEY = "ib-counters-before"
@@ -64,13 +64,6 @@ def rail_ping_command(interface: str, peer: str, mtu: int, tag: str) -> str:
 # Up to this many nodes every node pings every peer on each rail; past it, its ring neighbours only
 # (n² pings at fleet scale would take longer than the measurements they guard).
 RAIL_PING_ALL_MAX = 32
-
-
-def _write_whole(path: Path, text: str) -> None:
-    """Write ``path`` so that a reader sees the old file or the whole new one, never half of it."""
-    part = path.with_name(path.name + ".part")
-    part.write_text(text, encoding="utf-8")
-    os.replace(part, path)
 
 
 def rail_name(nodes: list[NodeInfo], i: int) -> str:
@@ -176,7 +169,7 @@ class Fabric:
                 started = time.perf_counter()
                 data = compute()
                 data["wall_s"] = round(time.perf_counter() - started, 3)
-                _write_whole(target, json.dumps(data, indent=2))
+                write_private(target, json.dumps(data, indent=2))
                 return data
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
@@ -190,7 +183,7 @@ class Fabric:
         with ThreadPoolExecutor(max_workers=min(16, len(nodes))) as pool:
             read = dict(pool.map(lambda n: (n.name, self.remote(n.name).run(IB_COUNTER_DUMP, timeout=60).stdout),
                                  nodes))
-        _write_whole(target, json.dumps({"nodes": read, "taken": time.time()}, indent=2))
+        write_private(target, json.dumps({"nodes": read, "taken": time.time()}, indent=2))
 
     def counter_baseline(self, node: str) -> str | None:
         """``node``'s HCA port counters as read before the session's first measurement between
