@@ -1,6 +1,6 @@
 """The one hand-off from provisioning to configuration: stack outputs -> Ansible inventory.
 
-Groups: one per role (``gpu``, ``storage``, ``control_plane``), one per pool
+Groups: one per role (gpucluster.spec.facts.ROLES: ``gpu``, ``storage``, ``control_plane``), one per pool
 (``pool_<name>``) and, with a storage section, one per Ceph daemon kind (``ceph_mon``,
 ``ceph_mgr``, ``ceph_mds``, ``ceph_osd``). Host variables: the addresses and identity of the node. Cluster-wide
 variables: the resolved spec, the bill of materials, the hardware profiles and platforms in use and what the
@@ -22,10 +22,10 @@ from gpucluster.render.proxy import proxy_env
 from gpucluster.render.sources import resolved_sources
 from gpucluster.spec import load_spec
 from gpucluster.spec.cluster import Cluster
+from gpucluster.spec.facts import ROLES
 from gpucluster.spec.loader import capped
 from gpucluster.spec.os import ceph_source, pool_os
 
-ROLE_GROUPS = ("gpu", "storage", "control_plane")
 UNSAFE_TAG = "!unsafe"
 # The inventory contract's version (gpucluster/inventory_model.py reads only this one).
 # 2: cluster-wide gpucluster_capabilities, which the roles read instead of the target's kind.
@@ -136,7 +136,7 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
     _consistency(cluster, outputs, source)
     hosts: dict[str, dict[str, Any]] = {}
     osd_by_pool = {p.name: list(p.osd_devices) for p in cluster.spec.node_pools if p.osd_devices}
-    groups: dict[str, dict[str, Any]] = {role: {"hosts": {}} for role in ROLE_GROUPS}
+    groups: dict[str, dict[str, Any]] = {role: {"hosts": {}} for role in ROLES}
     jump = jump_args(outputs.access)
     for node in outputs.nodes:
         host: dict[str, Any] = {

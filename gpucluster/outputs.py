@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpucluster.errors import InputError
 from gpucluster.spec.cluster import MAX_NODES, Cluster
-from gpucluster.spec.facts import FabricType
+from gpucluster.spec.facts import FabricType, Role
 from gpucluster.spec.loader import MAX_DEPTH, MAX_INT_DIGITS, capped, read_bounded, validation_problems
 from gpucluster.spec.models import (
     AbsPath,
@@ -36,7 +36,6 @@ from gpucluster.spec.models import (
     NoProxyEntry,
     OsId,
     ProxyUrl,
-    Role,
     SshUser,
 )
 

@@ -63,9 +63,8 @@ from gpucluster.conformance.reports import (
 )
 from gpucluster.conformance.verdict import CLUSTER, CheckResult, Outcome, shorten
 from gpucluster.errors import InputError
-from gpucluster.spec.facts import DCGM_DIAG_LEVELS, FLEET_MARGIN_DEFAULT
+from gpucluster.spec.facts import DCGM_DIAG_LEVELS, FLEET_MARGIN_DEFAULT, ROLES
 
-GROUP_MARKERS = ("gpu", "storage", "control_plane")
 PROBE_JSON = "probe.json"
 
 # Test-case properties (pytest's user_properties): JUnit XML carries them, and the controller
@@ -243,12 +242,12 @@ def pytest_configure(config: pytest.Config) -> None:
     state = collector(config)
     config.pluginmanager.register(state, COLLECTOR_PLUGIN)
     config.addinivalue_line("markers", "check(id): the conformance check this test implements")
-    for g in GROUP_MARKERS:
+    for g in ROLES:
         config.addinivalue_line("markers", f"{g}: runs on hosts of the inventory group {g}")
     if not _active(config):
         return
     for g in _inventory(config).groups:
-        if g not in GROUP_MARKERS:
+        if g not in ROLES:
             config.addinivalue_line("markers", f"{g}: runs on hosts of the inventory group {g}")
     _selected(config)  # a --checks pattern that names no check is refused here, before any node is probed
     state.started = time.time()
@@ -333,7 +332,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     inv = _inventory(metafunc.config)
     groups = tuple(m.name for m in metafunc.definition.iter_markers() if m.name in inv.groups or m.name in
-                   GROUP_MARKERS)
+                   ROLES)
     hosts = inv.in_groups(groups)
     params = [pytest.param(n.name, id=n.name, marks=pytest.mark.xdist_group(n.name)) for n in hosts]
     metafunc.parametrize("node", params, indirect=True)

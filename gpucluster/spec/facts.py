@@ -1,5 +1,5 @@
-"""Spec facts that the pydantic-free readers need too: the fabric types, the MTU range, the
-conformance suite's defaults.
+"""Spec facts that the pydantic-free readers need too: the node roles, the fabric types, the MTU
+range, the conformance suite's defaults.
 
 Each is defined here once. The spec's models (gpucluster/spec/models.py) build their fields from
 these, the inventory model (gpucluster/inventory_model.py) and the conformance suite import them,
@@ -11,6 +11,11 @@ worker and must not load pydantic, so this module imports nothing but ``typing``
 from __future__ import annotations
 
 from typing import Literal, get_args
+
+# What a node pool's role may be (``node_pools[].roles``). Each is also an inventory group of that
+# name (gpucluster/inventory.py) and a conformance marker that runs a check on the group's hosts.
+Role = Literal["gpu", "storage", "control_plane"]
+ROLES: tuple[str, ...] = get_args(Role)
 
 # What a fabric (``fabric.type``) and a platform's rail (``rails[].kind``) may be.
 FabricType = Literal["infiniband", "roce", "efa", "ethernet"]

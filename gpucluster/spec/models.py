@@ -36,9 +36,9 @@ from gpucluster.spec.facts import (
     MTU_MAX,
     MTU_MIN,
     FabricType,
+    Role,
 )
 
-Role = Literal["gpu", "storage", "control_plane"]
 TargetKind = Literal["aws", "azure", "oci", "baremetal", "lab"]
 # The operating systems a node may run; the bill of materials' `os` table names each one's release.
 OsId = Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]

@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 from gpucluster.conformance import checks
+from gpucluster.spec.facts import ROLES
 
 SUITE = Path(__file__).resolve().parents[3] / "tests" / "conformance"
 
@@ -55,7 +56,7 @@ def test_derived_checks_are_computed_from_checks_the_suite_runs():
 def test_group_markers_match_the_registry():
     for name, cid, _, marks in _tests():
         groups = set(checks.CHECKS[cid].groups)
-        marked = {g for g in ("gpu", "storage", "control_plane") if any(f"pytest.mark.{g}" == m for m in marks)}
+        marked = {g for g in ROLES if any(f"pytest.mark.{g}" == m for m in marks)}
         assert marked == groups, f"{name}: markers {marked}, registry says {groups}"
 
 
