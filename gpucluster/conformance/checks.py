@@ -104,7 +104,8 @@ _CHECKS = (
           "On RoCE fabrics with QoS specified, every compute RoCE rail MUST trust DSCP and have PFC on "
           "exactly the specified priority.", ("gpu",)),
     Check("GC-NET-006", "NET", "NCCL configuration",
-          "/etc/nccl.conf MUST hold exactly the settings the spec renders for the node.", ("gpu",)),
+          "/etc/nccl.conf MUST hold exactly the settings the spec renders for the node, and its "
+          "NCCL_SOCKET_IFNAME MUST name an interface the node has.", ("gpu",)),
     Check("GC-RAIL-001", "RAIL", "Compute rails configured",
           "Every addressed compute rail MUST be up at the fabric MTU with its address, its own routing table "
           "and source rule, and the multi-NIC ARP and reverse-path settings.", ("gpu",)),

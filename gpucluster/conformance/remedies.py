@@ -346,6 +346,11 @@ _REMEDIES = (
     Remedy("GC-NET-006", (
         "Run `cat /etc/nccl.conf` on {node}; the check's message names each setting that differs.",
         f"Rerun `{_converge('nccl')}`; a hand edit is overwritten there.",
+        "\"NCCL_SOCKET_IFNAME=... matches no interface of the node's\": NCCL would find no interface to "
+        "bootstrap over. Compare the value with `ip -br link` on {node}: the name comes from the spec's "
+        "`fabric.socket_ifname`, else (Ethernet) the platform's compute rails, else the node's fabric interface "
+        "(`gpucluster_fabric_interface` in the inventory), else the platform's `nccl_socket_interface`; correct "
+        "it there, regenerate the inventory and rerun the nccl role.",
     )),
     Remedy("GC-AR-001", (
         "Open the check's log for the per-size figures. Check `nvidia-smi topo -m` and `nvidia-smi nvlink -s` "

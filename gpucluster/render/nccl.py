@@ -25,7 +25,7 @@ libfabric variables reach the plugin from the same file.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpucluster.spec.facts import FABRIC_TYPES
@@ -116,6 +116,44 @@ def socket_ifname_value(name: str | Sequence[str]) -> str:
         if not _IFNAME.match(n):
             raise ValueError(f"not an interface name: {n!r}")
     return EXACT + ",".join(names)
+
+
+def socket_ifname_selects(value: str, interfaces: Iterable[str]) -> list[str]:
+    """The interfaces of ``interfaces`` that ``NCCL_SOCKET_IFNAME=value`` leaves NCCL's sockets, by
+    name, read as NCCL reads it (``ncclFindInterfaces`` in src/misc/socket.cc, ``ncclOsFindInterfaces``
+    in src/os/linux.cc, ``parseStringList`` and ``matchIfList`` in src/misc/utils.cc,
+    https://github.com/NVIDIA/nccl): a leading ``^`` excludes the entries, then a leading ``=``
+    makes each entry an exact name instead of a prefix; an entry's ``:<port>`` is dropped; a list
+    with no entry matches every interface; a value of one character is ignored (NCCL then picks
+    an interface itself). NCCL also passes over an interface that is not running or has no
+    address: that is GC-NET-001's and GC-RAIL-001's to judge, not the name's."""
+    names = list(interfaces)
+    if len(value) <= 1:
+        return names
+    exclude = value.startswith("^")
+    rest = value[1:] if exclude else value
+    exact = rest.startswith("=")
+    rest = rest[1:] if exact else rest
+    # parseStringList skips one more leading "^" or "=" itself ("=^eth0" is an exact eth0).
+    rest = rest[1:] if rest[:1] in ("^", EXACT) else rest
+    entries = [e for e in (part.split(":", 1)[0] for part in rest.split(",")) if e]
+
+    def named(name: str) -> bool:
+        if not entries:
+            return True
+        return any(name == e if exact else name.startswith(e) for e in entries)
+
+    return [n for n in names if named(n) != exclude]
+
+
+def socket_ifname_problem(value: str, interfaces: Sequence[str]) -> str | None:
+    """Why ``NCCL_SOCKET_IFNAME=value`` leaves NCCL no socket interface on a node whose interfaces
+    are ``interfaces`` (NCCL then fails at its bootstrap: "no socket interface found"), naming the
+    value and the interfaces; None where it leaves one."""
+    if socket_ifname_selects(value, interfaces):
+        return None
+    how = "excludes every interface" if value.startswith("^") else "matches no interface"
+    return f"NCCL_SOCKET_IFNAME={value} {how} of the node's ({', '.join(interfaces) or 'none'})"
 
 
 def socket_rails(platform: Mapping[str, Any]) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 
 from gpucluster.conformance.provider_ports import provider_mtu_problems, provider_port_problems
 from gpucluster.conformance.rdma_checks import hca_problems, roce_qos_problems
-from gpucluster.render.nccl import NCCL_CONF_PATH, nccl_settings, parse_nccl_conf
+from gpucluster.render.nccl import NCCL_CONF_PATH, nccl_settings, parse_nccl_conf, socket_ifname_problem
 from gpucluster.render.platform import platform_devices, platform_rdma_addressed, provider_ports
 
 
@@ -157,7 +157,7 @@ def test_roce_qos(node):
 @pytest.mark.check("GC-NET-006")
 @pytest.mark.gpu
 def test_nccl_conf(node):
-    """/etc/nccl.conf MUST hold exactly the settings the spec renders for the node."""
+    """/etc/nccl.conf MUST hold exactly the settings the spec renders for the node, and its NCCL_SOCKET_IFNAME MUST name an interface the node has."""  # noqa: E501
     # The nccl role writes the file on every node it runs on, GPUs or not (the lab's nodes have
     # none), from the same function: what is expected here is what the role wrote.
     want = nccl_settings(node.inv.fabric, node.info.platform, node.info.fabric_interface)
@@ -165,4 +165,13 @@ def test_nccl_conf(node):
     assert res.rc == 0, f"{NCCL_CONF_PATH} is missing"
     got = parse_nccl_conf(res.stdout)
     diff = {k: (got.get(k), want.get(k)) for k in set(got) | set(want) if got.get(k) != want.get(k)}
-    assert not diff, "; ".join(f"{k}={a!r}, expected {b!r}" for k, (a, b) in sorted(diff.items()))
+    problems = [f"{k}={a!r}, expected {b!r}" for k, (a, b) in sorted(diff.items())]
+    # The value NCCL reads (the file's): a name the node lacks leaves NCCL no bootstrap interface.
+    ifname = got.get("NCCL_SOCKET_IFNAME")
+    if ifname is not None:
+        links = node.run("ip -j addr show")
+        assert links.rc == 0, f"ip addr: {links.stderr.strip()}"
+        problem = socket_ifname_problem(ifname, [str(link.get("ifname")) for link in json.loads(links.stdout)])
+        if problem:
+            problems.append(problem)
+    assert not problems, "; ".join(problems)

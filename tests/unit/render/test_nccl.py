@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -13,6 +14,8 @@ from gpucluster.render.nccl import (
     ib_hca_value,
     nccl_settings,
     parse_nccl_conf,
+    socket_ifname_problem,
+    socket_ifname_selects,
     socket_ifname_value,
 )
 from gpucluster.spec.cluster import platform_data
@@ -160,3 +163,73 @@ def test_parse_keeps_the_exact_match_prefix() -> None:
 
 def test_the_conf_path_is_nccls() -> None:
     assert NCCL_CONF_PATH == "/etc/nccl.conf"
+
+
+# `ip -j addr show` (iproute2 6.1.0) in a network namespace shaped like a lab GPU node: lo, eth0 (a
+# veth whose peer is in another namespace, down, no address) and two rail veths with addresses.
+IP_ADDR_SHOW = (
+    '[{"ifindex":1,"ifname":"lo","flags":["LOOPBACK","UP","LOWER_UP"],"mtu":65536,"qdisc":"noqueue",'
+    '"operstate":"UNKNOWN","group":"default","txqlen":1000,"link_type":"loopback","address":"00:00:00:00:00:00",'
+    '"broadcast":"00:00:00:00:00:00","addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8,"scope":"host",'
+    '"label":"lo","valid_life_time":4294967295,"preferred_life_time":4294967295},{"family":"inet6","local":"::1",'
+    '"prefixlen":128,"scope":"host","valid_life_time":4294967295,"preferred_life_time":4294967295}]},'
+    '{"ifindex":2,"link_index":3448,"ifname":"eth0","flags":["BROADCAST","MULTICAST"],"mtu":1500,"qdisc":"noop",'
+    '"operstate":"DOWN","group":"default","txqlen":1000,"link_type":"ether","address":"86:54:ec:44:7b:16",'
+    '"broadcast":"ff:ff:ff:ff:ff:ff","link_netnsid":0,"addr_info":[]},'
+    '{"ifindex":3,"link":"enp16s0np0","ifname":"enp32s0np0","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"],'
+    '"mtu":1500,"qdisc":"noqueue","operstate":"UP","group":"default","txqlen":1000,"link_type":"ether",'
+    '"address":"12:03:7d:89:7a:87","broadcast":"ff:ff:ff:ff:ff:ff","addr_info":[{"family":"inet",'
+    '"local":"10.5.3.10","prefixlen":24,"scope":"global","label":"enp32s0np0","valid_life_time":4294967295,'
+    '"preferred_life_time":4294967295},{"family":"inet6","local":"fe80::1003:7dff:fe89:7a87","prefixlen":64,'
+    '"scope":"link","tentative":true,"valid_life_time":4294967295,"preferred_life_time":4294967295}]},'
+    '{"ifindex":4,"link":"enp32s0np0","ifname":"enp16s0np0","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"],'
+    '"mtu":1500,"qdisc":"noqueue","operstate":"UP","group":"default","txqlen":1000,"link_type":"ether",'
+    '"address":"c2:01:75:4c:e0:4b","broadcast":"ff:ff:ff:ff:ff:ff","addr_info":[{"family":"inet",'
+    '"local":"10.5.2.10","prefixlen":24,"scope":"global","label":"enp16s0np0","valid_life_time":4294967295,'
+    '"preferred_life_time":4294967295},{"family":"inet6","local":"fe80::c001:75ff:fe4c:e04b","prefixlen":64,'
+    '"scope":"link","tentative":true,"valid_life_time":4294967295,"preferred_life_time":4294967295}]}]')
+LAB_NODE = [link["ifname"] for link in json.loads(IP_ADDR_SHOW)]
+AZURE_NODE = ["lo", "eth0", *(f"ib{i}" for i in range(8))]
+
+
+@pytest.mark.parametrize(("value", "interfaces", "selected"), [
+    # A prefix: every interface whose name begins with it ("eth : Use all interfaces starting with eth").
+    ("enp", LAB_NODE, ["enp32s0np0", "enp16s0np0"]),
+    ("ib", AZURE_NODE, [f"ib{i}" for i in range(8)]),
+    ("ib1", [*AZURE_NODE, "ib10"], ["ib1", "ib10"]),
+    # "=": exact names only ("=eth0 : Use only interface eth0").
+    ("=enp16s0np0", LAB_NODE, ["enp16s0np0"]),
+    ("=ib1", [*AZURE_NODE, "ib10"], ["ib1"]),
+    ("=enp16s0", LAB_NODE, []),
+    # "^": everything but ("^docker : Do not use any interface starting with docker").
+    ("^docker,lo", [*LAB_NODE, "docker0"], ["eth0", "enp32s0np0", "enp16s0np0"]),
+    ("^=enp16s0np0", LAB_NODE, ["lo", "eth0", "enp32s0np0"]),
+    ("^enp,eth,lo", LAB_NODE, []),
+    # Several entries, each prefix or exact alike; the renderer's lab rails; a port suffix dropped.
+    ("=enp16s0np0,enp32s0np0", LAB_NODE, ["enp32s0np0", "enp16s0np0"]),
+    ("=enp16s0np0,enp64s0np0", LAB_NODE, ["enp16s0np0"]),
+    ("ib,eth", AZURE_NODE, ["eth0", *(f"ib{i}" for i in range(8))]),
+    ("=ib0:1,ib1", AZURE_NODE, ["ib0", "ib1"]),
+    # NCCL ignores a one-character value and matches every interface on a list without an entry.
+    ("=", LAB_NODE, LAB_NODE),
+    ("=,", LAB_NODE, LAB_NODE),
+])
+def test_socket_ifname_selects_as_nccl_reads_it(value: str, interfaces: list[str], selected: list[str]) -> None:
+    assert socket_ifname_selects(value, interfaces) == selected
+
+
+def test_an_include_list_that_matches_nothing_names_the_value_and_the_interfaces() -> None:
+    assert socket_ifname_problem("=ib0", LAB_NODE) == (
+        "NCCL_SOCKET_IFNAME==ib0 matches no interface of the node's (lo, eth0, enp32s0np0, enp16s0np0)")
+    assert socket_ifname_problem("=enp16s0np0,enp64s0np0", LAB_NODE) is None
+    assert socket_ifname_problem("ib", AZURE_NODE) is None
+    assert socket_ifname_problem("^enp,eth,lo", LAB_NODE) == (
+        "NCCL_SOCKET_IFNAME=^enp,eth,lo excludes every interface of the node's (lo, eth0, enp32s0np0, enp16s0np0)")
+    assert socket_ifname_problem("=eth0", []) == "NCCL_SOCKET_IFNAME==eth0 matches no interface of the node's (none)"
+
+
+def test_what_the_renderer_writes_selects_exactly_the_interfaces_it_names() -> None:
+    """The exact form keeps ib1 from selecting ib10 (a prefix would), on the reader's side too."""
+    for names in (["ib1"], ["enp16s0np0", "enp32s0np0"], ["eth0"]):
+        present = [*AZURE_NODE, *LAB_NODE, "ib10", "enp16s0np0f1"]
+        assert socket_ifname_selects(socket_ifname_value(names), present) == [n for n in present if n in names]

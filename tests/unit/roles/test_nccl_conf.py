@@ -10,7 +10,9 @@ is that rendering: the check must pass. The inventory is built by the project's 
 
 from __future__ import annotations
 
+import json
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, parse_inven
 from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
 from gpucluster.outputs import StackOutputs
 from gpucluster.render import nccl as render_nccl
+from gpucluster.render.devices import expand_devices
 from gpucluster.spec import load_spec
 from gpucluster.spec.facts import FABRIC_TYPES
 from tests.unit.example_outputs import example_outputs
@@ -59,15 +62,40 @@ class _Result:
     stderr: str = ""
 
 
+def ip_addr_show(names: Sequence[str]) -> str:
+    """``ip -j addr show`` of a node with these links, in iproute2's JSON shape (one object per link;
+    tests/unit/render/test_nccl.py holds a real one)."""
+    return json.dumps([{"ifindex": i, "ifname": name, "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"],
+                        "mtu": 1500, "qdisc": "noqueue", "operstate": "UP", "group": "default", "txqlen": 1000,
+                        "link_type": "ether", "addr_info": []} for i, name in enumerate(names, 1)])
+
+
+def declared_links(info: NodeInfo) -> list[str]:
+    """The links the inventory and the node's platform say it has: its fabric interface, every
+    rail's netdevs (the Ethernet rails' devices are netdevs) and the provider's socket interface."""
+    platform = info.platform
+    names = ["lo", *([info.fabric_interface] if info.fabric_interface else [])]
+    for rail in platform.get("rails") or []:
+        names += expand_devices(list(rail.get("netdevs") or []))
+        if rail.get("kind") == "ethernet":
+            names += [str(d) for d in rail.get("devices") or []]
+    if platform.get("nccl_socket_interface"):
+        names.append(str(platform["nccl_socket_interface"]))
+    return list(dict.fromkeys(names))
+
+
 @dataclass
 class _Node:
-    """The part of the conformance suite's ``node`` fixture GC-NET-006 uses, with one file on it."""
+    """The part of the conformance suite's ``node`` fixture GC-NET-006 uses, with one file on it and
+    the links its platform and inventory name."""
 
     info: NodeInfo
     inv: ClusterInventory
     files: dict[str, str]
 
     def run(self, command: str) -> _Result:
+        if command == "ip -j addr show":
+            return _Result(0, ip_addr_show(declared_links(self.info)))
         path = command.removeprefix("cat ")
         if path in self.files:
             return _Result(0, self.files[path])
