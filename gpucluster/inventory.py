@@ -2,10 +2,11 @@
 
 Groups: one per role (gpucluster.spec.facts.ROLES: ``gpu``, ``storage``, ``control_plane``), one per pool
 (``pool_<name>``) and, with a storage section, one per Ceph daemon kind (``ceph_mon``,
-``ceph_mgr``, ``ceph_mds``, ``ceph_osd``). Host variables: the addresses and identity of the node. Cluster-wide
-variables: the resolved spec, the bill of materials, the hardware profiles and platforms in use and what the
-target's nodes can do (``gpucluster_capabilities``, from the outputs), so roles and the conformance
-suite read expectations from the inventory alone and never ask which target they run on.
+``ceph_mgr``, ``ceph_mds``, ``ceph_osd``). Host variables: the addresses and identity of the node, built as
+the contract's model (gpucluster.inventory_model.InventoryHost). Cluster-wide variables: the resolved spec,
+the bill of materials, the hardware profiles and platforms in use and what the target's nodes can do
+(``gpucluster_capabilities``, from the outputs), so roles and the conformance suite read expectations from
+the inventory alone and never ask which target they run on.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from typing import Any
 import yaml
 
 from gpucluster.errors import InputError
+from gpucluster.inventory_model import SCHEMA_VERSION, UNSAFE_TAG, InventoryHost, InventoryRail
+
+# Re-exported beside dump_inventory: the contract's reader of what it writes.
+from gpucluster.inventory_model import parse_inventory_text as parse_inventory_text
 from gpucluster.outputs import OutputAccess, StackOutputs, access_outputs, egress_outputs, load_outputs
 from gpucluster.render.proxy import proxy_env
 from gpucluster.render.sources import resolved_sources
@@ -25,14 +30,6 @@ from gpucluster.spec.cluster import Cluster
 from gpucluster.spec.facts import ROLES
 from gpucluster.spec.loader import capped
 from gpucluster.spec.os import ceph_source, pool_os
-
-UNSAFE_TAG = "!unsafe"
-# The inventory contract's version (gpucluster/inventory_model.py reads only this one).
-# 2: cluster-wide gpucluster_capabilities, which the roles read instead of the target's kind.
-# 3: the profile holds the GPU part only; the network part is the platform (gpucluster_platforms,
-#    host variable gpucluster_platform); gpucluster_conformance carries how verify judges.
-# 4: gpucluster_capabilities.kubernetes_nodes (whether site.yml deploys Kubernetes on the nodes).
-SCHEMA_VERSION = 4
 
 
 def pool_group(pool: str) -> str:
@@ -139,40 +136,27 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
     groups: dict[str, dict[str, Any]] = {role: {"hosts": {}} for role in ROLES}
     jump = jump_args(outputs.access)
     for node in outputs.nodes:
-        host: dict[str, Any] = {
-            "ansible_host": node.management_ip,
-            "ansible_user": node.ssh_user,
-            "ansible_port": node.ssh_port,
-        }
-        if outputs.ssh_private_key_file:
-            host["ansible_ssh_private_key_file"] = outputs.ssh_private_key_file
-        if jump is not None:
-            host["ansible_ssh_common_args"] = jump
-        host.update(
-            {
-                "gpucluster_node_name": node.name,
-                "gpucluster_pool": node.pool,
-                "gpucluster_roles": list(node.roles),
-                "gpucluster_profile": node.profile,
-                "gpucluster_platform": cluster.node(node.name).platform,
-                # The OS the spec declares for the node (its pool's, else the target's): the roles
-                # resolve packages from it and GC-OS-001 compares /etc/os-release with it.
-                "gpucluster_os": pool_os(cluster.spec, cluster.pool(node.pool)),
-                "gpucluster_preinstalled": cluster.pool(node.pool).preinstalled,
-                "gpucluster_management_ip": node.management_ip,
-                "gpucluster_fabric_ip": node.fabric_ip,
-                "gpucluster_fabric_interface": node.fabric_interface,
-                # The compute rails whose addresses the target planned: the fabric_rails role
-                # configures each, the GC-RAIL checks and the per-rail pair runs read them.
-                "gpucluster_rails": [r.model_dump() for r in node.rails],
-            }
+        host = InventoryHost(
+            ansible_host=node.management_ip,
+            ansible_user=node.ssh_user,
+            ansible_port=node.ssh_port,
+            ansible_ssh_private_key_file=outputs.ssh_private_key_file or None,
+            ansible_ssh_common_args=jump,
+            gpucluster_node_name=node.name,
+            gpucluster_pool=node.pool,
+            gpucluster_roles=list(node.roles),
+            gpucluster_profile=node.profile,
+            gpucluster_platform=cluster.node(node.name).platform,
+            gpucluster_os=pool_os(cluster.spec, cluster.pool(node.pool)),
+            gpucluster_preinstalled=cluster.pool(node.pool).preinstalled,
+            gpucluster_management_ip=node.management_ip,
+            gpucluster_fabric_ip=node.fabric_ip,
+            gpucluster_fabric_interface=node.fabric_interface,
+            gpucluster_rails=[InventoryRail(**r.model_dump()) for r in node.rails],
+            gpucluster_failure_domain=node.failure_domain or None,
+            gpucluster_osd_devices=osd_by_pool.get(node.pool) or None,
         )
-        if node.failure_domain:
-            host["gpucluster_failure_domain"] = node.failure_domain
-        osd_devices = osd_by_pool.get(node.pool)
-        if osd_devices:
-            host["gpucluster_osd_devices"] = osd_devices
-        hosts[node.name] = host
+        hosts[node.name] = host.host_vars()
         for role in node.roles:
             groups[role]["hosts"][node.name] = None
         groups.setdefault(pool_group(node.pool), {"hosts": {}})["hosts"][node.name] = None
@@ -288,26 +272,6 @@ def _flow(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_flow(v) for v in value) + "]"
     return json.dumps(value)
-
-
-class _InventoryLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """Reads an inventory this module wrote: ``!unsafe`` strings come back as plain strings."""
-
-
-def _construct_unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-    if isinstance(node, yaml.ScalarNode):
-        return loader.construct_scalar(node)
-    if isinstance(node, yaml.SequenceNode):
-        return loader.construct_sequence(node, deep=True)
-    return loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
-
-
-_InventoryLoader.add_constructor(UNSAFE_TAG, _construct_unsafe)
-
-
-def parse_inventory_text(text: str) -> Any:
-    """The data of an inventory file's text (``!unsafe`` tags read as plain strings)."""
-    return yaml.load(text, Loader=_InventoryLoader)
 
 
 def dump_inventory(inventory: dict[str, Any]) -> str:

@@ -24,12 +24,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpucluster.errors import InputError
-from gpucluster.inventory import SCHEMA_VERSION, parse_inventory_text
-from gpucluster.spec.facts import FABRIC_TYPES, MTU_MIN
+from gpucluster.spec.facts import FABRIC_TYPES, MTU_MIN, Role
 from gpucluster.spec.loader import validation_problems
 from gpucluster.spec.models import (
     Cidr,
     Conformance,
+    CrushBucketName,
+    DevPath,
     HostName,
     HttpUrl,
     IfName,
@@ -38,17 +39,27 @@ from gpucluster.spec.models import (
     Name,
     NoProxyEntry,
     OsId,
+    PreinstalledPolicy,
     ProxyUrl,
     Rail,
     SshUser,
 )
 
+# The inventory contract's version: the writer (gpucluster/inventory.py) writes it, readers refuse another.
+# 2: cluster-wide gpucluster_capabilities, which the roles read instead of the target's kind.
+# 3: the profile holds the GPU part only; the network part is the platform (gpucluster_platforms,
+#    host variable gpucluster_platform); gpucluster_conformance carries how verify judges.
+# 4: gpucluster_capabilities.kubernetes_nodes (whether site.yml deploys Kubernetes on the nodes).
+SCHEMA_VERSION = 4
 SCHEMA_VAR = "gpucluster_inventory_schema"
+# The tag the writer puts on a string Ansible must never template (gpucluster.inventory.dump_inventory).
+UNSAFE_TAG = "!unsafe"
 _REGENERATE = "write the inventory again with `gpucluster inventory` (or `gpucluster lab up`)"
 
 __all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryAccess", "InventoryBastion",
            "InventoryCapabilities", "InventoryConformance", "InventoryEgress", "InventoryGroup", "InventoryHost",
-           "InventoryPlatform", "InventoryRail", "InventoryVars", "read_inventory", "validate_inventory"]
+           "InventoryPlatform", "InventoryRail", "InventoryVars", "parse_inventory_text", "read_inventory",
+           "validate_inventory"]
 
 
 class _Open(BaseModel):
@@ -74,7 +85,17 @@ class InventoryRail(BaseModel):
     cidr: Cidr
 
 
+# Host variables the writer leaves out where the node has none (no key file, no bastion, no failure
+# domain, no OSDs), so that the roles' defaults and Ansible's own apply.
+_ABSENT_WHEN_NONE = ("ansible_ssh_private_key_file", "ansible_ssh_common_args", "gpucluster_failure_domain",
+                     "gpucluster_osd_devices")
+
+
 class InventoryHost(_Open):
+    """A node's host variables: the writer (gpucluster.inventory.build_inventory) builds this model and
+    writes its :meth:`host_vars`, and every reader validates the file against it, so the host's
+    shape is written here once. Variables the roles add by hand are kept as extras."""
+
     ansible_host: SshHost
     ansible_user: SshLogin = "root"
     ansible_port: int = Field(22, ge=1, le=65535)
@@ -83,17 +104,28 @@ class InventoryHost(_Open):
     ansible_ssh_common_args: Annotated[str, Field(
         pattern=r"^-o ProxyJump=[a-z_][a-z0-9_-]{0,31}@[A-Za-z0-9][A-Za-z0-9.-]{0,252}:[0-9]{1,5}$")] | None = None
     gpucluster_node_name: Name
-    gpucluster_pool: str
-    gpucluster_roles: list[str] = Field(min_length=1)
-    gpucluster_profile: str
-    gpucluster_platform: str
+    gpucluster_pool: Name
+    gpucluster_roles: list[Role] = Field(min_length=1)
+    gpucluster_profile: Name
+    gpucluster_platform: Name
+    # The OS the spec declares for the node (its pool's, else the target's): the roles resolve
+    # packages from it and GC-OS-001 compares /etc/os-release with it.
+    gpucluster_os: OsId
+    gpucluster_preinstalled: PreinstalledPolicy
     gpucluster_management_ip: IPv4
     gpucluster_fabric_ip: IPv4 | None
     gpucluster_fabric_interface: IfName | None = None
-    # Inventories written before rails were exported have none.
+    # The compute rails whose addresses the target planned: the fabric_rails role configures each,
+    # the GC-RAIL checks and the per-rail pair runs read them. Inventories written before rails
+    # were exported have none.
     gpucluster_rails: list[InventoryRail] = Field(default_factory=list)
-    gpucluster_os: Literal["ubuntu-22.04", "ubuntu-24.04", "debian-12"]
-    gpucluster_preinstalled: Literal["adopt_or_replace", "adopt_or_fail"]
+    gpucluster_failure_domain: CrushBucketName | None = None
+    # The node's pool's OSD disks (the ceph roles').
+    gpucluster_osd_devices: list[DevPath] | None = None
+
+    def host_vars(self) -> dict[str, Any]:
+        """The variables as the inventory file holds them: an optional one that is None is left out."""
+        return self.model_dump(exclude={k for k in _ABSENT_WHEN_NONE if getattr(self, k) is None})
 
 
 class InventoryLinkFloors(BaseModel):
@@ -315,6 +347,26 @@ def _rule_problems(root: dict[str, Any]) -> list[str]:
         else:
             owners[address] = str(name)
     return problems
+
+
+class _InventoryLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """Reads an inventory gpucluster.inventory wrote: ``!unsafe`` strings come back as plain strings."""
+
+
+def _construct_unsafe(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        return loader.construct_scalar(node)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+
+
+_InventoryLoader.add_constructor(UNSAFE_TAG, _construct_unsafe)
+
+
+def parse_inventory_text(text: str) -> Any:
+    """The data of an inventory file's text (``!unsafe`` tags read as plain strings)."""
+    return yaml.load(text, Loader=_InventoryLoader)
 
 
 def read_inventory(path: str | Path) -> tuple[Inventory, dict[str, Any]]:

@@ -16,8 +16,7 @@ import yaml
 
 from gpucluster.errors import InputError
 from gpucluster.hostkeys import Jump
-from gpucluster.inventory import parse_inventory_text
-from gpucluster.inventory_model import validate_inventory
+from gpucluster.inventory_model import parse_inventory_text, validate_inventory
 from gpucluster.render.platform import RDMA_KINDS, platform_rail_count
 
 

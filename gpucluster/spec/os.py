@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from gpucluster.spec.models import ClusterSpec, NodePool
+from gpucluster.spec.models import ClusterSpec, NodePool, OsId
 
 CephSource = Literal["upstream", "distro"]
 
 
-def pool_os(spec: ClusterSpec, pool: NodePool) -> str:
+def pool_os(spec: ClusterSpec, pool: NodePool) -> OsId:
     """The OS a pool's nodes run: the pool's own, else its target's."""
     return pool.os or spec.target.os
 

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from gpucluster.errors import InputError
-from gpucluster.inventory import SCHEMA_VERSION, build_inventory, parse_inventory_text
-from gpucluster.inventory_model import InventoryCapabilities, read_inventory, validate_inventory
+from gpucluster.inventory import build_inventory, parse_inventory_text
+from gpucluster.inventory_model import SCHEMA_VERSION, InventoryCapabilities, read_inventory, validate_inventory
 from gpucluster.outputs import LAB_CAPABILITIES, Capabilities, build_outputs, load_outputs, parse_outputs
 from gpucluster.spec import load_spec
 from gpucluster.spec.models import TwinRef

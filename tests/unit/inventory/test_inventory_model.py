@@ -8,7 +8,8 @@ import pytest
 
 from gpucluster.errors import InputError
 from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
-from gpucluster.inventory_model import SCHEMA_VERSION, read_inventory, validate_inventory
+from gpucluster.inventory_model import SCHEMA_VERSION, InventoryHost, read_inventory, validate_inventory
+from gpucluster.outputs import parse_outputs
 from gpucluster.spec import load_spec
 from tests.unit.example_outputs import example_outputs
 
@@ -27,6 +28,24 @@ def test_what_the_writer_writes_the_contract_reads(stack: str, tmp_path: Path) -
     assert set(model.hosts) == {n.name for n in cluster.nodes}
     assert model.groups()["gpu"] == tuple(n.name for n in cluster.nodes_with_role("gpu"))
     assert data["all"]["vars"]["gpucluster_cluster_name"] == cluster.name
+
+
+def test_the_writer_writes_each_host_as_the_model_names_it() -> None:
+    # build_inventory builds every host from InventoryHost: a variable written beside the model
+    # would come back as an extra, and a field of the model no writer fills would be written nowhere.
+    written: set[str] = set()
+    for stack in sorted(REPO.glob("Pulumi.*.yaml")):
+        cluster = load_spec(stack)
+        # The optional host variables, so that each is written for some stack: a key file and failure
+        # domains for all, a bastion (aws, azure) and OSD disks (the stacks with storage) where set.
+        outputs = example_outputs(cluster, ssh_user="ubuntu", ssh_private_key_file="~/.ssh/id_ed25519",
+                                  failure_domains={n.name: "rack-1" for n in cluster.nodes})
+        inventory = build_inventory(cluster, parse_outputs(outputs, "outputs"))
+        model = validate_inventory(parse_inventory_text(dump_inventory(inventory)), stack.name)
+        for name, host in model.hosts.items():
+            assert host.model_extra == {}, (stack.name, name)
+            written |= set(inventory["all"]["hosts"][name])
+    assert written == set(InventoryHost.model_fields)
 
 
 def _golden() -> dict:

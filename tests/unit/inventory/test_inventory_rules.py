@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from gpucluster.errors import InputError
-from gpucluster.inventory import SCHEMA_VERSION, dump_inventory, parse_inventory_text
-from gpucluster.inventory_model import BOM_KEYS, validate_inventory
+from gpucluster.inventory import dump_inventory, parse_inventory_text
+from gpucluster.inventory_model import BOM_KEYS, SCHEMA_VERSION, validate_inventory
 
 # Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
 pytestmark = pytest.mark.process
