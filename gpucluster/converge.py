@@ -57,7 +57,7 @@ import yaml
 
 from gpucluster import hostkeys, mitogen, paths, runs, sockets
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
-from gpucluster.inventory_model import read_inventory
+from gpucluster.inventory_model import Inventory, read_inventory
 
 REPO_ROOT = paths.REPO_ROOT
 DEFAULT_PLAYBOOK = REPO_ROOT / "playbooks" / "site.yml"
@@ -260,10 +260,10 @@ def stack_inventory(stack: str | Path) -> Path:
 lab_inventory = stack_inventory
 
 
-def load_inventory(path: Path) -> dict[str, Any]:
+def load_inventory(path: Path) -> Inventory:
     """Read and check the inventory against its typed contract before any host is touched."""
-    _, data = read_inventory(path)
-    return data
+    inventory, _ = read_inventory(path)
+    return inventory
 
 
 def new_run_dir(runs_dir: Path, label: str) -> Path:
@@ -413,28 +413,27 @@ def _command_words(stderr: str, rc: Any) -> str:
 _SSH_CONNECTIONS = {"ssh", "paramiko", "paramiko_ssh", "mitogen_ssh", "smart"}
 
 
-def ssh_targets(inventory: Mapping[str, Any]) -> list[tuple[str, str, int, str | None, str | None]]:
+def ssh_targets(inventory: Inventory) -> list[tuple[str, str, int, str | None, str | None]]:
     """(name, address, port, user, key) of every host Ansible reaches over SSH."""
-    root = inventory.get("all") or {}
-    all_vars = root.get("vars") or {}
+    # ansible_connection is no variable of the contract: a role's or a person's, kept as an extra.
+    default = (inventory.vars.model_extra or {}).get("ansible_connection", "ssh")
     out = []
-    for name, hv in (root.get("hosts") or {}).items():
-        hv = hv or {}
-        if str(hv.get("ansible_connection", all_vars.get("ansible_connection", "ssh"))) not in _SSH_CONNECTIONS:
+    for name, hv in inventory.hosts.items():
+        if str((hv.model_extra or {}).get("ansible_connection", default)) not in _SSH_CONNECTIONS:
             continue
-        out.append((str(name), str(hv.get("ansible_host", name)), int(hv.get("ansible_port", 22)),
-                    hv.get("ansible_user"), hv.get("ansible_ssh_private_key_file")))
+        # No ansible_user: ssh's own default login, as Ansible leaves it.
+        user = hv.ansible_user if "ansible_user" in hv.model_fields_set else None
+        out.append((name, hv.ansible_host, hv.ansible_port, user, hv.ansible_ssh_private_key_file))
     return out
 
 
-def limited_hosts(inventory: Mapping[str, Any], limit: str | None) -> set[str] | None:
+def limited_hosts(inventory: Inventory, limit: str | None) -> set[str] | None:
     """The hosts a ``--limit`` of host and group names selects; None for every host (no limit, or
     a pattern with wildcards or exclusions, which Ansible alone resolves)."""
     if not limit:
         return None
-    root = inventory.get("all") or {}
-    groups = {name: set((body or {}).get("hosts") or {}) for name, body in (root.get("children") or {}).items()}
-    hosts = set(root.get("hosts") or {})
+    groups = {name: set(members) for name, members in inventory.groups().items()}
+    hosts = set(inventory.hosts)
     chosen: set[str] = set()
     for term in (t.strip() for t in re.split(r"[,:]", limit) if t.strip()):
         if any(c in term for c in "*?[!&~@"):
@@ -448,7 +447,7 @@ def limited_hosts(inventory: Mapping[str, Any], limit: str | None) -> set[str] |
     return chosen
 
 
-def probe_host_keys(inventory: Mapping[str, Any], policy: hostkeys.HostKeyPolicy, limit: str | None = None,
+def probe_host_keys(inventory: Inventory, policy: hostkeys.HostKeyPolicy, limit: str | None = None,
                     jump: tuple[hostkeys.Jump, Path] | None = None) -> None:
     """First contact records each node's key; a node whose key changed stops the run (InputError).
 
@@ -495,16 +494,15 @@ def ansible_ssh_args(policy: hostkeys.HostKeyPolicy, cfg: Path = ANSIBLE_CFG) ->
     return " ".join(shlex.quote(w) for w in kept)
 
 
-def fetched_secrets(options: ConvergeOptions, inventory: Mapping[str, Any]) -> list[Path]:
+def fetched_secrets(options: ConvergeOptions, inventory: Inventory) -> list[Path]:
     """Where the control-plane role fetches admin.conf (cluster-admin's key) on the controller:
     the extra var or the inventory's value, and the role's default."""
-    all_vars = (inventory.get("all") or {}).get("vars") or {}
     dest = options.extra_vars.get("kubernetes_control_plane_kubeconfig_fetch_dest") \
-        or all_vars.get("kubernetes_control_plane_kubeconfig_fetch_dest")
+        or (inventory.vars.model_extra or {}).get("kubernetes_control_plane_kubeconfig_fetch_dest")
     candidates = []
     if isinstance(dest, str) and "{{" not in dest:
         candidates.append(Path(dest))
-    name = str(all_vars.get("gpucluster_cluster_name", ""))
+    name = inventory.vars.gpucluster_cluster_name
     if name:
         # The role's default: {{ playbook_dir }}/../runs/<cluster name>/admin.conf
         candidates.append(options.playbook.resolve().parent.parent / "runs" / name / "admin.conf")
@@ -592,7 +590,7 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
         # (ProxyJump), with its login and host key policy from a config file ssh hands on to it.
         jump = hostkeys.jump_of(inventory)
         through = None if jump is None else (jump, hostkeys.jump_config_for(
-            str(((inventory.get("all") or {}).get("vars") or {}).get("gpucluster_cluster_name", "")), jump, policy))
+            inventory.vars.gpucluster_cluster_name, jump, policy))
         if policy.checked:
             probe_host_keys(inventory, policy, options.limit, through)
         fetched = fetched_secrets(options, inventory)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from gpucluster import runs
 from gpucluster.errors import InputError
+from gpucluster.inventory_model import Inventory
 
 KNOWN_HOSTS = "known_hosts"
 PROBE_CONNECT_TIMEOUT_S = 5
@@ -82,10 +83,9 @@ def policy_for(target: str, cluster_name: str) -> HostKeyPolicy:
     return HostKeyPolicy(path)
 
 
-def policy_for_inventory(data: dict[str, Any]) -> HostKeyPolicy:
-    """The policy for a parsed inventory (``all.vars.gpucluster_target`` and the cluster's name)."""
-    all_vars = ((data.get("all") or {}).get("vars") or {}) if isinstance(data, dict) else {}
-    return policy_for(str(all_vars.get("gpucluster_target", "")), str(all_vars.get("gpucluster_cluster_name", "")))
+def policy_for_inventory(inventory: Inventory) -> HostKeyPolicy:
+    """The policy for an inventory (its target and the cluster's name)."""
+    return policy_for(inventory.vars.gpucluster_target, inventory.vars.gpucluster_cluster_name)
 
 
 # --- through a bastion -----------------------------------------------------------------------
@@ -122,18 +122,16 @@ class Jump:
         return lines
 
 
-def jump_of(data: Mapping[str, Any]) -> Jump | None:
-    """The bastion of a parsed inventory (``all.vars.gpucluster_access``), with the key its hosts
-    log in with; None when the nodes are reached directly."""
-    root = (data.get("all") or {}) if isinstance(data, Mapping) else {}
-    access = (root.get("vars") or {}).get("gpucluster_access") or {}
-    bastion = access.get("bastion") if access.get("mode") == "bastion" else None
-    if not isinstance(bastion, Mapping):
+def jump_of(inventory: Inventory) -> Jump | None:
+    """The bastion of an inventory (``all.vars.gpucluster_access``), with the key its hosts log in
+    with; None when the nodes are reached directly."""
+    access = inventory.vars.gpucluster_access
+    bastion = access.bastion if access.mode == "bastion" else None
+    if bastion is None:
         return None
-    hosts = [hv for hv in (root.get("hosts") or {}).values() if isinstance(hv, Mapping)]
-    keys = {hv.get("ansible_ssh_private_key_file") for hv in hosts}
+    keys = {hv.ansible_ssh_private_key_file for hv in inventory.hosts.values()}
     key = next(iter(keys)) if len(keys) == 1 else None
-    return Jump(str(bastion["host"]), str(bastion["user"]), int(bastion.get("port", 22)), key)
+    return Jump(bastion.host, bastion.user, bastion.port, key)
 
 
 def write_jump_config(path: Path, jump: Jump, policy: HostKeyPolicy) -> Path:

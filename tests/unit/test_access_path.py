@@ -162,7 +162,7 @@ def test_converge_hands_ssh_the_bastions_login(tmp_path: Path, monkeypatch: pyte
         return SimpleNamespace(rc=0, status="successful", stats=None)
 
     converge(ConvergeOptions(inventory=path, runs_dir=tmp_path / "runs"), progress_out=io.StringIO(), runner=runner)
-    jump = hostkeys.jump_of(data)
+    jump = hostkeys.jump_of(validate_inventory(data, str(path)))
     assert jump == hostkeys.Jump(BASTION_PUBLIC, "ubuntu", 22, KEY)
     config = hostkeys.runs.cluster_state_dir("aws-h100") / hostkeys.JUMP_CONFIG
     assert seen["envvars"]["ANSIBLE_SSH_ARGS"].endswith(f" -F {config}")

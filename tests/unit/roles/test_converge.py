@@ -748,8 +748,9 @@ def test_a_limited_converge_probes_only_the_hosts_it_touches(tmp_path: Path, rea
              progress_out=io.StringIO(), runner=runner)
     assert [c[-2] for c in fakessh.calls(ssh_stub)] == [hosts[names[0]]["ansible_host"]]
     group = next(g for g, body in data["all"]["children"].items() if names[0] in (body.get("hosts") or {}))
-    assert converge_module.limited_hosts(data, f"{group},{names[0]}") == set(data["all"]["children"][group]["hosts"])
-    assert converge_module.limited_hosts(data, "gpu*") is None and converge_module.limited_hosts(data, "all") is None
+    model = converge_module.load_inventory(real_target)
+    assert converge_module.limited_hosts(model, f"{group},{names[0]}") == set(data["all"]["children"][group]["hosts"])
+    assert converge_module.limited_hosts(model, "gpu*") is None and converge_module.limited_hosts(model, "all") is None
     with pytest.raises(InputError):
         converge(ConvergeOptions(inventory=real_target, limit=names[-1], runs_dir=tmp_path / "runs"),
                  progress_out=io.StringIO(), runner=runner)
