@@ -24,6 +24,7 @@ import ipaddress
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -35,7 +36,16 @@ import yaml
 
 from gpucluster.errors import InputError
 from gpucluster.lab.lab import LabInputs, lab_inputs
-from gpucluster.lab.layout import SSH_USER, LabLayout, NodeFile, NodeLayout, RailLink, _short_hash, layout_lab
+from gpucluster.lab.layout import (
+    SSH_USER,
+    LabLayout,
+    NodeFile,
+    NodeLayout,
+    OutsideLink,
+    RailLink,
+    _short_hash,
+    layout_lab,
+)
 from gpucluster.lab.rootfs import rootfs_key
 from gpucluster.outputs import LAB_CAPABILITIES, Capabilities, LinkFloors
 from gpucluster.render.platform import provider_ports
@@ -188,9 +198,44 @@ def shape(plan: LabLayout, cluster: Cluster, twin: TwinFile) -> LabLayout:
             files=(netplan_files(cluster, n.name) if netplan else ())
             + boot_service_files(cluster, twin, n.name, n.management_ip)))
     packages = plan.packages + (NETPLAN_PACKAGES if twin.image.network == "netplan" else ())
+    outside = cluster.spec.twin.outside_cidr if cluster.spec.twin is not None else None
     return dataclasses.replace(plan, nodes=tuple(nodes), rail_bridges=tuple(bridges.values()), rail_cidrs=(),
                                twin=twin.name, packages=packages, node_apt_proxy=not declares_proxy(cluster, plan),
-                               rootfs_key=rootfs_key(plan.suite, plan.mirror, packages))
+                               rootfs_key=rootfs_key(plan.suite, plan.mirror, packages),
+                               outside_cidr=outside, outside_bridge=f"gc{lab_hash}o" if outside else None,
+                               bastion=bastion(cluster, plan) if outside else None)
+
+
+# The lab machine a twin reached through a bastion boots as its bastion: its interfaces.
+BASTION_NAME = "bastion"
+BASTION_OUTSIDE_INTERFACE = "eth0"
+BASTION_MANAGEMENT_INTERFACE = "eth1"
+
+
+def bastion(cluster: Cluster, plan: LabLayout) -> NodeLayout:
+    """The twin's bastion: a lab machine with its public address on the outside network (the
+    second of twin.outside_cidr: the host, as the controller, holds the first) and a leg on the
+    management network (its last address), from which the nodes see its connections come. The
+    platform's bastion reaches the nodes through the cloud's router instead (cannot_model says so)."""
+    ref = cluster.spec.twin
+    assert ref is not None and ref.outside_cidr is not None
+    source = str(cluster.source)
+    if any(n.name == BASTION_NAME for n in plan.nodes):
+        raise InputError(f"gpucluster.node_pools: a node is named {BASTION_NAME!r}, the name of the twin's bastion; "
+                         "rename it", source=source)
+    outside = ipaddress.IPv4Network(ref.outside_cidr)
+    public = list(outside.hosts())[1]
+    mgmt = ipaddress.IPv4Network(plan.management_cidr)
+    management_ip = str(mgmt.broadcast_address - 1)
+    if management_ip in {n.management_ip for n in plan.nodes} or management_ip == plan.management_host_ip:
+        raise InputError(f"gpucluster.fabric.management_cidr: {mgmt}'s last address {management_ip}, the twin's "
+                         "bastion's, is a node's; give the management network room", source=source)
+    node_hash = _short_hash(f"{cluster.name}/{BASTION_NAME}")
+    return NodeLayout(
+        name=BASTION_NAME, management_ip=management_ip, fabric_ip="", netns=f"gcl-{cluster.name}-{BASTION_NAME}",
+        veth_management=f"gv{node_hash}m", veth_fabric=f"gv{node_hash}f", data_disks=0, data_disk_gb=0,
+        management_interface=BASTION_MANAGEMENT_INTERFACE, fabric_interface=None,
+        outside=OutsideLink(BASTION_OUTSIDE_INTERFACE, f"gv{node_hash}o", f"{public}/{outside.prefixlen}"))
 
 
 def declares_proxy(cluster: Cluster, plan: LabLayout) -> bool:
@@ -236,8 +281,18 @@ def fill_outputs(outputs: dict[str, Any], plan: LabLayout, twin: TwinFile) -> di
             raise InputError(f"the target's outputs name node {node['name']!r}, which the twin's lab has not")
         # The fabric address stays the target's: the roles put it on the platform's port.
         nodes.append({**node, "management_ip": lab.management_ip, "ssh_user": SSH_USER})
-    return {**outputs, "nodes": nodes, "ssh_private_key_file": str(plan.key_file),
-            "capabilities": capabilities(twin).model_dump()}
+    filled = {**outputs, "nodes": nodes, "ssh_private_key_file": str(plan.key_file),
+              "capabilities": capabilities(twin).model_dump()}
+    access = outputs.get("access") or {}
+    if access.get("mode") == "bastion":
+        b = plan.bastion
+        if b is None or b.outside is None:
+            raise InputError("the target's outputs reach the nodes through a bastion, but the twin's lab has none "
+                             "(gpucluster.twin.outside_cidr)")
+        # The bastion's addresses as the lab gave them, and the lab's login; whether the stack made it stays.
+        filled["access"] = {**access, "bastion": {"host": b.outside.address.split("/")[0], "user": SSH_USER,
+                                                  "port": 22, "source_cidr": f"{b.management_ip}/32"}}
+    return filled
 
 
 def inputs(cluster: Cluster) -> LabInputs:
@@ -413,6 +468,35 @@ def _cli_json(argv: list[str], out: TextIO) -> tuple[int, dict[str, Any] | None]
     return proc.returncode, doc if isinstance(doc, dict) else None
 
 
+def _connects(address: str, port: int, timeout: float = 3.0) -> str | None:
+    """None when a TCP connection from this host opens, else why it did not."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout):
+            return None
+    except TimeoutError:
+        return f"no answer within {timeout:.0f} s"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+
+
+def reach_problems(plan: LabLayout) -> list[str]:
+    """Where the stack is reached through a bastion: the host (the controller) must reach the
+    bastion's SSH on its outside address, and no node's SSH on the management network."""
+    b = plan.bastion
+    if b is None or b.outside is None:
+        return []
+    problems = []
+    public = b.outside.address.split("/")[0]
+    why = _connects(public, 22)
+    if why is not None:
+        problems.append(f"the bastion's SSH at {public}:22 does not answer the controller: {why}")
+    for n in plan.nodes:
+        if _connects(n.management_ip, 22) is None:
+            problems.append(f"{n.name}: the controller reaches its SSH at {n.management_ip}:22 directly, around the "
+                            "bastion")
+    return problems
+
+
 def _step(report: TwinReport, name: str, started: float, ok: bool, detail: str = "",
           run_dir: str | None = None) -> bool:
     report.steps.append(Step(name, ok, round(time.monotonic() - started, 1), detail, run_dir))
@@ -455,11 +539,19 @@ def run_check(stack_file: Path, out: TextIO, *, keep: bool = False) -> TwinRepor
         stages = ", ".join(f"{st.get('name')} {st.get('status')}" for st in (summary or {}).get("stages", []))
         if not _step(report, "up", t, rc == 0, f"exit {rc}: {stages}"):
             return report
+        plan = inputs(cluster).plan
+        if plan.bastion is not None:
+            # Converge and verify passed through it: proven the only way, by the way around refused.
+            t = time.monotonic()
+            problems = reach_problems(plan)
+            if not _step(report, "the bastion is the only way in", t, not problems,
+                         "; ".join(problems) or "the host's connections to every node's SSH refused, the "
+                         "bastion's answered"):
+                return report
         t = time.monotonic()
         if not _converge_changes_nothing(report, "converge again", t, stack, out):
             return report
         t = time.monotonic()
-        plan = inputs(cluster).plan
         before = {n.name: _boot_id(plan, n) for n in plan.nodes}
         for n in plan.nodes:
             node_mod.stop(plan, n)
@@ -520,6 +612,9 @@ def markdown_table(stacks: list[Path]) -> str:
         if t.image.network:
             models.append(f"the target's network-config applied by {t.image.network} at every boot")
         models += [f"{s.unit} at every boot" for s in t.boot_services]
+        if cluster.spec.twin is not None and cluster.spec.twin.outside_cidr:
+            models.append(f"the stack's bastion as the only way in, from {cluster.spec.twin.outside_cidr} "
+                          "(the host's own connections to the cluster's networks refused)")
         models.append(f"the {t.target} target's own outputs; fault: {t.fault.description}")
         cannot = [c.what for c in t.cannot_model]
         rows.append(f"| `{stack.name}` | {platform.name} ({t.target}) | {'; '.join(models)} | {'; '.join(cannot)} |")

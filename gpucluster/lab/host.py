@@ -21,6 +21,8 @@ PREREQUISITES: dict[str, str] = {
     "ssh-keygen": "openssh-client",
     "losetup": "mount",
     "mount": "mount",
+    # The host's table that keeps the controller off the cluster's networks behind a bastion.
+    "nft": "nftables",
 }
 
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

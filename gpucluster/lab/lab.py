@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpucluster.lab import network, node, process, proxy, rootfs, ssh
+from gpucluster.lab import firewall, network, node, process, proxy, rootfs, ssh
 from gpucluster.lab.host import LabError, Progress, disk_problem, ensure_host, free_bytes, quiet, run
 from gpucluster.lab.layout import (
     FABRIC_INTERFACE,
@@ -24,6 +24,7 @@ from gpucluster.lab.layout import (
     LabLayout,
     NodeLayout,
     layout_lab,
+    mirror_problems,
     overlap_problems,
     route_problems,
 )
@@ -94,6 +95,7 @@ def _register(plan: LabLayout, progress: Progress) -> LabLayout | None:
     with locked(_registry_lock(plan), "the lab registry", wait=True):
         problems = overlap_problems(plan, other_labs(Path(plan.state_root), plan.name))
         problems += route_problems(plan, network.host_routes())
+        problems += mirror_problems(plan, network.resolve(plan.mirror))
         if problems:
             raise LabError(problems[0] if len(problems) == 1 else "; ".join(problems))
         old = read_state(plan.lab_dir)
@@ -158,7 +160,9 @@ def _boot_node(plan: LabLayout, prep: _Prepared, deadline: float, progress: Prog
             ready = node.probe(plan, n, timeout=15, respawn=True)
             action = "changed" if prep.changed else "unchanged"
         else:
-            progress(f"{n.name}: booting ({n.management_ip}, fabric {n.fabric_ip})")
+            where = (f"outside {n.outside.address.split('/')[0]}, management {n.management_ip}" if n.outside
+                     else f"{n.management_ip}, fabric {n.fabric_ip}")
+            progress(f"{n.name}: booting ({where})")
             pid = node.start(plan, n, prep.disks)
             ready = node.wait_ready(plan, n, pid, deadline, _cancel)
             action = "started" if prep.existed else "created"
@@ -184,7 +188,7 @@ def up(inputs: LabInputs, *, rebuild_rootfs: bool = False, progress: Progress = 
     started = time.monotonic()
     _cancel.clear()
     ensure_host(progress)
-    new_nodes = sum(1 for n in plan.nodes if not plan.node_dir(n.name).exists())
+    new_nodes = sum(1 for n in plan.machines if not plan.node_dir(n.name).exists())
     room = disk_problem(Path(plan.state_root), free_bytes(Path(plan.state_root)), new_nodes,
                         plan.rootfs_dir.exists())
     if room:
@@ -194,6 +198,10 @@ def up(inputs: LabInputs, *, rebuild_rootfs: bool = False, progress: Progress = 
         old = _register(plan, progress)
         changed = old != plan
         changed = network.ensure_bridges(plan) or changed
+        if firewall.ensure(plan):
+            changed = True
+            progress("the host's own connections to the cluster's networks refused: the bastion is the way in"
+                     if plan.bastion is not None else "the host's table of an earlier bastion removed")
         if proxy.ensure_proxy(plan):
             changed = True
             progress(f"apt proxy on {plan.proxy_url} (cache {plan.apt_cache_dir})")
@@ -203,9 +211,9 @@ def up(inputs: LabInputs, *, rebuild_rootfs: bool = False, progress: Progress = 
                                          rebuild=rebuild_rootfs, progress=progress)
         changed = ssh.ensure_lab_key(plan) or built or changed
         pubkey = ssh.public_key(plan)
-        pool = ThreadPoolExecutor(max_workers=min(_WORKERS, len(plan.nodes)))
+        pool = ThreadPoolExecutor(max_workers=min(_WORKERS, len(plan.machines)))
         try:
-            prepared = list(pool.map(lambda n: _prepare_node(plan, n, pubkey), plan.nodes))
+            prepared = list(pool.map(lambda n: _prepare_node(plan, n, pubkey), plan.machines))
             # Host keys are known before any node boots: SSH checks them strictly from the first login.
             keys = {p.node.name: p.host_key for p in prepared if p.host_key}
             changed = ssh.write_known_hosts(plan, keys) or changed
@@ -241,9 +249,9 @@ def down(state_root: Path, name: str, *, progress: Progress = quiet) -> bool:
     plan = read_state(lab_dir)
     with locked(lab_dir / "lock", f"lab {name!r}"):
         if plan is not None:
-            pool = ThreadPoolExecutor(max_workers=min(_WORKERS, max(1, len(plan.nodes))))
-            futures = [pool.submit(_teardown_node, plan, n) for n in plan.nodes]
-            for n, fut in zip(plan.nodes, futures, strict=True):
+            pool = ThreadPoolExecutor(max_workers=min(_WORKERS, max(1, len(plan.machines))))
+            futures = [pool.submit(_teardown_node, plan, n) for n in plan.machines]
+            for n, fut in zip(plan.machines, futures, strict=True):
                 fut.result()
                 progress(f"{n.name}: removed")
             pool.shutdown()
@@ -255,7 +263,9 @@ def down(state_root: Path, name: str, *, progress: Progress = quiet) -> bool:
                 network.delete_netns(ns)
             if proxy.stop_proxy(plan):
                 progress("apt proxy stopped")
-            for bridge in (plan.management_bridge, plan.fabric_bridge, *plan.rail_bridges):
+            if firewall.remove(plan.name):
+                progress("the host's table for the bastion removed")
+            for bridge in plan.bridges:
                 network.delete_link(bridge)
         for point in node.mounts_under(lab_dir):
             run(["umount", "-l", point], f"umount {point}")
@@ -287,14 +297,14 @@ def status(state_root: Path, name: str) -> dict[str, Any] | None:
     plan = read_state(state_root / name)
     if plan is None:
         return None
-    with ThreadPoolExecutor(max_workers=min(_WORKERS, len(plan.nodes))) as pool:
-        nodes = list(pool.map(lambda n: _node_status(plan, n), plan.nodes))
+    with ThreadPoolExecutor(max_workers=min(_WORKERS, len(plan.machines))) as pool:
+        nodes = list(pool.map(lambda n: _node_status(plan, n), plan.machines))
     return {
         "name": plan.name,
         "state_dir": str(plan.lab_dir),
         "proxy": {"url": plan.proxy_url, "running": bool(proxy.pids(plan))},
         "bridges": {b: network.link_exists(b)
-                    for b in (plan.management_bridge, plan.fabric_bridge, *plan.rail_bridges)},
+                    for b in plan.bridges},
         "rootfs": str(plan.rootfs_dir),
         "outputs_file": str(plan.outputs_file),
         "ssh_private_key_file": str(plan.key_file),

@@ -41,6 +41,16 @@ class RailLink:
 
 
 @dataclass(frozen=True)
+class OutsideLink:
+    """A machine's leg on the lab's outside network, where the controller is: the bastion's public
+    side. ``address`` carries its prefix."""
+
+    interface: str
+    veth: str
+    address: str
+
+
+@dataclass(frozen=True)
 class NodeFile:
     """A file the lab writes into a node before it boots (a twin's image carries it)."""
 
@@ -67,6 +77,8 @@ class NodeLayout:
     # The management port's MAC where the target's network-config matches it by MAC (a twin).
     management_mac: str | None = None
     files: tuple[NodeFile, ...] = ()
+    # A bastion's public side (on the lab's outside bridge); None for a node.
+    outside: OutsideLink | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +106,13 @@ class LabLayout:
     # stack declares a proxy egress that is the lab's proxy (a twin): converge writes it, as on the
     # platform, and until then nothing on the node reaches a package.
     node_apt_proxy: bool = True
+    # Where the stack is reached through a bastion (a twin): the network outside the cluster's
+    # (the host, as the controller, holds its first address), its bridge, and the bastion, a
+    # machine with a leg there and one on the management network. The host's own connections to
+    # the cluster's networks are refused (gpucluster.lab.firewall): the bastion is the way in.
+    outside_cidr: str | None = None
+    outside_bridge: str | None = None
+    bastion: NodeLayout | None = None
 
     # --- derived paths ------------------------------------------------------------
     @property
@@ -139,11 +158,34 @@ class LabLayout:
         return str(next(ipaddress.IPv4Network(self.fabric_cidr).hosts()))
 
     @property
+    def outside_host_ip(self) -> str | None:
+        """The controller's address on the outside network, or None without one."""
+        if self.outside_cidr is None:
+            return None
+        return str(next(ipaddress.IPv4Network(self.outside_cidr).hosts()))
+
+    @property
+    def machines(self) -> tuple[NodeLayout, ...]:
+        """What the lab boots: the cluster's nodes, and its bastion where it has one."""
+        return self.nodes + ((self.bastion,) if self.bastion is not None else ())
+
+    @property
+    def cluster_cidrs(self) -> tuple[str, ...]:
+        """The cluster's own networks (not the outside one)."""
+        return (self.management_cidr, self.fabric_cidr, *self.rail_cidrs)
+
+    @property
+    def bridges(self) -> tuple[str, ...]:
+        """Every bridge the lab makes on the host."""
+        outside = (self.outside_bridge,) if self.outside_bridge is not None else ()
+        return (self.management_bridge, self.fabric_bridge, *self.rail_bridges, *outside)
+
+    @property
     def proxy_url(self) -> str:
         return f"http://{self.management_host_ip}:{self.proxy_port}"
 
     def node(self, name: str) -> NodeLayout:
-        for node in self.nodes:
+        for node in self.machines:
             if node.name == name:
                 return node
         known = ", ".join(n.name for n in self.nodes)
@@ -153,8 +195,8 @@ class LabLayout:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["packages"] = list(self.packages)
-        data["nodes"] = [{**asdict(n), "rails": [asdict(r) for r in n.rails], "files": [asdict(f) for f in n.files]}
-                         for n in self.nodes]
+        data["nodes"] = [_node_dict(n) for n in self.nodes]
+        data["bastion"] = _node_dict(self.bastion) if self.bastion is not None else None
         data["rail_bridges"] = list(self.rail_bridges)
         data["rail_cidrs"] = list(self.rail_cidrs)
         return data
@@ -169,15 +211,9 @@ class LabLayout:
         # A lab stored before it had rails has none.
         fields["rail_bridges"] = tuple(fields.get("rail_bridges") or ())
         fields["rail_cidrs"] = tuple(fields.get("rail_cidrs") or ())
-        nodes = []
-        for raw in fields["nodes"]:
-            n = dict(raw)
-            n["data_disks"], n["data_disk_gb"] = int(n["data_disks"]), int(n["data_disk_gb"])
-            n["rails"] = tuple(RailLink(**dict(r)) for r in n.get("rails") or ())
-            n["files"] = tuple(NodeFile(str(f["path"]), str(f["content"]), int(f["mode"]))
-                               for f in n.get("files") or ())
-            nodes.append(NodeLayout(**n))
-        fields["nodes"] = tuple(nodes)
+        fields["nodes"] = tuple(_node_from(raw) for raw in fields["nodes"])
+        # A lab stored before it had a bastion has none.
+        fields["bastion"] = _node_from(fields["bastion"]) if fields.get("bastion") else None
         return cls(**fields)
 
     def lab_level(self) -> dict[str, Any]:
@@ -186,6 +222,20 @@ class LabLayout:
         data.pop("nodes")
         data.pop("boot_timeout_s")
         return data
+
+
+def _node_dict(n: NodeLayout) -> dict[str, Any]:
+    return {**asdict(n), "rails": [asdict(r) for r in n.rails], "files": [asdict(f) for f in n.files],
+            "outside": asdict(n.outside) if n.outside is not None else None}
+
+
+def _node_from(raw: dict[str, Any]) -> NodeLayout:
+    n = dict(raw)
+    n["data_disks"], n["data_disk_gb"] = int(n["data_disks"]), int(n["data_disk_gb"])
+    n["rails"] = tuple(RailLink(**dict(r)) for r in n.get("rails") or ())
+    n["files"] = tuple(NodeFile(str(f["path"]), str(f["content"]), int(f["mode"])) for f in n.get("files") or ())
+    n["outside"] = OutsideLink(**dict(n["outside"])) if n.get("outside") else None
+    return NodeLayout(**n)
 
 
 def lab_settings(cluster: Cluster) -> LabTarget | TwinRef:
@@ -256,19 +306,28 @@ def layout_lab(cluster: Cluster, *, packages: tuple[str, ...] = DEFAULT_PACKAGES
     )
 
 
+def _all_cidrs(plan: LabLayout) -> tuple[str, ...]:
+    return plan.cluster_cidrs + ((plan.outside_cidr,) if plan.outside_cidr is not None else ())
+
+
+def _field(plan: LabLayout, net: ipaddress.IPv4Network) -> str:
+    """The stack field that names one of the lab's networks."""
+    return "gpucluster.twin.outside_cidr" if str(net) == plan.outside_cidr else "gpucluster.fabric"
+
+
 def overlap_problems(plan: LabLayout, others: list[LabLayout]) -> list[str]:
     """Another lab whose networks overlap this one's: it cannot coexist on this host."""
     problems = []
-    mine = [ipaddress.IPv4Network(c) for c in (plan.management_cidr, plan.fabric_cidr, *plan.rail_cidrs)]
+    mine = [ipaddress.IPv4Network(c) for c in _all_cidrs(plan)]
     for other in others:
         if other.name == plan.name:
             continue
-        for theirs in (other.management_cidr, other.fabric_cidr, *other.rail_cidrs):
+        for theirs in _all_cidrs(other):
             net = ipaddress.IPv4Network(theirs)
             for ours in mine:
                 if ours.overlaps(net):
                     problems.append(
-                        f"gpucluster.fabric: {ours} overlaps {net} of lab {other.name!r}, which is up on this "
+                        f"{_field(plan, ours)}: {ours} overlaps {net} of lab {other.name!r}, which is up on this "
                         f"host; give this lab other CIDRs or run `gpucluster lab down` for {other.name!r}"
                     )
     return problems
@@ -277,8 +336,8 @@ def overlap_problems(plan: LabLayout, others: list[LabLayout]) -> list[str]:
 def route_problems(plan: LabLayout, routes: list[dict[str, Any]]) -> list[str]:
     """Host routes (``ip -j route`` entries) that overlap the lab's networks and are not its own."""
     problems = []
-    ours = {plan.management_bridge, plan.fabric_bridge, *plan.rail_bridges}
-    for cidr in (plan.management_cidr, plan.fabric_cidr, *plan.rail_cidrs):
+    ours = set(plan.bridges)
+    for cidr in _all_cidrs(plan):
         net = ipaddress.IPv4Network(cidr)
         for route in routes:
             dst = str(route.get("dst", ""))
@@ -290,7 +349,25 @@ def route_problems(plan: LabLayout, routes: list[dict[str, Any]]) -> list[str]:
                 continue
             if net.overlaps(other):
                 problems.append(
-                    f"gpucluster.fabric: {net} overlaps the host's route to {other} on {route.get('dev')}; "
+                    f"{_field(plan, net)}: {net} overlaps the host's route to {other} on {route.get('dev')}; "
                     "choose lab CIDRs this host does not use"
                 )
     return problems
+
+
+def mirror_problems(plan: LabLayout, mirror_addresses: list[str]) -> list[str]:
+    """The Debian mirror's addresses (as this host resolves them) inside one of the lab's networks:
+    the lab's bridge would take the host's route to it, and the proxy would fetch nothing."""
+    problems = []
+    for cidr in _all_cidrs(plan):
+        net = ipaddress.IPv4Network(cidr)
+        for address in mirror_addresses:
+            try:
+                inside = ipaddress.IPv4Address(address) in net
+            except ValueError:  # an IPv6 address: the lab's networks are IPv4
+                continue
+            if inside:
+                problems.append(f"{_field(plan, net)}: {net} holds {address}, the address of the Debian mirror "
+                                f"{plan.mirror} on this host; choose lab CIDRs that leave it outside")
+    return problems
+

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +58,18 @@ def host_routes() -> list[dict[str, Any]]:
     return routes
 
 
+def resolve(url: str) -> list[str]:
+    """The addresses this host resolves the URL's host to; none when it cannot."""
+    host = urllib.parse.urlsplit(url).hostname
+    if not host:
+        return []
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return []
+    return sorted({str(info[4][0]) for info in infos})
+
+
 def _with_prefix(ip: str, cidr: str) -> str:
     return f"{ip}/{ipaddress.IPv4Network(cidr).prefixlen}"
 
@@ -81,7 +95,11 @@ def ensure_bridges(plan: LabLayout) -> bool:
     b = ensure_bridge(plan.fabric_bridge, _with_prefix(plan.fabric_host_ip, plan.fabric_cidr), plan.mtu)
     # A bridge's MTU is its ports' smallest; set before any port joins, it holds the spec's.
     rails = [ensure_bridge(bridge, None, plan.mtu) for bridge in plan.rail_bridges]
-    return a or b or any(rails)
+    outside = False
+    if plan.outside_bridge is not None and plan.outside_cidr is not None and plan.outside_host_ip is not None:
+        # The controller's side: the host's address there is where it reaches the bastion from.
+        outside = ensure_bridge(plan.outside_bridge, _with_prefix(plan.outside_host_ip, plan.outside_cidr), 1500)
+    return a or b or any(rails) or outside
 
 
 def delete_link(name: str) -> bool:
@@ -105,18 +123,22 @@ def delete_netns(name: str) -> bool:
 def node_links_ok(plan: LabLayout, node: NodeLayout) -> bool:
     if not netns_exists(node.netns):
         return False
-    want = {node.management_interface: (_with_prefix(node.management_ip, plan.management_cidr), 1500,
-                                        node.veth_management)}
+    want: dict[str, tuple[str, int, str, str | None]] = {
+        node.management_interface: (_with_prefix(node.management_ip, plan.management_cidr), 1500,
+                                    node.veth_management, plan.management_bridge)}
     if node.fabric_interface is not None:
-        want[node.fabric_interface] = (_with_prefix(node.fabric_ip, plan.fabric_cidr), plan.mtu, node.veth_fabric)
-    for ifname, (address, mtu, host_end) in want.items():
+        want[node.fabric_interface] = (_with_prefix(node.fabric_ip, plan.fabric_cidr), plan.mtu, node.veth_fabric,
+                                       plan.fabric_bridge)
+    if node.outside is not None:
+        want[node.outside.interface] = (node.outside.address, 1500, node.outside.veth, plan.outside_bridge)
+    for ifname, (address, mtu, host_end, bridge) in want.items():
         inner = _link(ifname, node.netns)
         outer = _link(host_end)
         if not inner or not outer or inner.get("mtu") != mtu or outer.get("mtu") != mtu:
             return False
         if address not in _addresses(ifname, node.netns) or "UP" not in inner.get("flags", []):
             return False
-        if outer.get("master") not in (plan.management_bridge, plan.fabric_bridge):
+        if outer.get("master") != bridge:
             return False
     if node.management_mac and _link(node.management_interface, node.netns).get("address") != node.management_mac:
         return False
@@ -142,6 +164,9 @@ def ensure_node_links(plan: LabLayout, node: NodeLayout) -> bool:
     if node.fabric_interface is not None:
         pairs.append((node.veth_fabric, node.fabric_interface, plan.fabric_bridge, plan.mtu,
                       _with_prefix(node.fabric_ip, plan.fabric_cidr), None))
+    if node.outside is not None and plan.outside_bridge is not None:
+        pairs.append((node.outside.veth, node.outside.interface, plan.outside_bridge, 1500, node.outside.address,
+                      None))
     for host_end, inner, bridge, mtu, address, mac in pairs:
         # Start each pair afresh: a half-made one (after Ctrl-C) is simpler to replace than to mend.
         delete_link(host_end)
@@ -164,6 +189,7 @@ def ensure_node_links(plan: LabLayout, node: NodeLayout) -> bool:
 
 def delete_node_links(node: NodeLayout) -> bool:
     changed = False
-    for host_end in (node.veth_management, node.veth_fabric, *(r.veth for r in node.rails)):
+    outside = (node.outside.veth,) if node.outside is not None else ()
+    for host_end in (node.veth_management, node.veth_fabric, *(r.veth for r in node.rails), *outside):
         changed = delete_link(host_end) or changed
     return delete_netns(node.netns) or changed

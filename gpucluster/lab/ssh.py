@@ -1,4 +1,11 @@
-"""The lab's SSH identity: one key pair per lab, host keys known in advance."""
+"""The lab's SSH identity: one key pair per lab, host keys known in advance; and the lab's own way
+into a node, which is a provider's console's, not the controller's.
+
+`gpucluster lab` (boot probes, `lab ssh`, a twin check's fault and reboot steps) reaches a node from
+inside the node's own network namespace, over its loopback, never over the management network:
+where the stack is reached through a bastion, the host's connections to the cluster's networks are
+refused (gpucluster.lab.firewall), as a cloud's security groups refuse a controller outside them,
+and the controller's path (converge, verify) is the bastion alone."""
 
 from __future__ import annotations
 
@@ -6,8 +13,9 @@ import os
 import subprocess
 from collections.abc import Sequence
 
-from gpucluster.lab.host import run
+from gpucluster.lab.host import run, which
 from gpucluster.lab.layout import SSH_USER, LabLayout, NodeLayout
+from gpucluster.lab.network import NETNS_DIR
 from gpucluster.lab.state import atomic_write
 
 
@@ -32,11 +40,14 @@ def public_key(plan: LabLayout) -> str:
 
 def known_hosts_text(plan: LabLayout, host_keys: dict[str, str]) -> str:
     lines = []
-    for node in plan.nodes:
+    for node in plan.machines:
         if node.name in host_keys:
             # "ssh-ed25519 AAAA... comment" -> keep type and key
             kind, key = host_keys[node.name].split()[:2]
-            lines.append(f"{node.name},{node.management_ip},{node.fabric_ip} {kind} {key}")
+            names = [node.name, node.management_ip, node.fabric_ip]
+            if node.outside is not None:
+                names.append(node.outside.address.split("/")[0])
+            lines.append(f"{','.join(n for n in names if n)} {kind} {key}")
     return "\n".join(lines) + "\n"
 
 
@@ -46,7 +57,9 @@ def write_known_hosts(plan: LabLayout, host_keys: dict[str, str]) -> bool:
 
 def ssh_argv(plan: LabLayout, node: NodeLayout, command: Sequence[str], *, connect_timeout: int = 5,
              tty: bool = False) -> list[str]:
+    nsenter = which("nsenter") or "nsenter"
     return [
+        nsenter, f"--net={NETNS_DIR / node.netns}", "--",
         "ssh", "-i", str(plan.key_file),
         "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
         "-o", f"UserKnownHostsFile={plan.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",

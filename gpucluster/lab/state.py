@@ -73,10 +73,10 @@ def _plan_problem(plan: LabLayout, lab_dir: Path) -> str | None:
     """Why a stored plan is not this lab's own, or None: every name in it must be one the lab makes."""
     if Path(plan.state_root) / plan.name != lab_dir or not re.fullmatch(_NAME, plan.name):
         return f"its plan is for lab {plan.name!r} under {plan.state_root!r}, not {lab_dir}"
-    for bridge in (plan.management_bridge, plan.fabric_bridge, *plan.rail_bridges):
-        if not re.fullmatch(r"gc[0-9a-f]{8}([mf]|r[0-9]{1,2})", bridge):
+    for bridge in plan.bridges:
+        if not re.fullmatch(r"gc[0-9a-f]{8}([mfo]|r[0-9]{1,2})", bridge):
             return f"bridge {bridge!r} is not a lab bridge name"
-    for n in plan.nodes:
+    for n in plan.machines:
         if not re.fullmatch(_NAME, n.name):
             return f"node {n.name!r} is not a node name"
         if n.netns != f"gcl-{plan.name}-{n.name}":
@@ -86,6 +86,8 @@ def _plan_problem(plan: LabLayout, lab_dir: Path) -> str | None:
         for rail in n.rails:
             if not re.fullmatch(r"gv[0-9a-f]{8}r[0-9]{1,2}", rail.veth) or rail.bridge not in plan.rail_bridges:
                 return f"node {n.name!r} names the rail link {rail.veth!r} on {rail.bridge!r}"
+        if n.outside is not None and not re.fullmatch(r"gv[0-9a-f]{8}o", n.outside.veth):
+            return f"node {n.name!r} names the outside link {n.outside.veth!r}"
         for f in n.files:
             # Written into the node's overlay: only a plain path under the node's /etc.
             if not re.fullmatch(r"/etc(/[A-Za-z0-9_][A-Za-z0-9_.+-]*)+", f.path) or "/../" in f.path:

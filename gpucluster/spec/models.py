@@ -656,6 +656,11 @@ class TwinRef(_Model):
     debian_mirror: HttpUrl = "http://deb.debian.org/debian"
     boot_timeout_s: int = Field(180, ge=10, le=3600)
     apt_proxy_port: int = Field(3142, ge=1024, le=65535)
+    # The network outside the cluster's, where the controller is (a CI runner, an operator's desk):
+    # a stack reached through a bastion has the bastion's public address here (the host holds the
+    # subnet's first address, the bastion its second) and the controller reaches the nodes from
+    # here through the bastion alone. Required exactly when the stack's access is a bastion.
+    outside_cidr: Cidr | None = None
 
 
 class ClusterSpec(_Model):

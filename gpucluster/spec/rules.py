@@ -697,6 +697,7 @@ def _twin(spec: ClusterSpec, twins: Mapping[str, TwinFile], problems: list[str])
         # folder, by name): a twin named like a real cluster would replace that cluster's.
         problems.append(f"{NS}.name: {spec.name!r}; a twin's name starts with 'twin-', so that it never shares "
                         "the host keys and records of a real cluster of the same name")
+    _twin_outside(spec, problems)
     where = f"{NS}.twin.file"
     twin = twins.get(spec.twin.file)
     if twin is None:
@@ -714,3 +715,37 @@ def _twin(spec: ClusterSpec, twins: Mapping[str, TwinFile], problems: list[str])
         if pool_os(spec, pool) != twin.image.os:
             problems.append(f"{NS}.node_pools[{i}]: runs {pool_os(spec, pool)}; twin {twin.name!r} models the "
                             f"image's {twin.image.os}")
+
+
+def _twin_outside(spec: ClusterSpec, problems: list[str]) -> None:
+    """A twin reached through a bastion: the network outside the cluster's, where the controller
+    and the bastion's public address are, apart from the cluster's networks and, where the stack
+    creates the bastion, inside the admin_cidrs its rules admit SSH from."""
+    assert spec.twin is not None
+    where = f"{NS}.twin.outside_cidr"
+    access = getattr(spec.target, "access", None)
+    bastion = access.bastion if access is not None and access.mode == "bastion" else None
+    outside = spec.twin.outside_cidr
+    if bastion is None:
+        if outside is not None:
+            problems.append(f"{where}: set, but the stack's access is direct (no bastion to reach from it); drop it")
+        return
+    if outside is None:
+        problems.append(f"{where}: the stack is reached through a bastion; name the network outside the "
+                        "cluster's where the controller and the bastion's public address are (a /30 or larger)")
+        return
+    net = ipaddress.IPv4Network(outside)
+    if net.prefixlen > 30:
+        problems.append(f"{where}: {net} is too small: it holds the controller and the bastion (a /30 or larger)")
+        return
+    for key in ("management_cidr", "fabric_cidr"):
+        other = ipaddress.IPv4Network(getattr(spec.fabric, key))
+        if net.overlaps(other):
+            problems.append(f"{where}: {net} overlaps fabric.{key} {other}; the controller is outside the cluster's "
+                            "networks")
+    controller = next(net.hosts())
+    admin = [ipaddress.IPv4Network(c) for c in getattr(spec.target, "admin_cidrs", [])]
+    if bastion.create and not any(controller in c for c in admin):
+        problems.append(f"{where}: the controller's address {controller} is in none of target.admin_cidrs, the "
+                        "only sources the bastion the stack creates admits SSH from")
+

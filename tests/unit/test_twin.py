@@ -11,7 +11,8 @@ import yaml
 
 from gpucluster import twin
 from gpucluster.errors import InputError
-from gpucluster.lab.layout import NodeFile
+from gpucluster.lab import firewall
+from gpucluster.lab.layout import LabLayout, NodeFile
 from gpucluster.lab.state import _plan_problem
 from gpucluster.plan import import_program, plan_cluster
 from gpucluster.spec import load_spec
@@ -92,7 +93,16 @@ def test_the_outputs_are_the_targets_with_only_what_the_lab_knows_filled_in(stac
     real = plan_cluster(cluster).outputs
     got = inputs.outputs
     assert set(got) == set(real)
-    assert {k for k in got if got[k] != real[k]} <= {"nodes", "ssh_private_key_file", "capabilities"}
+    assert {k for k in got if got[k] != real[k]} <= {"nodes", "ssh_private_key_file", "capabilities", "access"}
+    if real["access"]["mode"] == "bastion":
+        # Only the bastion's address and login are the lab's; the way in is the target's.
+        b = inputs.plan.bastion
+        assert b is not None and b.outside is not None
+        assert {k for k in got["access"] if got["access"][k] != real["access"][k]} <= {"bastion"}
+        assert got["access"]["bastion"] == {"host": b.outside.address.split("/")[0], "user": "root", "port": 22,
+                                            "source_cidr": f"{b.management_ip}/32"}
+    else:
+        assert got["access"] == real["access"] and inputs.plan.bastion is None
     lab = {n.name: n for n in inputs.plan.nodes}
     for mine, theirs in zip(got["nodes"], real["nodes"], strict=True):
         assert {k for k in mine if mine[k] != theirs[k]} <= {"management_ip", "ssh_user"}
@@ -310,3 +320,89 @@ def test_a_declared_proxy_the_twins_nodes_cannot_reach_is_refused(tmp_path: Path
     with pytest.raises(InputError, match=r"gpucluster.target.egress.https_proxy: http://proxy.example.com:3128, "
                                          r"but the twin's nodes reach only the lab's proxy, http://10.83.0.1:3142"):
         twin.inputs(load_spec(path))
+
+
+# --- the access path: a twin reached through a bastion ------------------------------------------
+
+
+def test_the_aws_twin_is_reached_through_the_bastion_its_stack_creates() -> None:
+    """The AWS twin's stack creates its bastion (as Pulumi.aws-h100.yaml does): the lab boots a
+    bastion with its public address on the outside network, after the controller's, and a leg on
+    the management network; the outputs' ProxyJump names it, and the nodes admit SSH from its leg."""
+    cluster = load_spec(REPO / "Pulumi.twin-aws-p5.yaml")
+    inputs = twin.inputs(cluster)
+    plan = inputs.plan
+    b = plan.bastion
+    assert b is not None and b.outside is not None
+    assert plan.outside_cidr == "198.18.84.0/24" and plan.outside_host_ip == "198.18.84.1"
+    assert b.outside.address == "198.18.84.2/24" and b.management_ip == "10.84.0.254"
+    assert b.name not in {n.name for n in cluster.nodes} and plan.machines == (*plan.nodes, b)
+    assert inputs.outputs["access"] == {"mode": "bastion", "created": True, "bastion": {
+        "host": "198.18.84.2", "user": "root", "port": 22, "source_cidr": "10.84.0.254/32"}}
+    # The stored plan names only what the lab makes, the bastion's links too, and round-trips.
+    assert _plan_problem(plan, plan.lab_dir) is None
+    assert LabLayout.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    assert plan.outside_bridge in plan.bridges
+    # A twin reached directly has no bastion and no outside network.
+    direct = twin.inputs(load_spec(REPO / "Pulumi.twin-oci-h100.yaml")).plan
+    assert direct.bastion is None and direct.outside_cidr is None and direct.machines == direct.nodes
+
+
+def test_the_hosts_table_refuses_what_it_opens_to_the_clusters_networks_alone() -> None:
+    plan = twin.inputs(load_spec(REPO / "Pulumi.twin-aws-p5.yaml")).plan
+    text = firewall.rules(plan)
+    rule = next(line.strip() for line in text.splitlines() if "reject" in line)
+    # New connections only (the nodes' own to the proxy are answered), out of the cluster's bridges
+    # only (the host's own addresses there are reached over lo), to the cluster's networks only.
+    assert rule == (f'oifname {{ "{plan.management_bridge}", "{plan.fabric_bridge}" }} '
+                    "ip daddr { 10.84.0.0/24, 10.84.16.0/24 } ct state new reject with icmpx type admin-prohibited")
+    assert plan.outside_bridge not in rule and plan.outside_cidr not in rule
+    # Replaced whole: declared, deleted, declared again, so `nft -f` applies it to a host with or without it.
+    name = firewall.table_name(plan.name)
+    assert text.startswith(f"table inet {name}\ndelete table inet {name}\ntable inet {name} {{\n")
+
+
+@pytest.mark.parametrize("change, message", [
+    ("    outside_cidr: 198.18.84.0/24\n", r"gpucluster.twin.outside_cidr: the stack is reached through a bastion"),
+    ("    outside_cidr: 10.84.0.0/25\n", r"gpucluster.twin.outside_cidr: 10.84.0.0/25 overlaps fabric.management_cidr"),
+    ("    outside_cidr: 198.18.84.0/31\n", r"gpucluster.twin.outside_cidr: 198.18.84.0/31 is too small"),
+    ("    outside_cidr: 198.18.85.0/24\n", r"the controller's address 198.18.85.1 is in none of target.admin_cidrs"),
+])
+def test_a_bastion_twins_outside_network_is_checked(tmp_path: Path, change: str, message: str) -> None:
+    text = (REPO / "Pulumi.twin-aws-p5.yaml").read_text()
+    old = "    outside_cidr: 198.18.84.0/24\n"
+    assert old in text
+    path = tmp_path / "Pulumi.twin-x.yaml"
+    path.write_text(text.replace(old, "" if change == old else change))
+    bom = "examples/bom/aws-dlami-base-2204-20260102.yaml"  # the stack's overlay, beside it
+    (tmp_path / bom).parent.mkdir(parents=True)
+    (tmp_path / bom).write_text((REPO / bom).read_text())
+    with pytest.raises(InputError, match=message):
+        load_spec(path)
+
+
+def test_a_direct_twin_names_no_outside_network(tmp_path: Path) -> None:
+    text = (REPO / "Pulumi.twin-oci-h100.yaml").read_text()
+    old = "    file: oci-h100\n"
+    assert old in text
+    path = tmp_path / "Pulumi.twin-x.yaml"
+    path.write_text(text.replace(old, old + "    outside_cidr: 198.18.88.0/24\n"))
+    with pytest.raises(InputError, match=r"gpucluster.twin.outside_cidr: set, but the stack's access is direct"):
+        load_spec(path)
+
+
+def test_the_bastion_step_fails_when_the_controller_reaches_a_node_around_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """twin check's proof of the access path: the bastion answers, no node does. Each way it can be
+    wrong is named."""
+    plan = twin.inputs(load_spec(REPO / "Pulumi.twin-aws-p5.yaml")).plan
+    answering: set[str] = set()
+    monkeypatch.setattr(twin, "_connects", lambda address, port, timeout=3.0:
+                        None if address in answering else "No route to host")
+    assert twin.reach_problems(plan) == [
+        "the bastion's SSH at 198.18.84.2:22 does not answer the controller: No route to host"]
+    answering |= {"198.18.84.2"}
+    assert twin.reach_problems(plan) == []
+    answering |= {"10.84.0.11"}
+    assert twin.reach_problems(plan) == [
+        "gpu-2: the controller reaches its SSH at 10.84.0.11:22 directly, around the bastion"]

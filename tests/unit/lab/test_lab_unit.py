@@ -148,6 +148,9 @@ def test_ssh_is_strict_and_key_only(plan: LabLayout) -> None:
     argv = ssh_argv(plan, plan.nodes[0], ["hostname"])
     assert "StrictHostKeyChecking=yes" in argv and "BatchMode=yes" in argv and "IdentitiesOnly=yes" in argv
     assert argv[-3:] == ["root@10.77.0.10", "--", "hostname"]
+    # The lab's own way in is the node's network namespace (a console's), never the management
+    # network, which a twin reached through a bastion refuses to the host.
+    assert argv[0].endswith("nsenter") and argv[1:4] == ["--net=/run/netns/gcl-lab-gpu-1", "--", "ssh"]
     kh = known_hosts_text(plan, {"gpu-1": "ssh-ed25519 AAAAkey root@gpu-1"})
     assert kh == "gpu-1,10.77.0.10,10.77.1.10 ssh-ed25519 AAAAkey\n"
 
@@ -245,3 +248,29 @@ def test_a_disk_too_small_for_the_new_nodes_is_refused_with_the_figures(tmp_path
     assert disk_problem(Path("/x"), 0, 0, caches_exist=True) is None
     # The state folder need not exist yet: its nearest parent's file system answers.
     assert free_bytes(tmp_path / "not" / "yet") > 0
+
+
+def test_the_debian_mirror_inside_a_lab_network_is_refused(plan: LabLayout) -> None:
+    """This host resolves deb.debian.org into a documentation range: a lab network holding the
+    mirror's address takes the host's route to it, and the proxy then fetches nothing ("503 No
+    route to host"), as a first AWS twin with its outside network in 203.0.113.0/24 did."""
+    from dataclasses import replace
+
+    from gpucluster.lab.layout import mirror_problems
+
+    assert mirror_problems(plan, ["203.0.113.80", "2001:db8::1"]) == []
+    outside = replace(plan, outside_cidr="203.0.113.0/24", outside_bridge="gc00000000o")
+    assert mirror_problems(outside, ["203.0.113.80"]) == [
+        "gpucluster.twin.outside_cidr: 203.0.113.0/24 holds 203.0.113.80, the address of the Debian mirror "
+        f"{plan.mirror} on this host; choose lab CIDRs that leave it outside"]
+    assert mirror_problems(plan, ["10.77.1.3"])[0].startswith("gpucluster.fabric: 10.77.1.0/24 holds 10.77.1.3")
+
+
+def test_the_bastions_host_key_is_known_by_its_outside_address_too() -> None:
+    from gpucluster import twin
+
+    plan = twin.inputs(load_spec(REPO / "Pulumi.twin-aws-p5.yaml")).plan
+    text = known_hosts_text(plan, {"bastion": "ssh-ed25519 AAAAb root@bastion", "gpu-1": "ssh-ed25519 AAAAg x"})
+    assert text == ("gpu-1,10.84.0.10,10.84.16.10 ssh-ed25519 AAAAg\n"
+                    "bastion,10.84.0.254,198.18.84.2 ssh-ed25519 AAAAb\n")
+

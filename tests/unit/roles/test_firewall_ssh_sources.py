@@ -100,3 +100,18 @@ def test_the_captured_set_of_a_lab_node_passes(tmp_path: Path) -> None:
     inner = node.run
     node.run = lambda cmd: SimpleNamespace(stdout=real, rc=0) if "-j list set" in cmd else inner(cmd)
     _suite().test_firewall_active(node)
+
+
+def test_a_bastion_inside_the_management_network_is_admitted_once() -> None:
+    """nftables refuses an interval set whose elements overlap ("conflicting intervals specified"):
+    the AWS twin's bastion, whose leg is on the management network, stopped every node's converge at
+    the firewall's `nft -c` until the sources were collapsed. The check reads the same list."""
+    from gpucluster.render.firewall import ssh_sources
+
+    fabric = {"management_cidr": "10.84.0.0/24"}
+    bastion = {"mode": "bastion", "bastion": {"host": "198.18.84.2", "user": "root", "source_cidr": "10.84.0.254/32"}}
+    assert ssh_sources(fabric, None, bastion) == ["10.84.0.0/24"]
+    # Outside it, both, in address order; two adjacent halves are one network.
+    bastion["bastion"]["source_cidr"] = "10.60.0.0/28"
+    assert ssh_sources({"management_cidr": "10.50.0.0/20"}, None, bastion) == ["10.50.0.0/20", "10.60.0.0/28"]
+    assert ssh_sources({"management_cidr": "10.0.1.0/24"}, ["10.0.0.0/24"]) == ["10.0.0.0/23"]

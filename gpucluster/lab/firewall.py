@@ -1,0 +1,84 @@
+"""The host's side of a lab reached through a bastion: the controller is outside the cluster.
+
+On the platform, a controller outside the cluster's network reaches no node directly: the cloud's
+security groups admit SSH to the nodes from the bastion alone (stacks/components/aws.py, the
+nodes' group; stacks/policy.py ``bastion-only-entry``). On this host the controller is the host
+itself, which holds an address on the lab's management bridge (the apt proxy's). So while a lab
+has a bastion, one nftables table of the lab's own refuses every connection the host opens to the
+cluster's networks (management, fabric, rails); the nodes' connections to the host (the proxy) and
+its answers to them pass. The controller's only way to a node is then the bastion's outside
+address, as the inventory's ProxyJump names it. The lab's own tooling enters a node from the
+node's network namespace (gpucluster.lab.ssh), as a provider's console does, and is not affected.
+"""
+
+from __future__ import annotations
+
+from gpucluster.lab.host import LabError, run, which
+from gpucluster.lab.layout import LabLayout, _short_hash
+from gpucluster.lab.state import atomic_write
+
+FAMILY = "inet"
+RULES_NAME = "host_firewall.nft"
+
+
+def table_name(lab_name: str) -> str:
+    """The lab's own table (nftables names: a letter, then letters, digits and _)."""
+    return f"gpucluster_{_short_hash(lab_name)}"
+
+
+def rules(plan: LabLayout) -> str:
+    """The table, as `nft -f` reads it: replaced whole (declared, deleted, declared again)."""
+    name = table_name(plan.name)
+    cidrs = ", ".join(plan.cluster_cidrs)
+    bridges = ", ".join(f'"{b}"' for b in (plan.management_bridge, plan.fabric_bridge, *plan.rail_bridges))
+    return (
+        f"table {FAMILY} {name}\n"
+        f"delete table {FAMILY} {name}\n"
+        f"table {FAMILY} {name} {{\n"
+        "\tchain controller_out {\n"
+        "\t\ttype filter hook output priority filter; policy accept;\n"
+        # What the host opens itself; the nodes' own connections to the proxy, answered, pass.
+        # (the host's own addresses there, the proxy's, are reached over lo and stay reachable).
+        f"\t\toifname {{ {bridges} }} ip daddr {{ {cidrs} }} ct state new reject with icmpx type admin-prohibited\n"
+        "\t}\n"
+        "}\n"
+    )
+
+
+def _nft() -> str:
+    nft = which("nft")
+    if nft is None:
+        raise LabError("nft is not installed (Debian package nftables): a lab reached through a bastion needs it "
+                       "to keep the host's own connections off the cluster's networks")
+    return nft
+
+
+def _table_exists(nft: str, name: str) -> bool:
+    return run([nft, "list", "table", FAMILY, name], "nft list table", check=False).returncode == 0
+
+
+def ensure(plan: LabLayout) -> bool:
+    """The lab's table where it has a bastion, none where it has not; return whether it changed."""
+    name = table_name(plan.name)
+    stored = plan.lab_dir / RULES_NAME
+    if plan.bastion is None:
+        return remove(plan.name)
+    nft = _nft()
+    text = rules(plan)
+    if _table_exists(nft, name) and stored.is_file() and stored.read_text() == text:
+        return False
+    run([nft, "-f", "-"], f"nft: the host's table {name}", input_text=text)
+    atomic_write(stored, text)
+    return True
+
+
+def remove(lab_name: str) -> bool:
+    """Delete the lab's table where it is; return whether it was there."""
+    nft = which("nft")
+    if nft is None:
+        return False
+    name = table_name(lab_name)
+    if not _table_exists(nft, name):
+        return False
+    run([nft, "delete", "table", FAMILY, name], f"nft: delete the host's table {name}")
+    return True
