@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from gpucluster.errors import InputError
-from gpucluster.inventory_model import SCHEMA_VERSION, UNSAFE_TAG, InventoryHost, InventoryRail
+from gpucluster.inventory_model import SCHEMA_VERSION, UNSAFE_TAG, InventoryHost, InventoryNode, InventoryRail
 
 # Re-exported beside dump_inventory: the contract's reader of what it writes.
 from gpucluster.inventory_model import parse_inventory_text as parse_inventory_text
@@ -132,6 +132,7 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
     """The inventory as data; raises InputError when outputs and spec disagree."""
     _consistency(cluster, outputs, source)
     hosts: dict[str, dict[str, Any]] = {}
+    built: list[InventoryHost] = []
     osd_by_pool = {p.name: list(p.osd_devices) for p in cluster.spec.node_pools if p.osd_devices}
     groups: dict[str, dict[str, Any]] = {role: {"hosts": {}} for role in ROLES}
     jump = jump_args(outputs.access)
@@ -156,6 +157,7 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
             gpucluster_failure_domain=node.failure_domain or None,
             gpucluster_osd_devices=osd_by_pool.get(node.pool) or None,
         )
+        built.append(host)
         hosts[node.name] = host.host_vars()
         for role in node.roles:
             groups[role]["hosts"][node.name] = None
@@ -204,15 +206,7 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
         "gpucluster_gpu_mode": (cluster.spec.kubernetes.gpu_mode
                                 if cluster.spec.kubernetes is not None and cluster.spec.kubernetes.enabled else "none"),
         "gpucluster_ceph_source": ceph_source(cluster.spec),
-        "gpucluster_nodes": [
-            {
-                "name": n.name,
-                "management_ip": n.management_ip,
-                "fabric_ip": n.fabric_ip,
-                "roles": list(n.roles),
-            }
-            for n in outputs.nodes
-        ],
+        "gpucluster_nodes": [InventoryNode.of(host).model_dump() for host in built],
     }
     return {
         "all": {

@@ -58,8 +58,8 @@ _REGENERATE = "write the inventory again with `gpucluster inventory` (or `gpuclu
 
 __all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryAccess", "InventoryBastion",
            "InventoryCapabilities", "InventoryConformance", "InventoryEgress", "InventoryGroup", "InventoryHost",
-           "InventoryPlatform", "InventoryRail", "InventoryVars", "parse_inventory_text", "read_inventory",
-           "validate_inventory"]
+           "InventoryNode", "InventoryPlatform", "InventoryRail", "InventoryVars", "parse_inventory_text",
+           "read_inventory", "validate_inventory"]
 
 
 class _Open(BaseModel):
@@ -126,6 +126,23 @@ class InventoryHost(_Open):
     def host_vars(self) -> dict[str, Any]:
         """The variables as the inventory file holds them: an optional one that is None is left out."""
         return self.model_dump(exclude={k for k in _ABSENT_WHEN_NONE if getattr(self, k) is None})
+
+
+class InventoryNode(BaseModel):
+    """One node of ``gpucluster_nodes``, the list every host reads the others from (common's
+    /etc/hosts, the Kubernetes roles' node list, ceph_client's monitors): its host variables'
+    values, taken from them (:meth:`of`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    name: Name
+    management_ip: IPv4
+    fabric_ip: IPv4 | None
+    roles: list[Role] = Field(min_length=1)
+
+    @classmethod
+    def of(cls, host: InventoryHost) -> InventoryNode:
+        return cls(name=host.gpucluster_node_name, management_ip=host.gpucluster_management_ip,
+                   fabric_ip=host.gpucluster_fabric_ip, roles=host.gpucluster_roles)
 
 
 class InventoryLinkFloors(BaseModel):
@@ -225,7 +242,7 @@ class InventoryVars(_Open):
     gpucluster_egress: InventoryEgress | None = None
     gpucluster_proxy_env: dict[str, str] = Field(default_factory=dict)
     gpucluster_sources: dict[str, str] = Field(default_factory=dict)
-    gpucluster_nodes: list[dict[str, Any]]
+    gpucluster_nodes: list[InventoryNode]
     gpucluster_ofed_flavour: Literal["inbox", "doca"]
     gpucluster_gpu_mode: Literal["operator", "device_plugin", "none"]
     gpucluster_ceph_source: Literal["upstream", "distro"]

@@ -87,3 +87,17 @@ def test_a_platforms_rails_are_read_through_the_specs_rail() -> None:
     assert any(p.startswith(f"all.vars.gpucluster_platforms.{platform}.rails[0].kind: must be one of")
                for p in err.value.problems), \
         err.value.problems
+
+
+def test_the_node_list_is_read_through_its_model() -> None:
+    data = _golden()
+    nodes = data["all"]["vars"]["gpucluster_nodes"]
+    nodes[0]["management_ip"] = "10.0.0.300"
+    nodes[1]["rack"] = "r1"
+    nodes[2]["roles"] = ["gpus"]
+    with pytest.raises(InputError) as err:
+        validate_inventory(data, "inv.yml")
+    assert err.value.problems == ["all.vars.gpucluster_nodes[0].management_ip: malformed IPv4 address '10.0.0.300'",
+                                  "all.vars.gpucluster_nodes[1].rack: unknown key",
+                                  "all.vars.gpucluster_nodes[2].roles[0]: must be one of 'gpu', 'storage' or "
+                                  "'control_plane'"]
