@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import ipaddress
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,27 @@ def rail_name(nodes: list[NodeInfo], i: int) -> str:
     it names it alike, else ``rail<i>`` (each node's own interface is in the pair's message)."""
     names = {n.rails[i]["interface"] for n in nodes if i < len(n.rails)}
     return names.pop() if len(names) == 1 else f"rail{i}"
+
+
+def rail_netdev(node: NodeInfo, rails: Sequence[str], rail: str) -> str:
+    """``node``'s own interface on ``rail``, one of a measurement's ``rails``: its rail names in rail
+    order (a name's place is the rail's index; the name is the interface every node shares, the
+    first node's, or ``rail<i>``). The name itself where the node lists no such rail."""
+    names = list(rails)
+    i = names.index(rail) if rail in names else -1
+    return str(node.rails[i]["interface"]) if 0 <= i < len(node.rails) else rail
+
+
+def interface_on(links: Sequence[Mapping[str, Any]], cidrs: str) -> str | None:
+    """The first interface of ``links`` (``ip -j addr show``) with an IPv4 address inside one of
+    ``cidrs`` (comma-separated subnets), or None."""
+    nets = [ipaddress.IPv4Network(c.strip()) for c in cidrs.split(",") if c.strip()]
+    for link in links:
+        for addr in link.get("addr_info") or []:
+            if addr.get("family") == "inet" and addr.get("local") and \
+                    any(ipaddress.IPv4Address(str(addr["local"])) in net for net in nets):
+                return str(link.get("ifname"))
+    return None
 
 
 def rail_ping_pairs(names: list[str]) -> list[tuple[str, str]]:
@@ -306,6 +328,15 @@ class Fabric:
         chosen = shared if rail is None else [rail]
         return ",".join(dict.fromkeys(nodes[0].rails[i]["cidr"] for i in chosen))
 
+    def data_networks(self, nodes: list[NodeInfo]) -> str:
+        """The subnets (comma-separated) an all-reduce over all of ``nodes``' fabric runs on: MPI's
+        data over every addressed rail the nodes share, else the control network (control_cidr),
+        where MPI's TCP data and NCCL's own connections go (NCCL's IB or EFA data goes over the
+        HCAs, which have no interface of their own to name)."""
+        if self.engine(nodes) != "nccl-tests":
+            return self.data_cidrs(nodes) or self.control_cidr(nodes)
+        return self.control_cidr(nodes)
+
     def _allreduce(self, nodes: list[NodeInfo], label: str, sweep: bool = True, rail: int | None = None,
                    floor_key: str = "allreduce_inter_busbw_gbps") -> AllReduceRun:
         """One all-reduce over ``nodes``. ``sweep``: every size up to twice the verdict size (the
@@ -423,7 +454,10 @@ class Fabric:
                 rails = {rail: s.to_json() for rail, s in per.items()}
             else:
                 search, rails = find_slow(names, results[""]), {}
+            # "networks": where the pairs ran over all of the fabric at once, the subnets they ran on
+            # (GC-AR-003 names the node's interface there); rail by rail, "rails" names them.
             return {"search": search.to_json(), "rails": rails, "floor_key": floor_key, "runs": runs,
+                    "networks": "" if per_rail else self.data_networks(nodes),
                     "verdict_bytes": self.verdict_bytes(nodes),
                     "logs": {r["label"]: self.allreduce_log(r["label"]) for r in runs}}
 

@@ -165,7 +165,7 @@ TEXT_FIGURES = frozenset({
     "os_id", "os_codename", "os_version_id", "os_declared", "kernel", "driver_version", "cuda_version",
     "nccl_version", "leap_status",
     "nftables_service", "ssh_sources", "apt_http_proxy", "state", "operstate", "health", "health_checks", "quorum",
-    "fstype", "engine", "nccl_pinned", "interface",
+    "fstype", "engine", "nccl_pinned", "interface", "failed_ports", "failed_rails",
     "engines", "pair_status", "rail_status", "series", "fleet_figure", "fleet_unit", "fleet_source", "fleet_members",
     "fleet_where",
 })

@@ -8,9 +8,9 @@ under each finding, and ``docs/troubleshooting.md`` is generated from it::
 
 A step is a template: ``{node}``, ``{inventory}``, ``{service}``, ``{interface}`` and the other
 :data:`FIELDS` are filled from the failing result (:func:`subject`: its node, the run's inventory,
-the service or interface it judged), so a report's next step names what failed. A field the failure
+the service, interface, rail, HCA and port it names), so a report's next step names what failed. A field the failure
 does not know is said in words (``<the failing node>`` in a command), never left as a token, and the
-doc shows every step so. What no check records (a GPU index, a rail's table) is written in words in
+doc shows every step so. What no check records (a GPU index, a peer's address on a rail) is written in words in
 the table itself.
 """
 
@@ -35,10 +35,12 @@ class Subject:
     inventory: str = ""  # the inventory file the run used (the report's meta)
     run_dir: str = ""  # the run folder
     service: str = ""  # GC-SYS-003's parameter
-    interface: str = ""  # the fabric interface GC-NET-001/002 judged
+    interface: str = ""  # the fabric interface GC-NET-001/002 judged, the one GC-AR-003's pairs ran over
     peer: str = ""  # the other node of a slow pair
     hca: str = ""
     gpu: str = ""
+    port: str = ""  # the HCA's port GC-NET-004 found not ACTIVE at the rate
+    rail: str = ""  # the node's own netdev on the compute rail GC-RAIL-001/002 found wanting
 
 
 # Each field in words, for a failure that does not name it: in a command inside <>, in prose as is.
@@ -51,6 +53,8 @@ FIELDS: dict[str, str] = {
     "peer": "the peer the message names",
     "hca": "the HCA the message names",
     "gpu": "the GPU index the message names",
+    "port": "the port the message names",
+    "rail": "the rail's interface the message names",
 }
 
 _FIELD = re.compile(r"\{(" + "|".join(FIELDS) + r")\}")
@@ -91,7 +95,10 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
     "GC-SYS-003": ("service",),
     "GC-NET-001": ("interface",),
     "GC-NET-002": ("interface",),
-    "GC-AR-003": ("peer",),
+    "GC-NET-004": ("hca", "port"),
+    "GC-RAIL-001": ("rail",),
+    "GC-RAIL-002": ("rail",),
+    "GC-AR-003": ("peer", "interface"),
     "GC-RDMA-001": ("peer",),
     "GC-RDMA-002": ("gpu", "hca"),
 }
@@ -105,9 +112,15 @@ def _below(value: object, floor: object) -> bool:
     return not isinstance(value, number) or (isinstance(floor, number) and value < floor)
 
 
+def _first(value: object) -> str:
+    """The first of a figure that lists what failed (``failed_ports``, ``failed_rails``), or ""."""
+    return str(value[0]) if isinstance(value, list) and value else ""
+
+
 def subject(r: CheckResult, inventory: str = "", run_dir: str = "") -> Subject:
     """What the failing result names: its node, its parameter, the interface it recorded, and the
-    first peer, GPU and HCA whose figure failed (the message names them all; a step names one)."""
+    first peer, GPU, HCA and port, and rail whose figure failed (the message names them all; a
+    step names one)."""
     f = r.figures
     peer = hca = gpu = ""
     for key in sorted(f):
@@ -116,10 +129,13 @@ def subject(r: CheckResult, inventory: str = "", run_dir: str = "") -> Subject:
             peer = pair.group(1) or pair.group(2)
         if gdr and not hca and _below(f[key], f.get("rdma_floor_gbps")):
             gpu, hca = gdr.groups()
+    # GC-NET-004's device:port, as NCCL_IB_HCA writes one.
+    device, _, port = _first(f.get("failed_ports")).rpartition(":")
     param_field = PARAM_FIELDS.get(r.check_id)
     return Subject(node="" if r.node == CLUSTER else r.node, inventory=inventory, run_dir=run_dir,
                    service=(r.param or "") if param_field == "service" else "",
-                   interface=str(f.get("interface") or ""), peer=peer, hca=hca, gpu=gpu)
+                   interface=str(f.get("interface") or ""), peer=peer, hca=hca or device, gpu=gpu,
+                   port=port if device else "", rail=_first(f.get("failed_rails")))
 
 
 def steps_for(r: CheckResult, inventory: str = "", run_dir: str = "") -> tuple[str, ...]:
@@ -313,15 +329,14 @@ _REMEDIES = (
         "(`ping -M do -s <fabric MTU minus 28> <a peer's fabric address>` finds the largest that passes).",
     )),
     Remedy("GC-RAIL-001", (
-        "The check names each rail and what differs: run `networkctl status <rail>`, `ip addr show dev <rail>`, "
-        "`ip rule` and `ip route show table <the rail's table>` on {node}.",
+        "The check names each rail and what differs: run `networkctl status {rail}`, `ip addr show dev {rail}`, "
+        "`ip rule` and `ip route show table all dev {rail}` on {node}.",
         f"Rerun `{_converge('fabric_rails')}`; a rail its network file does not configure is run by "
         "another file that matches first (the role fails naming it: remove or rename that file).",
     )),
     Remedy("GC-RAIL-002", (
-        "The check names the rail and the pair: `ping -M do -s <fabric MTU minus 28> -I <rail> <the peer's address "
-        "on the rail>` from each end finds "
-        "the side that drops full-size frames.",
+        "The check names the rail and the pair: `ping -M do -s <fabric MTU minus 28> -I {rail} <the peer's address "
+        "on the rail>` on {node}, and the same from the peer, finds the side that drops full-size frames.",
         "A node named alone on a rail: its rail interface, cable or switch port (MTU, link state). "
         "Both ends named: the path between them.",
     )),
@@ -332,9 +347,10 @@ _REMEDIES = (
         f"`{_converge('rdma_fabric')}`; one missing from `lspci` needs a reseat or an RMA.",
     )),
     Remedy("GC-NET-004", (
-        "Run `ibstat` (or `cat /sys/class/infiniband/*/ports/*/{state,rate}`) on {node}.",
+        "Run `ibstat {hca} {port}` (or `cat /sys/class/infiniband/{hca}/ports/{port}/{state,rate}`) on {node}, and "
+        "the same for each other port the message names.",
         "Ports not ACTIVE: InfiniBand needs a subnet manager (`sminfo`); RoCE needs the Ethernet link up.",
-        "Active at a lower rate: a degraded cable or transceiver; `mlxlink -d <device>` shows the lane errors; swap "
+        "Active at a lower rate: a degraded cable or transceiver; `mlxlink -d {hca}` shows the lane errors; swap "
         "the cable.",
     )),
     Remedy("GC-NET-005", (
@@ -371,9 +387,9 @@ _REMEDIES = (
         "Measure the two fabric addresses of the slow pair directly: `iperf3 -s` on {peer}, "
         "`iperf3 -c <fabric address of {peer}> -P 8 -t 10` on {node} (on RDMA fabrics `ib_write_bw -d <HCA>` on "
         "{peer} and `ib_write_bw -d <HCA> <fabric address of {peer}>` on {node}).",
-        "On both nodes look at `ip -s link show <fabric interface>` (errors, drops) and `tc qdisc show dev <fabric "
-        "interface>` "
-        "(a shaping or netem qdisc left behind: `tc qdisc del dev <fabric interface> root`).",
+        "On {node} look at `ip -s link show {interface}` (errors, drops) and `tc qdisc show dev {interface}` (a "
+        "shaping or netem qdisc left behind: `tc qdisc del dev {interface} root`), and on {peer} at its interface "
+        "on the same network.",
         "Add a third node to the run (`--limit` with one more GPU node) so the pair search can tell a slow node "
         "from a slow link, then check that node's cable, switch port and NIC firmware.",
     )),
@@ -596,8 +612,8 @@ def markdown() -> str:
         "pytest's report and the tail of the tool's own log (`logs/allreduce-*.log` for mpirun);",
         "- `junit.xml`: the same figures, log path and log tail in each failing test case's `<system-out>`.",
         "",
-        "In a report the steps name the failing node, the inventory, the service, interface, HCA or peer the "
-        "failure names; below they are said in words (`<the failing node>` in a command).",
+        "In a report the steps name the failing node, the inventory, the service, interface, rail, HCA, port or "
+        "peer the failure names; below they are said in words (`<the failing node>` in a command).",
         "",
         "### A node is unreachable",
         "",

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpucluster.conformance import run_nccl_tests
 from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, judge
-from gpucluster.conformance.fabric import PAIR_STATUS_REASON, fault_key, verdict_sentence, verdict_size
+from gpucluster.conformance.fabric import (
+    PAIR_STATUS_REASON,
+    fault_key,
+    interface_on,
+    rail_netdev,
+    verdict_sentence,
+    verdict_size,
+)
 from gpucluster.conformance.pairs import PairSearch, node_on_rails, rail_status_text
 
 pytestmark = pytest.mark.gpu
@@ -24,6 +33,22 @@ def _pinned(node, run: AllReduceRun) -> None:
     buffers, the lab's, takes no NCCL setting at all)."""
     if run.engine == "nccl-tests":
         node.figure("nccl_pinned", run_nccl_tests.pinned_text(run_nccl_tests.INTER_ENV, run_nccl_tests.INTER_PINNED))
+
+
+def _measured_interface(node, data: dict, on: list[str]) -> str | None:
+    """The node's interface its pair runs went over: its own netdev on the first rail that fell short
+    where they ran rail by rail, else the one holding its address on the network they ran on (read
+    from the node; where it holds none there, the fabric interface that should, on the fabric's)."""
+    if on:
+        return rail_netdev(node.info, list(data["rails"]), on[0])
+    networks = data.get("networks")
+    if not networks:
+        return None
+    res = node.run("ip -j -4 addr show")
+    found = interface_on(json.loads(res.stdout or "[]"), networks) if res.rc == 0 else None
+    if found is None and networks == str(node.inv.fabric.get("fabric_cidr")):
+        return node.info.fabric_interface
+    return found
 
 
 @pytest.mark.check("GC-AR-001")
@@ -106,8 +131,16 @@ def test_allreduce_pairs(node, fabric):
             node.attach(data["logs"][r["label"]])
     if mine.status == "untested":
         pytest.skip(mine.message)
+    # Measured rail by rail: which rails, and what each pair reached on them.
+    rails = node_on_rails(data.get("rails"), node.name)
+    if rails:
+        node.figure("rail_status", rail_status_text(rails))
+    on = [rail for rail, m in rails.items() if m.status != "ok" or any(not p["ok"] for p in m.pairs)]
     if mine.status != "ok":
         node.cause(fault_key(search, node.name))
+        interface = _measured_interface(node, data, on)
+        if interface:
+            node.figure("interface", interface)  # what the report's next steps name (remedies.subject)
     if mine.status == "pair_slow":
         pytest.fail(mine.message, pytrace=False)
 
@@ -118,11 +151,6 @@ def test_allreduce_pairs(node, fabric):
         return f"{p['peer']} {p['busbw_gbps']:.3g} GB/s{at}"
 
     low = ", ".join(figure(p) for p in mine.pairs if not p["ok"])
-    # Measured rail by rail: which rails, and what each pair reached on them.
-    rails = node_on_rails(data.get("rails"), node.name)
-    if rails:
-        node.figure("rail_status", rail_status_text(rails))
-    on = [rail for rail, m in rails.items() if m.status != "ok" or any(not p["ok"] for p in m.pairs)]
     where = f" on rail(s) {', '.join(on)}" if on else ""
     assert mine.status == "ok", (f"pair all-reduce busbw{where} with {low} < floor {floor:g} GB/s at >= {verdict} B: "
                                  f"{PAIR_STATUS_REASON.get(mine.status, mine.message)}")

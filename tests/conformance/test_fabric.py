@@ -111,12 +111,16 @@ def test_hca_ports_active(node):
     ports = [x for x in res.stdout.splitlines() if x.strip()]
     assert ports, "no compute RDMA device ports under /sys/class/infiniband"
     problems = []
+    failed = []
     for line in ports:
-        m = re.match(r"(\S+) \d+: (\w+) (\d+)", line)
+        m = re.match(r"\S+/infiniband/([^/\s]+)/ports/(\d+) \d+: (\w+) (\d+)", line)
         if not m:
             problems.append(f"unreadable: {line}")
-        elif m.group(2) != "ACTIVE" or int(m.group(3)) != want:
-            problems.append(f"{m.group(1).split('/infiniband/')[1]}: {m.group(2)} {m.group(3)} Gb/s")
+        elif m.group(3) != "ACTIVE" or int(m.group(4)) != want:
+            problems.append(f"{m.group(1)}/ports/{m.group(2)}: {m.group(3)} {m.group(4)} Gb/s")
+            failed.append(f"{m.group(1)}:{m.group(2)}")
+    if failed:
+        node.figure("failed_ports", failed)  # device:port, what the report's next steps name (remedies.subject)
     assert not problems, f"not ACTIVE at {want} Gb/s: " + "; ".join(problems)
 
 

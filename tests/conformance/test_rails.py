@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from gpucluster.conformance.fabric import rail_netdev
 from gpucluster.conformance.pairs import PairSearch, node_on_rails, rail_status_text
 from gpucluster.render.rails import rail_problems, rail_settings
 
@@ -27,6 +28,7 @@ def test_rails_configured(node):
     rules = node.run("ip -j -4 rule show")
     assert rules.rc == 0, f"ip rule: {rules.stderr.strip()}"
     problems = []
+    failed = []
     for rail in want:
         name = rail["interface"]
         link = node.run(f"ip -j addr show dev {name}")
@@ -40,10 +42,15 @@ def test_rails_configured(node):
         if entry is not None:
             node.figure(f"mtu_{name}", entry.get("mtu"))
         # A table that does not exist yet is "no route", not an error of the check.
-        problems += rail_problems(rail, entry, json.loads(rules.stdout or "[]"),
-                                  json.loads(routes.stdout or "[]") if routes.rc == 0 else [], values,
-                                  json.loads(way.stdout or "[]") if way.rc == 0 else [])
+        found = rail_problems(rail, entry, json.loads(rules.stdout or "[]"),
+                              json.loads(routes.stdout or "[]") if routes.rc == 0 else [], values,
+                              json.loads(way.stdout or "[]") if way.rc == 0 else [])
+        problems += found
+        if found:
+            failed.append(name)
     node.figure("rails", len(want))
+    if failed:
+        node.figure("failed_rails", failed)  # what the report's next steps name (remedies.subject)
     assert not problems, "; ".join(problems)
 
 
@@ -68,6 +75,9 @@ def test_rails_reach_every_peer(node, fabric):
         return
     lost = "; ".join(p["message"] for p in mine.pairs if not p["ok"])
     on = sorted(rail for rail, m in on_rails.items() if m.status not in ("ok", "untested"))
+    # The node's own netdev on each: a rail is named by its index where the nodes name it apart.
+    if on:
+        node.figure("failed_rails", [rail_netdev(node.info, list(data["rails"]), rail) for rail in on])
     why = {
         "slow": "lost to and from every peer, while the peers reach each other",
         "pair_slow": "lost between the only two nodes: cannot tell which end (neither is blamed alone)",

@@ -42,7 +42,8 @@ def placeholders(step: str) -> list[str]:
 
 def full_subject() -> remedies.Subject:
     return remedies.Subject(node="gpu-1", inventory=INVENTORY, run_dir="/runs/verify-1", service="chrony",
-                            interface="enp154s0np0", peer="gpu-2", hca="mlx5_3", gpu="5")
+                            interface="enp154s0np0", peer="gpu-2", hca="mlx5_3", gpu="5", port="1",
+                            rail="enp64s0np0")
 
 
 def one_finding(result: CheckResult, meta: dict | None = None) -> list[str]:
@@ -192,3 +193,36 @@ def test_a_checks_own_log_names_the_service_the_node_and_the_inventory(tmp_path:
     text = (tmp_path / r.log).read_text()
     assert "  1. Run `systemctl status chrony` and `journalctl -u chrony -b --no-pager | tail -50` on gpu-1." in text
     assert f"--inventory {INVENTORY} --limit gpu-1" in text
+
+
+def test_a_port_not_active_names_the_device_and_port_that_failed():
+    figures = {"failed_ports": ["mlx5_3:1", "mlx5_9:1"]}
+    steps = one_finding(CheckResult("gpu-1", "GC-NET-004", "failed", "not ACTIVE at 400 Gb/s: mlx5_3/ports/1: "
+                                    "DOWN 400 Gb/s; mlx5_9/ports/1: ACTIVE 200 Gb/s", figures))
+    assert steps[0].startswith("Run `ibstat mlx5_3 1` (or `cat /sys/class/infiniband/mlx5_3/ports/1/{state,rate}`) "
+                               "on gpu-1, and the same for each other port the message names.")
+    assert "`mlxlink -d mlx5_3`" in steps[2]
+    assert not [p for s in steps for p in placeholders(s)]
+    # Read back from results.json (figures as JSON gives them), the same names.
+    again = CheckResult.from_json(json.loads(json.dumps(
+        CheckResult("gpu-1", "GC-NET-004", "failed", "x", figures).to_json())))
+    assert remedies.subject(again) == remedies.Subject(node="gpu-1", hca="mlx5_3", port="1")
+
+
+def test_a_rail_failure_names_the_nodes_own_netdev_on_the_rail():
+    configured = one_finding(CheckResult("gpu-1", "GC-RAIL-001", "failed", "enp64s0np0: MTU 1500",
+                                         {"rails": 2, "failed_rails": ["enp64s0np0"]}))
+    assert ("run `networkctl status enp64s0np0`, `ip addr show dev enp64s0np0`, `ip rule` and "
+            "`ip route show table all dev enp64s0np0` on gpu-1.") in configured[0]
+    reach = one_finding(CheckResult("gpu-1", "GC-RAIL-002", "failed", "full-size frames lost on rail(s) rail1",
+                                    {"failed_rails": ["enp64s0np0"]}))
+    assert "`ping -M do -s <fabric MTU minus 28> -I enp64s0np0 <the peer's address on the rail>` on gpu-1" in reach[0]
+    assert not [p for s in configured + reach for p in placeholders(s)]
+
+
+def test_a_slow_pair_names_the_interface_its_runs_went_over():
+    figures = {"floor_gbps": 10.0, "pair_busbw_gbps_gpu-2": 0.002, "interface": "enp71s0"}
+    steps = one_finding(CheckResult("gpu-1", "GC-AR-003", "failed", "slow with gpu-2", figures))
+    assert ("On gpu-1 look at `ip -s link show enp71s0` (errors, drops) and `tc qdisc show dev enp71s0` (a shaping "
+            "or netem qdisc left behind: `tc qdisc del dev enp71s0 root`), and on gpu-2 at its interface on the "
+            "same network.") == steps[1]
