@@ -5,11 +5,16 @@ The dpkg output comes from this host's real dpkg-query (the format the action as
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from tests.unit.loading import load_file
 
@@ -18,6 +23,7 @@ pytestmark = pytest.mark.process
 
 REPO = Path(__file__).resolve().parents[3]
 PLUGIN = REPO / "collections/ansible_collections/gpucluster/cluster/plugins/action/apt.py"
+PLAYBOOK_BIN = Path(sys.executable).parent / "ansible-playbook"
 
 
 apt = load_file(PLUGIN, "gpucluster_apt_action")
@@ -81,21 +87,85 @@ def test_removed_but_configured_packages_are_not_installed() -> None:
                            apt.parse_dpkg_query(out)) == ["chrony", "ntp"]
 
 
+# The action against stand-ins on this host (connection local): dpkg-query, which says whether
+# python3-apt is there, apt-get, which logs the proxy it is given, and the apt module itself,
+# which only says it ran (ansible.legacy.apt takes a library path's module before the builtin).
+_DPKG_QUERY = """#!/bin/sh
+printf 'chrony\\tinstalled\\t4.3-2\\n'
+[ -n "$BINDINGS" ] && printf 'python3-apt\\tinstalled\\t2.6.0\\n'
+exit 1
+"""
+_APT_MODULE = """#!/usr/bin/python
+from ansible.module_utils.basic import AnsibleModule
+
+module = AnsibleModule(argument_spec={"name": {"type": "list", "elements": "str"}}, supports_check_mode=True)
+module.exit_json(changed=False, stand_in_apt=module.params["name"])
+"""
+
+
+def _converge(tmp_path: Path, apt_get: str, bindings: bool = False) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One ``gpucluster.cluster.apt`` task for a package dpkg lacks, in a play whose environment is
+    the egress proxy, as ``ansible-playbook`` runs it: its output and apt-get's log."""
+    bin_dir, library = tmp_path / "bin", tmp_path / "library"
+    bin_dir.mkdir()
+    library.mkdir()
+    log = tmp_path / "apt-get.log"
+    (bin_dir / "dpkg-query").write_text(_DPKG_QUERY)
+    (bin_dir / "apt-get").write_text(
+        f'#!/bin/sh\necho "$* via ${{http_proxy:-none}} ${{https_proxy:-none}} ${{DEBIAN_FRONTEND:-}}" >> {log}\n'
+        + apt_get)
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    (library / "apt.py").write_text(_APT_MODULE)
+    proxy = {"http_proxy": "http://10.83.0.1:3142", "https_proxy": "http://10.83.0.1:3142", "no_proxy": "a b,'c'"}
+    play = [{"hosts": "localhost", "gather_facts": False, "environment": proxy, "tasks": [
+        {"name": "Install the package", "gpucluster.cluster.apt": {"name": ["nvidia-dcgm"]}, "register": "installed",
+         "ignore_errors": True},
+        {"name": "Keep the task's result", "ansible.builtin.copy": {
+            "content": "{{ installed | to_json }}", "dest": str(tmp_path / "result.json"), "mode": "0600"}}]}]
+    playbook = tmp_path / "apt.yml"
+    playbook.write_text(yaml.safe_dump(play))
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy") and not k.startswith("ANSIBLE_")}
+    env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", BINDINGS="1" if bindings else "",
+               ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_LIBRARY=str(library),
+               ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+    proc = subprocess.run([str(PLAYBOOK_BIN), str(playbook)], text=True, capture_output=True, timeout=180,
+                          env=env, cwd=tmp_path)
+    return proc, log
+
+
+def _task_result(tmp_path: Path) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads((tmp_path / "result.json").read_text())
+    return result
+
+
 @pytest.mark.parametrize("first_try", [0, 1])
 def test_the_bindings_are_fetched_through_the_tasks_proxy(tmp_path: Path, first_try: int) -> None:
-    """A node whose only way out is the egress proxy gets python3-apt through it: the raw command
-    carries the play's environment to apt-get, on the first try and after apt-get update (the
-    Azure twin with a proxy egress found the bare command resolving deb.debian.org itself)."""
-    log = tmp_path / "calls"
-    fake = tmp_path / "apt-get"
-    fake.write_text(f'#!/bin/sh\necho "$* via ${{http_proxy:-none}} ${{https_proxy:-none}}" >> {log}\n'
-                    f'case "$1" in install) [ -e {tmp_path}/updated ] || exit {first_try} ;; '
-                    f'update) : > {tmp_path}/updated ;; esac\n')
-    fake.chmod(0o755)
-    env = {"http_proxy": "http://10.83.0.1:3142", "https_proxy": "http://10.83.0.1:3142", "no_proxy": "a b,'c'"}
-    cmd = apt.bindings_command(env)
-    subprocess.run(["/bin/sh", "-c", cmd], env={"PATH": f"{tmp_path}:/usr/bin:/bin"}, check=True, timeout=30)
+    """A node whose only way out is the egress proxy gets python3-apt through it: apt-get runs under
+    the play's environment, on the first try and after apt-get update (the Azure twin with a proxy
+    egress found a bare command resolving deb.debian.org itself), then the apt module runs."""
+    proc, log = _converge(tmp_path, f'case "$1" in install) [ -e {tmp_path}/updated ] || exit {first_try} ;; '
+                                    f'update) : > {tmp_path}/updated ;; esac\n')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     calls = log.read_text().splitlines()
-    assert calls and all(c.endswith("via http://10.83.0.1:3142 http://10.83.0.1:3142") for c in calls), calls
-    assert len(calls) == (1 if first_try == 0 else 3)
-    assert apt.bindings_command({}) == apt._INSTALL_BINDINGS
+    assert calls and all(c.endswith("via http://10.83.0.1:3142 http://10.83.0.1:3142 noninteractive")
+                         for c in calls), calls
+    assert [c.split()[0] for c in calls] == (["install"] if first_try == 0 else ["install", "update", "install"])
+    assert _task_result(tmp_path)["stand_in_apt"] == ["nvidia-dcgm"]
+
+
+def test_a_node_with_the_bindings_goes_straight_to_apt(tmp_path: Path) -> None:
+    proc, log = _converge(tmp_path, "exit 100\n", bindings=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not log.exists()
+    assert _task_result(tmp_path)["stand_in_apt"] == ["nvidia-dcgm"]
+
+
+def test_bindings_that_cannot_be_installed_fail_the_task_saying_why(tmp_path: Path) -> None:
+    proc, _ = _converge(tmp_path, 'echo "E: Unable to locate package python3-apt" >&2\nexit 100\n')
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the play ignores it, to keep the result
+    result = _task_result(tmp_path)
+    assert result["failed"] is True and "stand_in_apt" not in result
+    # apt-get's own error, of the install and of the update tried after it.
+    assert result["msg"] == ("could not install python3-apt, which the apt module needs: "
+                             "E: Unable to locate package python3-apt\nE: Unable to locate package python3-apt")

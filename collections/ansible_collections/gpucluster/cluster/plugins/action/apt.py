@@ -9,9 +9,10 @@ task is ok and unchanged; otherwise, or whenever the arguments ask for more than
 with the same arguments, so the outcome is apt's own. Check mode behaves the same way.
 GPUCLUSTER_APT_FAST_PATH=0 turns the fast path off (the benchmark measures what it buys).
 
-A node without python3-apt (which the apt module needs) gets it first with apt-get, under the
-task's environment (the egress proxy): Ansible's own way, installing it and re-spawning the
-module under the system Python, fails under Mitogen.
+A node without python3-apt (which the apt module needs) gets it first with apt-get, run by the
+command module so that it takes the task's environment (the egress proxy) the way every module
+does: Ansible's own way, installing it and re-spawning the module under the system Python, fails
+under Mitogen.
 
 Measured in `make bench` (bench/bench_converge.py): see docs/roles.md, "Converge speed".
 """
@@ -37,16 +38,13 @@ APT_BINDINGS = "python3-apt"
 _INSTALL_BINDINGS = ("export DEBIAN_FRONTEND=noninteractive; "
                      "apt-get install -y -q --no-install-recommends python3-apt "
                      "|| { apt-get update -q && apt-get install -y -q --no-install-recommends python3-apt; }")
-
-
-def bindings_command(environment: dict[str, Any]) -> str:
-    """The shell command that installs python3-apt, under the task's ``environment`` (the play's
-    egress proxy: a node whose only way out is the proxy reaches no package without it). A raw
-    command takes no task environment of its own, unlike a module."""
-    if not environment:
-        return _INSTALL_BINDINGS
-    assignments = " ".join(shlex.quote(f"{k}={v}") for k, v in environment.items())
-    return f"env {assignments} /bin/sh -c {shlex.quote(_INSTALL_BINDINGS)}"
+# The command module's arguments that install python3-apt. A module, not a raw command: ansible-core
+# gives a module the task's environment (the play's egress proxy, without which a node whose only way
+# out is the proxy reaches no package), where a raw command gets none, and an action runs a module
+# with _execute_module, the way Ansible's plugin guide documents ("execute the module using the
+# _execute_module method", docs.ansible.com dev_guide/developing_plugins.html, Action plugins). The
+# only other way to the environment is ActionBase's private _compute_environment_string.
+BINDINGS_ARGS: dict[str, Any] = {"argv": ["/bin/sh", "-c", _INSTALL_BINDINGS]}
 
 
 def wanted_packages(args: dict[str, Any]) -> list[tuple[str, str | None]] | None:
@@ -117,12 +115,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             # The apt module needs python3-apt. Ansible's own answer (installing it, then
             # re-spawning the module under the system Python) does not survive Mitogen, so the
             # bindings are installed here first, the way the apt module would.
-            environment: dict[str, Any] = {}
-            self._compute_environment_string(environment)
-            boot = self._low_level_execute_command(bindings_command(environment), sudoable=True)
-            if boot.get("rc") != 0:
+            boot = self._execute_module(module_name="ansible.legacy.command", module_args=dict(BINDINGS_ARGS),
+                                        task_vars=task_vars)
+            if boot.get("failed") or boot.get("rc") != 0:
+                said = boot.get("stderr") or boot.get("stdout") or boot.get("msg") or ""
                 result.update(failed=True, msg=f"could not install {APT_BINDINGS}, which the apt module needs: "
-                                               f"{(boot.get('stderr') or boot.get('stdout') or '').strip()[-400:]}")
+                                               f"{str(said).strip()[-400:]}")
                 return result
         result.update(self._execute_module(module_name="ansible.legacy.apt", module_args=args,
                                            task_vars=task_vars))
