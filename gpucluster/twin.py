@@ -230,6 +230,19 @@ def bastion(cluster: Cluster, plan: LabLayout) -> NodeLayout:
     if management_ip in {n.management_ip for n in plan.nodes} or management_ip == plan.management_host_ip:
         raise InputError(f"gpucluster.fabric.management_cidr: {mgmt}'s last address {management_ip}, the twin's "
                          "bastion's, is a node's; give the management network room", source=source)
+    target = cluster.spec.target
+    declared = getattr(target, "access", None)
+    existing = declared.bastion if declared is not None and declared.bastion and not declared.bastion.create else None
+    if existing is not None:
+        # A bastion the stack names: the lab boots it where the stack says it is, or says where it can.
+        where = "gpucluster.target.access.bastion"
+        if existing.host != str(public):
+            raise InputError(f"{where}.host: {existing.host}; the twin's lab boots the bastion at {public}, the second "
+                             f"address of twin.outside_cidr {outside}: name it", source=source)
+        if ipaddress.IPv4Address(management_ip) not in ipaddress.IPv4Network(existing.source_cidr or f"{public}/32"):
+            raise InputError(f"{where}.source_cidr: {existing.source_cidr}; the twin's bastion reaches the nodes from "
+                             f"{management_ip}, the management network's last address: name {management_ip}/32",
+                             source=source)
     node_hash = _short_hash(f"{cluster.name}/{BASTION_NAME}")
     return NodeLayout(
         name=BASTION_NAME, management_ip=management_ip, fabric_ip="", netns=f"gcl-{cluster.name}-{BASTION_NAME}",
@@ -289,9 +302,12 @@ def fill_outputs(outputs: dict[str, Any], plan: LabLayout, twin: TwinFile) -> di
         if b is None or b.outside is None:
             raise InputError("the target's outputs reach the nodes through a bastion, but the twin's lab has none "
                              "(gpucluster.twin.outside_cidr)")
-        # The bastion's addresses as the lab gave them, and the lab's login; whether the stack made it stays.
-        filled["access"] = {**access, "bastion": {"host": b.outside.address.split("/")[0], "user": SSH_USER,
-                                                  "port": 22, "source_cidr": f"{b.management_ip}/32"}}
+        if access.get("created"):
+            # The bastion the stack creates: its addresses as the lab gave them, and the lab's login.
+            filled["access"] = {**access, "bastion": {"host": b.outside.address.split("/")[0], "user": SSH_USER,
+                                                      "port": 22, "source_cidr": f"{b.management_ip}/32"}}
+        # else the site's bastion, which the lab booted where the stack names it: the target's outputs as
+        # they are (the inventory holds them to the stack's access path).
     return filled
 
 

@@ -406,3 +406,27 @@ def test_the_bastion_step_fails_when_the_controller_reaches_a_node_around_it(
     answering |= {"10.84.0.11"}
     assert twin.reach_problems(plan) == [
         "gpu-2: the controller reaches its SSH at 10.84.0.11:22 directly, around the bastion"]
+
+
+def test_the_azure_twin_boots_the_sites_bastion_where_its_stack_names_it(tmp_path: Path) -> None:
+    """An existing bastion (as Pulumi.azure-h100.yaml): the lab boots it at the host and with the
+    source the stack names, and the outputs are the target's own; a stack naming it elsewhere is
+    refused, naming the field and where the twin can boot it."""
+    inputs = twin.inputs(load_spec(REPO / "Pulumi.twin-azure-nd-h100-v5.yaml"))
+    real = plan_cluster(load_spec(REPO / "Pulumi.twin-azure-nd-h100-v5.yaml")).outputs["access"]
+    assert real == {"mode": "bastion", "created": False, "bastion": {
+        "host": "198.18.83.2", "user": "root", "port": 22, "source_cidr": "10.83.0.254/32"}}
+    assert inputs.outputs["access"] == real
+    text = (REPO / "Pulumi.twin-azure-nd-h100-v5.yaml").read_text()
+    for old, new, message in [
+        ("host: 198.18.83.2,", "host: 198.18.83.9,",
+         r"access.bastion.host: 198.18.83.9; the twin's lab boots the bastion at 198.18.83.2, the second address of "
+         r"twin.outside_cidr"),
+        ("source_cidr: 10.83.0.254/32", "source_cidr: 10.83.0.0/28",
+         r"access.bastion.source_cidr: 10.83.0.0/28; the twin's bastion reaches the nodes from 10.83.0.254"),
+    ]:
+        assert old in text
+        path = tmp_path / "Pulumi.twin-x.yaml"
+        path.write_text(text.replace(old, new))
+        with pytest.raises(InputError, match=message):
+            twin.inputs(load_spec(path))
