@@ -257,8 +257,9 @@ def test_azures_boot_rewrite_is_undone_and_its_keys_are_kept() -> None:
     assert v["__nccl_rewriter"] == "sku-customizations.service"
     assert v["__nccl_rewriter_drop_in"] == "/etc/systemd/system/sku-customizations.service.d/50-gpucluster-nccl.conf"
     drop_in = render_template("nccl", "nccl-restore.conf.j2", v)
-    assert "[Service]\nExecStartPost=/usr/bin/install -m 0644 -o root -g root /etc/gpucluster/nccl.conf " \
-           "/etc/nccl.conf" in drop_in
+    restore = "/usr/bin/install -m 0644 -o root -g root /etc/gpucluster/nccl.conf /etc/nccl.conf"
+    # Once the unit's command succeeded, and where it failed part way or was stopped (ExecStopPost).
+    assert f"[Service]\nExecStartPost={restore}\nExecStopPost={restore}\n" in drop_in
     lab = _inventory(REPO / "Pulumi.lab.yaml", "fab0")
     assert role_vars("nccl", host_context(lab, "gpu-1"))["__nccl_rewriter"] == ""
 
