@@ -16,6 +16,7 @@ is reported once, with its remedy.
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import time
@@ -188,10 +189,14 @@ def classify(node: str, address: str, rc: int | None, stderr: str, seconds: floa
         return ProbeResult(node, "unreachable", f"no SSH answer within {timeout:.0f} s", secs)
     if any(m in stderr for m in _CHANGED) and policy.known_hosts is not None:
         kh = shlex.quote(str(policy.known_hosts))
+        # ssh names the host whose key changed: the node's, or the bastion's on the way to it.
+        named = re.search(r"Host key for (\S+) has changed", stderr)
+        host = named.group(1) if named else address
+        what = "the node" if host in (address, f"[{address}]") else f"the bastion {host} on the way to {address}"
         return ProbeResult(node, "host_key_changed",
-                           f"host key of {address} is not the one recorded in {policy.known_hosts} (a rebuilt node, "
-                           f"or someone in between): if the node was rebuilt, forget the old key with "
-                           f"`ssh-keygen -R {shlex.quote(address)} -f {kh}` and run again", secs)
+                           f"host key of {host} is not the one recorded in {policy.known_hosts} (a rebuilt machine, "
+                           f"or someone in between): if {what} was rebuilt, forget the old key with "
+                           f"`ssh-keygen -R {shlex.quote(host)} -f {kh}` and run again", secs)
     if rc == 255:
         return ProbeResult(node, "unreachable", _last_line(stderr) or "ssh exit 255", secs)
     return ProbeResult(node, "ok", "", secs)

@@ -52,6 +52,7 @@ from gpucluster.render.platform import provider_ports
 from gpucluster.spec.cluster import Cluster, platform_data
 from gpucluster.spec.loader import load_twins
 from gpucluster.spec.models import BaremetalTarget, LabTarget, TwinBootService, TwinFile
+from gpucluster.spec.rules import twin_bastion_address
 
 # The OS a lab node runs (LabTarget.os): the only archive the lab reaches is Debian's.
 LAB_OS = LabTarget.model_fields["os"].default
@@ -199,11 +200,17 @@ def shape(plan: LabLayout, cluster: Cluster, twin: TwinFile) -> LabLayout:
             + boot_service_files(cluster, twin, n.name, n.management_ip)))
     packages = plan.packages + (NETPLAN_PACKAGES if twin.image.network == "netplan" else ())
     outside = cluster.spec.twin.outside_cidr if cluster.spec.twin is not None else None
+    b = bastion(cluster, plan) if outside else None
+    if b is not None and b.management_subnet:
+        # The nodes reach the bastion's subnet on their management link, where the platform routes it.
+        nodes = [dataclasses.replace(n, onlink=(b.management_subnet,)) for n in nodes]
+    access = getattr(cluster.spec.target, "access", None)
+    site = bool(b is not None and access is not None and access.bastion is not None and not access.bastion.create)
     return dataclasses.replace(plan, nodes=tuple(nodes), rail_bridges=tuple(bridges.values()), rail_cidrs=(),
                                twin=twin.name, packages=packages, node_apt_proxy=not declares_proxy(cluster, plan),
                                rootfs_key=rootfs_key(plan.suite, plan.mirror, packages),
                                outside_cidr=outside, outside_bridge=f"gc{lab_hash}o" if outside else None,
-                               bastion=bastion(cluster, plan) if outside else None)
+                               bastion=b, site_bastion=site)
 
 
 # The lab machine a twin reached through a bastion boots as its bastion: its interfaces.
@@ -212,43 +219,41 @@ BASTION_OUTSIDE_INTERFACE = "eth0"
 BASTION_MANAGEMENT_INTERFACE = "eth1"
 
 
+def bastion_subnet(cluster: Cluster) -> ipaddress.IPv4Network | None:
+    """The subnet the twin's bastion reaches the nodes from, as on the platform: the public subnet for
+    a bastion the stack creates (target.public_cidr), the site's bastion's source_cidr otherwise; None
+    without a bastion. It is apart from the management network, so the nodes' firewall admits the
+    bastion by the stack's access path, not as one more address of their own network."""
+    access = getattr(cluster.spec.target, "access", None)
+    b = access.bastion if access is not None and access.mode == "bastion" else None
+    if b is None:
+        return None
+    cidr = getattr(cluster.spec.target, "public_cidr", None) if b.create else b.source_cidr
+    return ipaddress.IPv4Network(cidr) if cidr else None
+
+
 def bastion(cluster: Cluster, plan: LabLayout) -> NodeLayout:
     """The twin's bastion: a lab machine with its public address on the outside network (the
     second of twin.outside_cidr: the host, as the controller, holds the first) and a leg on the
-    management network (its last address), from which the nodes see its connections come. The
-    platform's bastion reaches the nodes through the cloud's router instead (cannot_model says so)."""
+    management bridge with the first address of :func:`bastion_subnet`, routed on that link to the
+    management network (and the nodes to it), where the platform's router carries it (cannot_model
+    says so). The spec's rules hold a site's bastion to that place, port and login."""
     ref = cluster.spec.twin
-    assert ref is not None and ref.outside_cidr is not None
-    source = str(cluster.source)
+    subnet = bastion_subnet(cluster)
+    assert ref is not None and ref.outside_cidr is not None and subnet is not None
     if any(n.name == BASTION_NAME for n in plan.nodes):
         raise InputError(f"gpucluster.node_pools: a node is named {BASTION_NAME!r}, the name of the twin's bastion; "
-                         "rename it", source=source)
+                         "rename it", source=str(cluster.source))
     outside = ipaddress.IPv4Network(ref.outside_cidr)
-    public = list(outside.hosts())[1]
-    mgmt = ipaddress.IPv4Network(plan.management_cidr)
-    management_ip = str(mgmt.broadcast_address - 1)
-    if management_ip in {n.management_ip for n in plan.nodes} or management_ip == plan.management_host_ip:
-        raise InputError(f"gpucluster.fabric.management_cidr: {mgmt}'s last address {management_ip}, the twin's "
-                         "bastion's, is a node's; give the management network room", source=source)
-    target = cluster.spec.target
-    declared = getattr(target, "access", None)
-    existing = declared.bastion if declared is not None and declared.bastion and not declared.bastion.create else None
-    if existing is not None:
-        # A bastion the stack names: the lab boots it where the stack says it is, or says where it can.
-        where = "gpucluster.target.access.bastion"
-        if existing.host != str(public):
-            raise InputError(f"{where}.host: {existing.host}; the twin's lab boots the bastion at {public}, the second "
-                             f"address of twin.outside_cidr {outside}: name it", source=source)
-        if ipaddress.IPv4Address(management_ip) not in ipaddress.IPv4Network(existing.source_cidr or f"{public}/32"):
-            raise InputError(f"{where}.source_cidr: {existing.source_cidr}; the twin's bastion reaches the nodes from "
-                             f"{management_ip}, the management network's last address: name {management_ip}/32",
-                             source=source)
+    leg = next(iter(subnet.hosts()), subnet.network_address)
     node_hash = _short_hash(f"{cluster.name}/{BASTION_NAME}")
     return NodeLayout(
-        name=BASTION_NAME, management_ip=management_ip, fabric_ip="", netns=f"gcl-{cluster.name}-{BASTION_NAME}",
+        name=BASTION_NAME, management_ip=str(leg), fabric_ip="", netns=f"gcl-{cluster.name}-{BASTION_NAME}",
         veth_management=f"gv{node_hash}m", veth_fabric=f"gv{node_hash}f", data_disks=0, data_disk_gb=0,
         management_interface=BASTION_MANAGEMENT_INTERFACE, fabric_interface=None,
-        outside=OutsideLink(BASTION_OUTSIDE_INTERFACE, f"gv{node_hash}o", f"{public}/{outside.prefixlen}"))
+        outside=OutsideLink(BASTION_OUTSIDE_INTERFACE, f"gv{node_hash}o",
+                            f"{twin_bastion_address(outside)}/{outside.prefixlen}"),
+        management_subnet=str(subnet), onlink=(plan.management_cidr,))
 
 
 def declares_proxy(cluster: Cluster, plan: LabLayout) -> bool:

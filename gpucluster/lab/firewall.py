@@ -4,8 +4,8 @@ On the platform, a controller outside the cluster's network reaches no node dire
 security groups admit SSH to the nodes from the bastion alone (stacks/components/aws.py, the
 nodes' group; stacks/policy.py ``bastion-only-entry``). On this host the controller is the host
 itself, which holds an address on the lab's management bridge (the apt proxy's). So while a lab
-has a bastion, one nftables table of the lab's own refuses every connection the host opens to the
-cluster's networks (management, fabric, rails); the nodes' connections to the host (the proxy) and
+has a bastion, one nftables table of the lab's own refuses every connection the host opens out of
+the cluster's bridges (management, fabric, rails), IPv4 and IPv6; the nodes' connections to the host (the proxy) and
 its answers to them pass. The controller's only way to a node is then the bastion's outside
 address, as the inventory's ProxyJump names it. The lab's own tooling enters a node from the
 node's network namespace (gpucluster.lab.ssh), as a provider's console does, and is not affected.
@@ -29,7 +29,6 @@ def table_name(lab_name: str) -> str:
 def rules(plan: LabLayout) -> str:
     """The table, as `nft -f` reads it: replaced whole (declared, deleted, declared again)."""
     name = table_name(plan.name)
-    cidrs = ", ".join(plan.cluster_cidrs)
     bridges = ", ".join(f'"{b}"' for b in (plan.management_bridge, plan.fabric_bridge, *plan.rail_bridges))
     return (
         f"table {FAMILY} {name}\n"
@@ -37,9 +36,10 @@ def rules(plan: LabLayout) -> str:
         f"table {FAMILY} {name} {{\n"
         "\tchain controller_out {\n"
         "\t\ttype filter hook output priority filter; policy accept;\n"
-        # What the host opens itself; the nodes' own connections to the proxy, answered, pass.
-        # (the host's own addresses there, the proxy's, are reached over lo and stay reachable).
-        f"\t\toifname {{ {bridges} }} ip daddr {{ {cidrs} }} ct state new reject with icmpx type admin-prohibited\n"
+        # What the host opens itself out of the cluster's bridges, IPv4 or IPv6 (a node's link-local
+        # address too); the nodes' own connections to the proxy, answered, pass, and the host's own
+        # addresses there (the proxy's) are reached over lo.
+        f"\t\toifname {{ {bridges} }} ct state new reject with icmpx type admin-prohibited\n"
         "\t}\n"
         "}\n"
     )

@@ -21,6 +21,7 @@ PREREQUISITES: dict[str, str] = {
     "ssh-keygen": "openssh-client",
     "losetup": "mount",
     "mount": "mount",
+    "nsenter": "util-linux",
     # The host's table that keeps the controller off the cluster's networks behind a bastion.
     "nft": "nftables",
 }

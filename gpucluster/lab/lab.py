@@ -141,7 +141,8 @@ def _prepare_node(plan: LabLayout, n: NodeLayout, pubkey: str) -> _Prepared:
         changed = network.ensure_node_links(plan, n)
         disk_changed, disks = node.ensure_disks(plan, n)
         changed = node.ensure_overlay(plan, n) or disk_changed or changed
-        files_changed, host_key = node.ensure_files(plan, n, pubkey, disks)
+        kept = plan.bastion_cache_dir if plan.site_bastion and n is plan.bastion else None
+        files_changed, host_key = node.ensure_files(plan, n, pubkey, disks, kept)
     except LabError as exc:
         failed = NodeResult(n.name, "failed", round(time.monotonic() - started, 2), str(exc),
                             boot_log_tail=node.log_tail(plan, n))
@@ -263,10 +264,11 @@ def down(state_root: Path, name: str, *, progress: Progress = quiet) -> bool:
                 network.delete_netns(ns)
             if proxy.stop_proxy(plan):
                 progress("apt proxy stopped")
-            if firewall.remove(plan.name):
-                progress("the host's table for the bastion removed")
             for bridge in plan.bridges:
                 network.delete_link(bridge)
+        # By the lab's name alone: also where its plan could not be read.
+        if firewall.remove(name):
+            progress("the host's table for the bastion removed")
         for point in node.mounts_under(lab_dir):
             run(["umount", "-l", point], f"umount {point}")
         for loop in node.loops_under(lab_dir):

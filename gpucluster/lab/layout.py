@@ -79,6 +79,13 @@ class NodeLayout:
     files: tuple[NodeFile, ...] = ()
     # A bastion's public side (on the lab's outside bridge); None for a node.
     outside: OutsideLink | None = None
+    # The subnet of the management address where it is not the management network's: a twin's
+    # bastion, whose leg on the management bridge is in its own subnet (AWS's public subnet, the
+    # site's bastion's source), as on the platform. None: the management network's.
+    management_subnet: str | None = None
+    # Subnets reached on the management link without a router (the nodes' route to the bastion's
+    # subnet and the bastion's to the management network, which the cloud's router carries).
+    onlink: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,6 +120,9 @@ class LabLayout:
     outside_cidr: str | None = None
     outside_bridge: str | None = None
     bastion: NodeLayout | None = None
+    # The bastion outlives the stack (the site's, which the stack names): its host key is kept in the
+    # cache across `down`, as a real one's would be, so the cluster's known_hosts still holds it.
+    site_bastion: bool = False
 
     # --- derived paths ------------------------------------------------------------
     @property
@@ -156,6 +166,11 @@ class LabLayout:
     @property
     def fabric_host_ip(self) -> str:
         return str(next(ipaddress.IPv4Network(self.fabric_cidr).hosts()))
+
+    @property
+    def bastion_cache_dir(self) -> Path:
+        """Where a site's bastion's host key outlives the lab (`down` keeps the cache)."""
+        return self.cache_dir / "bastions" / self.name
 
     @property
     def outside_host_ip(self) -> str | None:
@@ -226,7 +241,7 @@ class LabLayout:
 
 def _node_dict(n: NodeLayout) -> dict[str, Any]:
     return {**asdict(n), "rails": [asdict(r) for r in n.rails], "files": [asdict(f) for f in n.files],
-            "outside": asdict(n.outside) if n.outside is not None else None}
+            "outside": asdict(n.outside) if n.outside is not None else None, "onlink": list(n.onlink)}
 
 
 def _node_from(raw: dict[str, Any]) -> NodeLayout:
@@ -235,6 +250,7 @@ def _node_from(raw: dict[str, Any]) -> NodeLayout:
     n["rails"] = tuple(RailLink(**dict(r)) for r in n.get("rails") or ())
     n["files"] = tuple(NodeFile(str(f["path"]), str(f["content"]), int(f["mode"])) for f in n.get("files") or ())
     n["outside"] = OutsideLink(**dict(n["outside"])) if n.get("outside") else None
+    n["onlink"] = tuple(n.get("onlink") or ())
     return NodeLayout(**n)
 
 
@@ -307,12 +323,22 @@ def layout_lab(cluster: Cluster, *, packages: tuple[str, ...] = DEFAULT_PACKAGES
 
 
 def _all_cidrs(plan: LabLayout) -> tuple[str, ...]:
-    return plan.cluster_cidrs + ((plan.outside_cidr,) if plan.outside_cidr is not None else ())
+    outside = (plan.outside_cidr,) if plan.outside_cidr is not None else ()
+    leg = plan.bastion.management_subnet if plan.bastion is not None else None
+    return plan.cluster_cidrs + outside + ((leg,) if leg else ())
 
 
 def _field(plan: LabLayout, net: ipaddress.IPv4Network) -> str:
     """The stack field that names one of the lab's networks."""
-    return "gpucluster.twin.outside_cidr" if str(net) == plan.outside_cidr else "gpucluster.fabric"
+    if str(net) == plan.outside_cidr:
+        return "gpucluster.twin.outside_cidr"
+    if plan.bastion is not None and str(net) == plan.bastion.management_subnet:
+        return "gpucluster.target.access.bastion (the subnet the twin's bastion reaches the nodes from)"
+    if str(net) == plan.management_cidr:
+        return "gpucluster.fabric.management_cidr"
+    if str(net) == plan.fabric_cidr:
+        return "gpucluster.fabric.fabric_cidr"
+    return "gpucluster.fabric"
 
 
 def overlap_problems(plan: LabLayout, others: list[LabLayout]) -> list[str]:

@@ -7,7 +7,10 @@ to put on a rail's port). Compute rails (GPU nodes): one veth per rail onto the 
 bridge, which has the spec's MTU and no host address; the node end is left down, without an
 address and at the kernel's default MTU, for the fabric_rails role to configure as on a real node.
 Nothing is routed or NATed: nodes reach only each other and the proxy, which is the only thing
-that talks to the Debian mirror.
+that talks to the Debian mirror. A twin reached through a bastion adds an outside bridge (the
+host's address there is the controller's) and the bastion, whose leg on the management bridge is
+in a subnet of its own: it and the nodes route to each other's subnet on that link (``onlink``),
+where the platform's router would carry it.
 """
 
 from __future__ import annotations
@@ -124,8 +127,8 @@ def node_links_ok(plan: LabLayout, node: NodeLayout) -> bool:
     if not netns_exists(node.netns):
         return False
     want: dict[str, tuple[str, int, str, str | None]] = {
-        node.management_interface: (_with_prefix(node.management_ip, plan.management_cidr), 1500,
-                                    node.veth_management, plan.management_bridge)}
+        node.management_interface: (_with_prefix(node.management_ip, node.management_subnet or plan.management_cidr),
+                                    1500, node.veth_management, plan.management_bridge)}
     if node.fabric_interface is not None:
         want[node.fabric_interface] = (_with_prefix(node.fabric_ip, plan.fabric_cidr), plan.mtu, node.veth_fabric,
                                        plan.fabric_bridge)
@@ -142,12 +145,25 @@ def node_links_ok(plan: LabLayout, node: NodeLayout) -> bool:
             return False
     if node.management_mac and _link(node.management_interface, node.netns).get("address") != node.management_mac:
         return False
+    if node.onlink and not set(node.onlink) <= _onlink_routes(node.management_interface, node.netns):
+        return False
     for rail in node.rails:
         # The node end's address, MTU and state are the fabric_rails role's: only the link is the lab's.
         outer = _link(rail.veth)
         if not _link(rail.interface, node.netns) or outer.get("mtu") != plan.mtu or outer.get("master") != rail.bridge:
             return False
     return True
+
+
+def _onlink_routes(ifname: str, netns: str) -> set[str]:
+    """The subnets routed on the link without a gateway in the namespace's main table."""
+    proc = run(["ip", "-n", netns, "-j", "-4", "route", "show", "dev", ifname, "scope", "link"], "ip route",
+               check=False)
+    if proc.returncode != 0:
+        return set()
+    # ip prints a host route's destination without its /32.
+    return {str(ipaddress.IPv4Network(str(r["dst"]), strict=False)) for r in json.loads(proc.stdout or "[]")
+            if "gateway" not in r and r.get("dst") not in (None, "default")}
 
 
 def ensure_node_links(plan: LabLayout, node: NodeLayout) -> bool:
@@ -160,7 +176,7 @@ def ensure_node_links(plan: LabLayout, node: NodeLayout) -> bool:
     ns = ["ip", "-n", node.netns]
     run([*ns, "link", "set", "lo", "up"], f"{node.name}: loopback")
     pairs = [(node.veth_management, node.management_interface, plan.management_bridge, 1500,
-              _with_prefix(node.management_ip, plan.management_cidr), node.management_mac)]
+              _with_prefix(node.management_ip, node.management_subnet or plan.management_cidr), node.management_mac)]
     if node.fabric_interface is not None:
         pairs.append((node.veth_fabric, node.fabric_interface, plan.fabric_bridge, plan.mtu,
                       _with_prefix(node.fabric_ip, plan.fabric_cidr), None))
@@ -177,6 +193,9 @@ def ensure_node_links(plan: LabLayout, node: NodeLayout) -> bool:
         run(["ip", "link", "set", host_end, "master", bridge, "up"], f"{node.name}: veth {inner}")
         run([*ns, "addr", "add", address, "dev", inner], f"{node.name}: address on {inner}")
         run([*ns, "link", "set", inner, "up"], f"{node.name}: {inner} up")
+    for cidr in node.onlink:
+        run([*ns, "route", "replace", cidr, "dev", node.management_interface, "scope", "link"],
+            f"{node.name}: route to {cidr} on {node.management_interface}")
     for rail in node.rails:
         delete_link(rail.veth)
         run([*ns, "link", "delete", rail.interface], f"{node.name}: {rail.interface}", check=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import tempfile
@@ -12,6 +13,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpucluster.files import write_whole
 from gpucluster.lab import confined, process
 from gpucluster.lab.host import LabError, run, which
 from gpucluster.lab.layout import LabLayout, NodeLayout
@@ -92,9 +94,11 @@ def _seed(root: Path, rel: str, text: str, mode: int = 0o644) -> bool:
     return _write(root, rel, text, mode)
 
 
-def ensure_files(plan: LabLayout, node: NodeLayout, authorized_key: str, disks: list[str]) -> tuple[bool, str]:
+def ensure_files(plan: LabLayout, node: NodeLayout, authorized_key: str, disks: list[str],
+                 kept_host_key: Path | None = None) -> tuple[bool, str]:
     """Write the node's identity and configuration into its overlay; return (changed, host public key).
-    Every path is resolved inside the node's root: a link the node planted never leads out of it."""
+    Every path is resolved inside the node's root: a link the node planted never leads out of it.
+    ``kept_host_key``: a folder the machine's host key outlives the lab in (a site's bastion)."""
     root = root_dir(plan, node)
     changed = False
     changed |= _write(root, "etc/hostname", node.name + "\n")
@@ -105,8 +109,14 @@ def ensure_files(plan: LabLayout, node: NodeLayout, authorized_key: str, disks: 
     changed |= _write(root, "root/.ssh/authorized_keys", authorized_key + "\n", 0o600)
     host_key = "etc/ssh/ssh_host_ed25519_key"
     if not confined.exists(root, host_key) or not confined.exists(root, host_key + ".pub"):
-        _new_host_key(root, host_key, node.name)
+        if kept_host_key is not None and (kept_host_key / "key").is_file() and (kept_host_key / "key.pub").is_file():
+            confined.write(root, host_key, (kept_host_key / "key").read_bytes(), 0o600)
+            confined.write(root, host_key + ".pub", (kept_host_key / "key.pub").read_bytes(), 0o644)
+        else:
+            _new_host_key(root, host_key, node.name)
         changed = True
+    if kept_host_key is not None and not (kept_host_key / "key").is_file():
+        _keep_host_key(root, host_key, kept_host_key)
     apt_proxy = (f'// gpucluster lab: apt goes through the proxy on the management bridge.\n'
                  f'Acquire::http::Proxy "{plan.proxy_url}";\n'
                  # A fetch the proxy could not complete (a mirror's hiccup on a cold cache) is tried again.
@@ -124,6 +134,17 @@ def ensure_files(plan: LabLayout, node: NodeLayout, authorized_key: str, disks: 
     if public is None:
         raise LabError(f"{node.name}: {host_key}.pub is not a file")
     return changed, public.strip()
+
+
+def _keep_host_key(root: Path, rel: str, folder: Path) -> None:
+    """A copy of the machine's host key pair in ``folder`` (root's alone), which `down` leaves."""
+    private, public = confined.read_text(root, rel), confined.read_text(root, rel + ".pub")
+    if private is None or public is None:
+        raise LabError(f"{rel} is not a file")
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder, 0o700)
+    write_whole(folder / "key.pub", public, mode=0o644)
+    write_whole(folder / "key", private, mode=0o600)
 
 
 def _new_host_key(root: Path, rel: str, name: str) -> None:

@@ -1,11 +1,11 @@
 """The lab's SSH identity: one key pair per lab, host keys known in advance; and the lab's own way
-into a node, which is a provider's console's, not the controller's.
+into a node (boot probes, `lab ssh`, a twin check's fault and reboot steps).
 
-`gpucluster lab` (boot probes, `lab ssh`, a twin check's fault and reboot steps) reaches a node from
-inside the node's own network namespace, over its loopback, never over the management network:
-where the stack is reached through a bastion, the host's connections to the cluster's networks are
-refused (gpucluster.lab.firewall), as a cloud's security groups refuse a controller outside them,
-and the controller's path (converge, verify) is the bastion alone."""
+A lab reached directly: over the management network, from the host's address there. A twin reached
+through a bastion, whose host's own connections to the cluster's networks are refused
+(gpucluster.lab.firewall) as a cloud's security groups refuse a controller outside them: the
+bastion from the host over the outside network, and a node from the bastion's network namespace
+(its leg, its routes), so a boot probe proves the path the controller's ProxyJump takes."""
 
 from __future__ import annotations
 
@@ -57,15 +57,19 @@ def write_known_hosts(plan: LabLayout, host_keys: dict[str, str]) -> bool:
 
 def ssh_argv(plan: LabLayout, node: NodeLayout, command: Sequence[str], *, connect_timeout: int = 5,
              tty: bool = False) -> list[str]:
-    nsenter = which("nsenter") or "nsenter"
+    prefix: list[str] = []
+    address = node.management_ip
+    if node.outside is not None:
+        address = node.outside.address.split("/")[0]
+    elif plan.bastion is not None:
+        prefix = [which("nsenter") or "nsenter", f"--net={NETNS_DIR / plan.bastion.netns}", "--"]
     return [
-        nsenter, f"--net={NETNS_DIR / node.netns}", "--",
-        "ssh", "-i", str(plan.key_file),
+        *prefix, "ssh", "-i", str(plan.key_file),
         "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
         "-o", f"UserKnownHostsFile={plan.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
         "-o", f"ConnectTimeout={connect_timeout}", "-o", "LogLevel=ERROR",
         "-t" if tty else "-T",
-        f"{SSH_USER}@{node.management_ip}", "--", *command,
+        f"{SSH_USER}@{address}", "--", *command,
     ]
 
 

@@ -735,17 +735,52 @@ def _twin_outside(spec: ClusterSpec, problems: list[str]) -> None:
                         "cluster's where the controller and the bastion's public address are (a /30 or larger)")
         return
     net = ipaddress.IPv4Network(outside)
-    if net.prefixlen > 30:
-        problems.append(f"{where}: {net} is too small: it holds the controller and the bastion (a /30 or larger)")
+    if not 16 <= net.prefixlen <= 30:
+        problems.append(f"{where}: {net}: the controller's and the bastion's network is a /16 to a /30")
         return
     for key in ("management_cidr", "fabric_cidr"):
         other = ipaddress.IPv4Network(getattr(spec.fabric, key))
         if net.overlaps(other):
             problems.append(f"{where}: {net} overlaps fabric.{key} {other}; the controller is outside the cluster's "
                             "networks")
+    for key in ("vpc_cidr", "public_cidr"):
+        theirs = getattr(spec.target, key, None)
+        if theirs and net.overlaps(ipaddress.IPv4Network(theirs)):
+            problems.append(f"{where}: {net} overlaps target.{key} {theirs}; the controller is outside the cluster's "
+                            "network")
     controller = next(net.hosts())
     admin = [ipaddress.IPv4Network(c) for c in getattr(spec.target, "admin_cidrs", [])]
     if bastion.create and not any(controller in c for c in admin):
         problems.append(f"{where}: the controller's address {controller} is in none of target.admin_cidrs, the "
                         "only sources the bastion the stack creates admits SSH from")
+    b = f"{NS}.target.access.bastion"
+    if bastion.create:
+        if not getattr(spec.target, "public_cidr", None):
+            problems.append(f"{NS}.target.public_cidr: unset; the twin boots the bastion the stack creates in the "
+                            "public subnet, from which the nodes admit its SSH")
+        return
+    # The site's bastion, booted by the twin's lab: where, how and as whom the stack says it answers.
+    public = twin_bastion_address(net)
+    if bastion.host != str(public):
+        problems.append(f"{b}.host: {bastion.host}; the twin's lab boots the site's bastion at {public}, the second "
+                        f"address of twin.outside_cidr {net}: name it")
+    if bastion.port != 22 or bastion.user != "root":
+        problems.append(f"{b}: {bastion.user}@...:{bastion.port}; the twin's bastion is a lab machine answering root "
+                        "on port 22: name user root and port 22")
+    if not bastion.source_cidr:
+        problems.append(f"{b}.source_cidr: unset; the twin's bastion reaches the nodes from the subnet it names")
+        return
+    leg = ipaddress.IPv4Network(bastion.source_cidr)
+    others = {"fabric.management_cidr": spec.fabric.management_cidr, "fabric.fabric_cidr": spec.fabric.fabric_cidr,
+              "twin.outside_cidr": outside}
+    for key, cidr in others.items():
+        if leg.overlaps(ipaddress.IPv4Network(cidr)):
+            problems.append(f"{b}.source_cidr: {leg} overlaps {key} {cidr}; on the twin it is a subnet of its own, "
+                            "as the site's bastion's is")
+
+
+def twin_bastion_address(outside: ipaddress.IPv4Network) -> ipaddress.IPv4Address:
+    """Where a twin's lab boots the bastion: the outside network's second address (the host, as the
+    controller, holds the first)."""
+    return outside.network_address + 2
 

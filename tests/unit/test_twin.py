@@ -94,13 +94,15 @@ def test_the_outputs_are_the_targets_with_only_what_the_lab_knows_filled_in(stac
     got = inputs.outputs
     assert set(got) == set(real)
     assert {k for k in got if got[k] != real[k]} <= {"nodes", "ssh_private_key_file", "capabilities", "access"}
-    if real["access"]["mode"] == "bastion":
-        # Only the bastion's address and login are the lab's; the way in is the target's.
+    if real["access"]["mode"] == "bastion" and real["access"]["created"]:
+        # A bastion the stack creates: only its addresses (as the lab gave them) and login are the lab's.
         b = inputs.plan.bastion
         assert b is not None and b.outside is not None
         assert {k for k in got["access"] if got["access"][k] != real["access"][k]} <= {"bastion"}
         assert got["access"]["bastion"] == {"host": b.outside.address.split("/")[0], "user": "root", "port": 22,
                                             "source_cidr": f"{b.management_ip}/32"}
+    elif real["access"]["mode"] == "bastion":
+        assert got["access"] == real["access"] and inputs.plan.bastion is not None  # the site's: as the stack says
     else:
         assert got["access"] == real["access"] and inputs.plan.bastion is None
     lab = {n.name: n for n in inputs.plan.nodes}
@@ -335,10 +337,23 @@ def test_the_aws_twin_is_reached_through_the_bastion_its_stack_creates() -> None
     b = plan.bastion
     assert b is not None and b.outside is not None
     assert plan.outside_cidr == "198.18.84.0/24" and plan.outside_host_ip == "198.18.84.1"
-    assert b.outside.address == "198.18.84.2/24" and b.management_ip == "10.84.0.254"
+    # Its leg is in the stack's public subnet, apart from the management network, as on AWS: the
+    # nodes' firewall admits it by the access path (a source outside their own network), and the
+    # nodes and it route each other's subnet on the management link, where the VPC's router would.
+    assert b.outside.address == "198.18.84.2/24" and b.management_ip == "10.84.32.1"
+    assert b.management_subnet == "10.84.32.0/24" and b.onlink == ("10.84.0.0/24",)
+    assert {n.onlink for n in plan.nodes} == {("10.84.32.0/24",)} and plan.site_bastion is False
     assert b.name not in {n.name for n in cluster.nodes} and plan.machines == (*plan.nodes, b)
     assert inputs.outputs["access"] == {"mode": "bastion", "created": True, "bastion": {
-        "host": "198.18.84.2", "user": "root", "port": 22, "source_cidr": "10.84.0.254/32"}}
+        "host": "198.18.84.2", "user": "root", "port": 22, "source_cidr": "10.84.32.1/32"}}
+    from gpucluster.inventory import build_inventory
+    from gpucluster.outputs import StackOutputs
+    from gpucluster.render.firewall import ssh_sources
+
+    all_vars = build_inventory(cluster, StackOutputs.model_validate(inputs.outputs))["all"]["vars"]
+    sources = ssh_sources(all_vars["gpucluster_fabric"], all_vars["gpucluster_admin_cidrs"],
+                          all_vars["gpucluster_access"])
+    assert sources == ["10.84.0.0/24", "10.84.32.1/32"]  # the nodes admit the bastion by the access path
     # The stored plan names only what the lab makes, the bastion's links too, and round-trips.
     assert _plan_problem(plan, plan.lab_dir) is None
     assert LabLayout.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
@@ -353,10 +368,11 @@ def test_the_hosts_table_refuses_what_it_opens_to_the_clusters_networks_alone() 
     text = firewall.rules(plan)
     rule = next(line.strip() for line in text.splitlines() if "reject" in line)
     # New connections only (the nodes' own to the proxy are answered), out of the cluster's bridges
-    # only (the host's own addresses there are reached over lo), to the cluster's networks only.
+    # only (the host's own addresses there are reached over lo), of any family (a node's IPv6
+    # link-local address is no way around the bastion).
     assert rule == (f'oifname {{ "{plan.management_bridge}", "{plan.fabric_bridge}" }} '
-                    "ip daddr { 10.84.0.0/24, 10.84.16.0/24 } ct state new reject with icmpx type admin-prohibited")
-    assert plan.outside_bridge not in rule and plan.outside_cidr not in rule
+                    "ct state new reject with icmpx type admin-prohibited")
+    assert plan.outside_bridge not in rule and "daddr" not in rule
     # Replaced whole: declared, deleted, declared again, so `nft -f` applies it to a host with or without it.
     name = firewall.table_name(plan.name)
     assert text.startswith(f"table inet {name}\ndelete table inet {name}\ntable inet {name} {{\n")
@@ -365,7 +381,9 @@ def test_the_hosts_table_refuses_what_it_opens_to_the_clusters_networks_alone() 
 @pytest.mark.parametrize("change, message", [
     ("    outside_cidr: 198.18.84.0/24\n", r"gpucluster.twin.outside_cidr: the stack is reached through a bastion"),
     ("    outside_cidr: 10.84.0.0/25\n", r"gpucluster.twin.outside_cidr: 10.84.0.0/25 overlaps fabric.management_cidr"),
-    ("    outside_cidr: 198.18.84.0/31\n", r"gpucluster.twin.outside_cidr: 198.18.84.0/31 is too small"),
+    ("    outside_cidr: 198.18.84.0/31\n", r"gpucluster.twin.outside_cidr: 198.18.84.0/31: the controller's and the "
+                                        r"bastion's network is a /16 to a /30"),
+    ("    outside_cidr: 198.0.0.0/8\n", r"gpucluster.twin.outside_cidr: 198.0.0.0/8: the controller's and the "),
     ("    outside_cidr: 198.18.85.0/24\n", r"the controller's address 198.18.85.1 is in none of target.admin_cidrs"),
 ])
 def test_a_bastion_twins_outside_network_is_checked(tmp_path: Path, change: str, message: str) -> None:
@@ -415,18 +433,24 @@ def test_the_azure_twin_boots_the_sites_bastion_where_its_stack_names_it(tmp_pat
     inputs = twin.inputs(load_spec(REPO / "Pulumi.twin-azure-nd-h100-v5.yaml"))
     real = plan_cluster(load_spec(REPO / "Pulumi.twin-azure-nd-h100-v5.yaml")).outputs["access"]
     assert real == {"mode": "bastion", "created": False, "bastion": {
-        "host": "198.18.83.2", "user": "root", "port": 22, "source_cidr": "10.83.0.254/32"}}
+        "host": "198.18.83.2", "user": "root", "port": 22, "source_cidr": "10.83.240.0/28"}}
     assert inputs.outputs["access"] == real
+    b = inputs.plan.bastion
+    assert b is not None and b.management_ip == "10.83.240.1" and b.management_subnet == "10.83.240.0/28"
+    # The site's bastion outlives the stack: its host key is kept across `down`.
+    assert inputs.plan.site_bastion is True
     text = (REPO / "Pulumi.twin-azure-nd-h100-v5.yaml").read_text()
     for old, new, message in [
         ("host: 198.18.83.2,", "host: 198.18.83.9,",
-         r"access.bastion.host: 198.18.83.9; the twin's lab boots the bastion at 198.18.83.2, the second address of "
-         r"twin.outside_cidr"),
-        ("source_cidr: 10.83.0.254/32", "source_cidr: 10.83.0.0/28",
-         r"access.bastion.source_cidr: 10.83.0.0/28; the twin's bastion reaches the nodes from 10.83.0.254"),
+         r"access.bastion.host: 198.18.83.9; the twin's lab boots the site's bastion at 198.18.83.2, the second "
+         r"address of twin.outside_cidr"),
+        ("source_cidr: 10.83.240.0/28", "source_cidr: 10.83.0.0/28",
+         r"access.bastion.source_cidr: 10.83.0.0/28 overlaps fabric.management_cidr 10.83.0.0/24"),
+        ("user: root, port: 22,", "user: jump, port: 2222,",
+         r"access.bastion: jump@...:2222; the twin's bastion is a lab machine answering root on port 22"),
     ]:
         assert old in text
         path = tmp_path / "Pulumi.twin-x.yaml"
         path.write_text(text.replace(old, new))
         with pytest.raises(InputError, match=message):
-            twin.inputs(load_spec(path))
+            load_spec(path)

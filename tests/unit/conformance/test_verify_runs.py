@@ -229,6 +229,11 @@ def test_a_changed_host_key_is_named_with_its_remedy(tmp_path: Path, _state_dir:
                              3.0, policy, 15)
     assert down.status == "unreachable" and down.message.endswith("No route to host")
     assert hostkeys.classify("gpu-3", "10.0.0.7", None, "", 15.0, policy, 15).message == "no SSH answer within 15 s"
+    # Through a bastion whose key changed (the jump connection's words): the bastion is named, not the node.
+    jump = hostkeys.classify("gpu-1", "10.0.0.5", 255, stderr.replace("10.0.0.5", "198.18.83.2"), 0.2, policy, 15)
+    assert jump.status == "host_key_changed"
+    assert "host key of 198.18.83.2 is not" in jump.message and "the bastion 198.18.83.2 on the way to 10.0.0.5" \
+        in jump.message and "ssh-keygen -R 198.18.83.2 " in jump.message and "-R 10.0.0.5" not in jump.message
 
 
 # --- what a run starts on the nodes, and stopping it ----------------------------------------------

@@ -148,11 +148,24 @@ def test_ssh_is_strict_and_key_only(plan: LabLayout) -> None:
     argv = ssh_argv(plan, plan.nodes[0], ["hostname"])
     assert "StrictHostKeyChecking=yes" in argv and "BatchMode=yes" in argv and "IdentitiesOnly=yes" in argv
     assert argv[-3:] == ["root@10.77.0.10", "--", "hostname"]
-    # The lab's own way in is the node's network namespace (a console's), never the management
-    # network, which a twin reached through a bastion refuses to the host.
-    assert argv[0].endswith("nsenter") and argv[1:4] == ["--net=/run/netns/gcl-lab-gpu-1", "--", "ssh"]
+    # A lab reached directly: over the management network, from the host.
+    assert argv[0] == "ssh"
     kh = known_hosts_text(plan, {"gpu-1": "ssh-ed25519 AAAAkey root@gpu-1"})
     assert kh == "gpu-1,10.77.0.10,10.77.1.10 ssh-ed25519 AAAAkey\n"
+
+
+def test_a_bastion_twins_own_way_in_is_the_controllers() -> None:
+    """Behind a bastion the host reaches no node (its table refuses it): the lab's probes reach the
+    bastion over the outside network, and a node from the bastion's namespace, the path ProxyJump takes."""
+    from gpucluster import twin
+
+    plan = twin.inputs(load_spec(REPO / "Pulumi.twin-aws-p5.yaml")).plan
+    assert plan.bastion is not None
+    to_node = ssh_argv(plan, plan.nodes[0], ["true"])
+    assert to_node[0].endswith("nsenter") and to_node[1:4] == ["--net=/run/netns/gcl-twin-aws-p5-bastion", "--", "ssh"]
+    assert to_node[-3] == "root@10.84.0.10"
+    to_bastion = ssh_argv(plan, plan.bastion, ["true"])
+    assert to_bastion[0] == "ssh" and to_bastion[-3] == "root@198.18.84.2"
 
 
 def test_outputs_have_the_shape_of_every_target(plan: LabLayout) -> None:
@@ -263,7 +276,8 @@ def test_the_debian_mirror_inside_a_lab_network_is_refused(plan: LabLayout) -> N
     assert mirror_problems(outside, ["203.0.113.80"]) == [
         "gpucluster.twin.outside_cidr: 203.0.113.0/24 holds 203.0.113.80, the address of the Debian mirror "
         f"{plan.mirror} on this host; choose lab CIDRs that leave it outside"]
-    assert mirror_problems(plan, ["10.77.1.3"])[0].startswith("gpucluster.fabric: 10.77.1.0/24 holds 10.77.1.3")
+    assert mirror_problems(plan, ["10.77.1.3"])[0].startswith(
+        "gpucluster.fabric.fabric_cidr: 10.77.1.0/24 holds 10.77.1.3")
 
 
 def test_the_bastions_host_key_is_known_by_its_outside_address_too() -> None:
@@ -272,5 +286,5 @@ def test_the_bastions_host_key_is_known_by_its_outside_address_too() -> None:
     plan = twin.inputs(load_spec(REPO / "Pulumi.twin-aws-p5.yaml")).plan
     text = known_hosts_text(plan, {"bastion": "ssh-ed25519 AAAAb root@bastion", "gpu-1": "ssh-ed25519 AAAAg x"})
     assert text == ("gpu-1,10.84.0.10,10.84.16.10 ssh-ed25519 AAAAg\n"
-                    "bastion,10.84.0.254,198.18.84.2 ssh-ed25519 AAAAb\n")
+                    "bastion,10.84.32.1,198.18.84.2 ssh-ed25519 AAAAb\n")
 
