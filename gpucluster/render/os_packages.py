@@ -6,7 +6,8 @@ package names with the BOM's versions pinned, the kernel headers and the kernel 
 and (for Ceph) where Ceph comes from. Versions come only from the BOM; names and URLs from here.
 
 :func:`preinstalled_action` decides what a role does with a component the image already ships
-(the driver, CUDA, NCCL, EFA, OFED): adopt it where it equals the pin, else follow the pool's
+(the driver, CUDA, NCCL, EFA, OFED, containerd): adopt it where it equals the pin (or, for a
+component the BOM gives a floor, where it is at least the floor), else follow the pool's
 ``preinstalled`` policy, and never layer repository packages over a runfile install.
 """
 
@@ -55,6 +56,25 @@ DCGM_HOSTENGINE = "localhost:5555"
 # (https://github.com/NVIDIA/apt-packaging-libnvidia-nscq; e.g. libnvidia-nscq-570 570.172.08,
 # https://packages.ubuntu.com/ja/questing/libs/libnvidia-nscq-570).
 NSCQ_PACKAGE = "libnvidia-nscq-{branch}"
+# The containerd packages an image may carry in place of the OS archive's `containerd`, each with the
+# packages of its family that go with it when the role replaces it (those installed, in this order).
+# Installing the archive's `containerd` over either makes apt remove it, and what depends on it:
+# - moby-containerd (Microsoft's Moby, what Azure's HPC images install with moby-engine): Debian
+#   package "Conflicts: containerd, containerd.io, moby-engine (<= 3.0.12)", "Replaces: containerd,
+#   containerd.io", "Provides: containerd, containerd.io", "Depends: moby-runc (>= 1.0.2)"
+#   (Azure/moby-packaging moby-containerd/package.yml and mapping.go); moby-engine depends on it:
+#   "moby-containerd (>= 1.4.3)", "moby-runc (>= 1.0.2)", "moby-tini (>= 0.19.0)" (moby-engine/mapping.go
+#   at 0bfc1fc19cbbec4df8746802bd127782adfaeb66). AKS's own node setup removes the same packages with
+#   `apt_get_purge moby-engine moby-cli` and `apt_get_purge moby-containerd` (Azure/AgentBaker
+#   cse_install_ubuntu.sh, removeMoby/removeContainerd).
+# - containerd.io (Docker's): "Provides: containerd, runc", "Conflicts: containerd, runc", "Replaces:
+#   containerd, runc" (docker/containerd-packaging debian/control at 0e59ba52e2f6b9c446cee09158d2b1fa26493944);
+#   docker-ce "Depends: containerd.io (>= 1.7.27), docker-ce-cli" (docker/docker-ce-packaging
+#   deb/common/control at 01a9b285e6bcf488fd587046931d574919371bd7).
+IMAGE_CONTAINERD: dict[str, tuple[str, ...]] = {
+    "moby-containerd": ("moby-engine", "moby-cli", "moby-containerd", "moby-runc"),
+    "containerd.io": ("docker-ce", "docker-ce-cli", "containerd.io"),
+}
 
 
 @dataclass(frozen=True)
@@ -200,6 +220,10 @@ def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "",
                                      TOOLKIT_REPO_URL.removesuffix("/stable/deb") + "/gpgkey")]
         # containerd from the OS archive (Debian 12 and both Ubuntu releases name it `containerd`).
         out["runtime_packages"] = list(names or ("containerd",))
+        # What counts as the image's containerd (IMAGE_CONTAINERD): the role's probe asks dpkg for
+        # exactly these, and replaces the installed ones of a family below the floor.
+        out["image_runtimes"] = {name: list(family) for name, family in IMAGE_CONTAINERD.items()}
+        out["image_runtime_packages"] = sorted({p for family in IMAGE_CONTAINERD.values() for p in family})
         out["toolkit_repo_url"] = TOOLKIT_REPO_URL
         out["toolkit_packages"] = [f"nvidia-container-toolkit={v}-*", f"nvidia-container-toolkit-base={v}-*"]
         out["packages"] = [*out["runtime_packages"], *out["toolkit_packages"]]
@@ -249,6 +273,63 @@ def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "",
 ACTIONS = ("install", "adopt", "replace", "fail")
 
 
+# Components whose bill-of-materials entry is a floor, not a pin: the image's is adopted where it is
+# at least the floor (Debian's version order), since the role configures it and installs nothing.
+FLOOR_COMPONENTS = ("containerd",)
+
+
+def _order(c: str) -> int:
+    """dpkg's weight of one character of a non-digit run: '~' first, then the end, letters, the rest."""
+    if c == "~":
+        return -1
+    if c.isalpha():
+        return ord(c)
+    return ord(c) + 256
+
+
+def _compare_part(a: str, b: str) -> int:
+    """dpkg's verrevcmp over an upstream version or a revision: non-digit runs, then numbers."""
+    i = j = 0
+    while i < len(a) or j < len(b):
+        first_diff = 0
+        while (i < len(a) and not a[i].isdigit()) or (j < len(b) and not b[j].isdigit()):
+            ac = _order(a[i]) if i < len(a) and not a[i].isdigit() else 0
+            bc = _order(b[j]) if j < len(b) and not b[j].isdigit() else 0
+            if ac != bc:
+                return -1 if ac < bc else 1
+            i, j = i + 1, j + 1
+        while i < len(a) and a[i] == "0":
+            i += 1
+        while j < len(b) and b[j] == "0":
+            j += 1
+        while i < len(a) and a[i].isdigit() and j < len(b) and b[j].isdigit():
+            if not first_diff:
+                first_diff = ord(a[i]) - ord(b[j])
+            i, j = i + 1, j + 1
+        if i < len(a) and a[i].isdigit():
+            return 1
+        if j < len(b) and b[j].isdigit():
+            return -1
+        if first_diff:
+            return -1 if first_diff < 0 else 1
+    return 0
+
+
+def deb_version_compare(a: str, b: str) -> int:
+    """-1, 0 or 1 as Debian version ``a`` sorts before, with or after ``b`` (``dpkg --compare-versions``:
+    epoch, then upstream version, then revision; https://www.debian.org/doc/debian-policy/ch-controlfields.html#version)."""
+    def split(v: str) -> tuple[int, str, str]:
+        epoch, _, rest = v.partition(":") if ":" in v else ("0", "", v)
+        upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "")
+        return int(epoch or 0), upstream, revision
+
+    ea, ua, ra = split(a.strip())
+    eb, ub, rb = split(b.strip())
+    if ea != eb:
+        return -1 if ea < eb else 1
+    return _compare_part(ua, ub) or _compare_part(ra, rb)
+
+
 def version_matches(found: str, pin: str) -> bool:
     """``found`` is the pin, or the pin with a package revision (570.172.08-1, 2.27.3-1+cuda12.8)."""
     found = found.split(":", 1)[-1]
@@ -256,15 +337,21 @@ def version_matches(found: str, pin: str) -> bool:
 
 
 def preinstalled_action(component: str, pin: str, found: str, runfile: bool, policy: str,
-                        method: str = "package") -> dict[str, str]:
+                        method: str = "package", floor: bool = False, package: str = "",
+                        removes: Sequence[str] = ()) -> dict[str, str]:
     """What a role does with ``component`` found at ``found`` ('' if absent), given the pin and policy.
 
     ``runfile``: the component was installed by NVIDIA's .run installer (/usr/bin/nvidia-uninstall
     or /var/log/nvidia-installer.log), whose files packages would overwrite without owning them.
     ``method``: how the role installs it (``package`` or ``runfile``).
+    ``floor``: ``pin`` is the lowest version adopted (FLOOR_COMPONENTS), not the one version; then
+    ``package`` names the image's package found at ``found`` and ``removes`` the packages a replace
+    removes before the role installs its own.
     """
     if policy not in ("adopt_or_replace", "adopt_or_fail"):
         raise ValueError(f"preinstalled: {policy!r} is not adopt_or_replace or adopt_or_fail")
+    if floor:
+        return _floor_action(component, pin, found, policy, package, removes)
     if not found and not runfile:
         return {"action": "install", "message": f"{component}: none installed, installing {pin}"}
     if found and version_matches(found, pin):
@@ -286,6 +373,28 @@ def preinstalled_action(component: str, pin: str, found: str, runfile: bool, pol
         "to replace it")}
 
 
+def _floor_action(component: str, floor: str, found: str, policy: str, package: str,
+                  removes: Sequence[str]) -> dict[str, str]:
+    if not found:
+        return {"action": "install", "message": f"{component}: the image ships none of its own, installing the "
+                                                f"bill of materials' (floor {floor})"}
+    what = f"{package} {found}" if package else found
+    if deb_version_compare(found, floor) >= 0:
+        return {"action": "adopt", "message": f"{component}: the image's {what} meets the floor {floor}, adopted: "
+                                              "configured in place, not replaced"}
+    gone = ", ".join(removes or ([package] if package else []))
+    if policy == "adopt_or_replace":
+        return {"action": "replace", "message": (
+            f"{component}: the image's {what} is below the floor {floor}, replacing it (preinstalled: "
+            f"adopt_or_replace): removing {gone}, then installing the bill of materials' {component}")}
+    return {"action": "fail", "message": (
+        f"{component}: the image ships {what}, below the bill of materials' {component} floor {floor}, and "
+        "the pool's policy is preinstalled: adopt_or_fail. Two ways out: lower the floor in a "
+        f'bill-of-materials overlay (the stack\'s gpucluster:bom holding {component}: {{floor: "{found}"}}), '
+        f"or set the pool's preinstalled: adopt_or_replace to remove {gone} and install the bill of "
+        f"materials' {component}")}
+
+
 # --- what the image ships: one probe's outputs read into versions -------------------------------
 
 # The EFA installer records itself here ("# EFA installer version: <v>" then the packages it
@@ -297,7 +406,7 @@ _EFA_VERSION = re.compile(r"^# EFA installer version: ([0-9][0-9A-Za-z.+~-]*)\s*
 # `ofed_info -s`: "MLNX_OFED_LINUX-23.10-1.1.9.0:" (MLNX_OFED) or "OFED-internal-23.07-0.5.0:"
 # (DOCA-Host's OFED); the version is what follows the prefix, without the colon.
 _OFED_VERSION = re.compile(r"^(?:MLNX_OFED_LINUX|OFED-internal)-([0-9][0-9A-Za-z.-]*?):?$")
-PREINSTALLED_COMPONENTS = ("nvidia-driver", "efa", "ofed")
+PREINSTALLED_COMPONENTS = ("nvidia-driver", "efa", "ofed", "containerd")
 
 
 def efa_installer_version(installed_packages: str) -> str:
@@ -320,9 +429,12 @@ def detect_preinstalled(probe: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     ``driver_module`` (/sys/module/nvidia/version), ``driver_package`` (dpkg's version),
     ``driver_runfile`` (NVIDIA's uninstaller or installer log exists),
     ``efa_installed_packages`` (the text of /opt/amazon/efa_installed_packages),
-    ``efa_prefix`` (/opt/amazon/efa exists), ``ofed_info`` (the output of ``ofed_info -s``).
+    ``efa_prefix`` (/opt/amazon/efa exists), ``ofed_info`` (the output of ``ofed_info -s``),
+    ``containerd_packages`` (``dpkg-query -W -f '${Package}\\t${db:Status-Abbrev}\\t${Version}\\n'`` over
+    the IMAGE_CONTAINERD families).
     Returns ``{component: {"found": version or "", "present": bool, "runfile": bool}}``; an EFA
-    prefix without the installer's record is present at an unknown version (``found`` '').
+    prefix without the installer's record is present at an unknown version (``found`` ''). The
+    containerd entry also names the image's ``package`` and what a replace ``removes``.
     """
     driver = str(probe.get("driver_module") or "").strip() or str(probe.get("driver_package") or "").strip()
     driver = driver.split(":", 1)[-1]
@@ -333,7 +445,24 @@ def detect_preinstalled(probe: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         "nvidia-driver": {"found": driver, "present": bool(driver) or runfile, "runfile": runfile},
         "efa": {"found": efa, "present": bool(efa) or bool(probe.get("efa_prefix")), "runfile": False},
         "ofed": {"found": ofed, "present": bool(ofed), "runfile": False},
+        "containerd": image_containerd(str(probe.get("containerd_packages") or "")),
     }
+
+
+def image_containerd(dpkg_query: str) -> dict[str, Any]:
+    """The image's own containerd (IMAGE_CONTAINERD) from dpkg-query's lines, and what a replace
+    removes: the installed packages of its family. Packages dpkg knows but has removed (status
+    ``rc``, ``un``) are not installed."""
+    installed: dict[str, str] = {}
+    for line in dpkg_query.splitlines():
+        fields = line.split("\t")
+        if len(fields) == 3 and len(fields[1]) >= 2 and fields[1][1] == "i" and fields[2].strip():
+            installed[fields[0].strip()] = fields[2].strip()
+    for package, family in IMAGE_CONTAINERD.items():
+        if package in installed:
+            return {"found": installed[package], "present": True, "runfile": False, "package": package,
+                    "removes": [p for p in family if p in installed]}
+    return {"found": "", "present": False, "runfile": False, "package": "", "removes": []}
 
 
 def preinstalled_plan(probe: Mapping[str, Any], pins: Mapping[str, str], policy: str) -> dict[str, dict[str, str]]:
@@ -348,5 +477,10 @@ def preinstalled_plan(probe: Mapping[str, Any], pins: Mapping[str, str], policy:
         seen = found[component]
         # Present at an unknown version (an EFA prefix without the installer's record) is not "none".
         version = seen["found"] or ("unknown" if seen["present"] else "")
-        out[component] = preinstalled_action(component, pin, version, seen["runfile"], policy)
+        if component in FLOOR_COMPONENTS:
+            out[component] = {**preinstalled_action(component, pin, seen["found"], False, policy, floor=True,
+                                                    package=seen["package"], removes=seen["removes"]),
+                              "package": seen["package"], "found": seen["found"], "removes": list(seen["removes"])}
+        else:
+            out[component] = preinstalled_action(component, pin, version, seen["runfile"], policy)
     return out

@@ -2,11 +2,13 @@
 
 A pool names the manifest of the image it boots (``node_pools[].image_manifest``; on Azure the
 manifest whose ``urns`` list the target's image is found without one). For each component converge
-adopts or stops on (the driver on GPU pools, EFA on pools whose platform has EFA rails), the one
-decision the roles take, :func:`gpucluster.render.os_packages.preinstalled_action`, is taken here on
-the manifest's version: where it says ``fail``, converge would stop on every node of the pool after
-the instances are billing, so ``spec validate`` and ``preflight`` stop first (exit 2) and name the
-two ways out: a bill-of-materials overlay pinning what the image ships, or another image.
+adopts or stops on (the driver on GPU pools, EFA on pools whose platform has EFA rails, containerd on
+the pools container_runtime runs on), the one decision the roles take,
+:func:`gpucluster.render.os_packages.preinstalled_action`, is taken here on the manifest's version:
+where it says ``fail``, converge would stop on every node of the pool after the instances are
+billing, so ``spec validate`` and ``preflight`` stop first (exit 2) and name the two ways out: a
+bill-of-materials overlay pinning what the image ships (for containerd, lowering its floor), or
+another image (for containerd, the policy adopt_or_replace, which replaces it).
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpucluster.render.os_packages import preinstalled_action, version_matches
+from gpucluster.render.os_packages import (
+    FLOOR_COMPONENTS,
+    IMAGE_CONTAINERD,
+    deb_version_compare,
+    preinstalled_action,
+    version_matches,
+)
 from gpucluster.spec.cluster import Cluster, pool_platform
 from gpucluster.spec.models import AzureTarget, Bom, ClusterSpec, ImageComponent, ImageManifest, NodePool
 from gpucluster.spec.os import pool_os
@@ -38,6 +46,8 @@ class Decision:
     runfile: bool
     action: str
     message: str
+    # The image's package (containerd: moby-containerd, containerd.io); '' where the manifest names none.
+    package: str = ""
 
 
 def pool_manifest(spec: ClusterSpec, pool: NodePool, manifests: Mapping[str, ImageManifest]) -> ImageManifest | None:
@@ -81,7 +91,14 @@ def _component(manifest: ImageManifest, name: str) -> ImageComponent | None:
 
 
 def _pins(bom: Bom) -> dict[str, str]:
-    return {"nvidia-driver": bom.nvidia_driver.version, "efa": bom.efa.version}
+    return {"nvidia-driver": bom.nvidia_driver.version, "efa": bom.efa.version, "containerd": bom.containerd.floor}
+
+
+def _satisfies(component: str, found: str, pin: str) -> bool:
+    """``found`` is what converge adopts: the pin, or for a floor component at least the floor."""
+    if component in FLOOR_COMPONENTS:
+        return deb_version_compare(found, pin) >= 0
+    return version_matches(found, pin)
 
 
 def _overlay(component: str, found: str, bom: Bom) -> str:
@@ -91,6 +108,8 @@ def _overlay(component: str, found: str, bom: Bom) -> str:
         if branch != bom.nvidia_driver.branch:
             return f'nvidia_driver: {{branch: "{branch}", version: "{found}"}}'
         return f'nvidia_driver: {{version: "{found}"}}'
+    if component == "containerd":
+        return f'containerd: {{floor: "{found}"}}'
     return f'efa: {{version: "{found}"}}'
 
 
@@ -100,20 +119,23 @@ def _shipping(component: str, pin: str, manifest: ImageManifest, manifests: Mapp
     for other in manifests.values():
         comp = _component(other, component)
         if (other.target == manifest.target and other.os == manifest.os and other.arch == manifest.arch
-                and comp is not None and comp.version and version_matches(comp.version, pin)):
+                and comp is not None and comp.version and _satisfies(component, comp.version, pin)):
             out.append(other.name)
     return sorted(out)
 
 
 def _components(cluster: Cluster, pool: NodePool) -> list[str]:
     """What converge decides on for ``pool``: the driver on GPU pools (nvidia_driver), EFA where the
-    pool's platform has EFA rails (rdma_fabric, on GPU and storage nodes)."""
+    pool's platform has EFA rails (rdma_fabric, on GPU and storage nodes), containerd on GPU and
+    control-plane pools (container_runtime: playbooks/converge-nodes.yml, deploy-kubernetes.yml)."""
     out = []
     if "gpu" in pool.roles:
         out.append("nvidia-driver")
     platform = cluster.platforms.get(pool_platform(cluster.spec, pool))
     if platform is not None and platform.efa_interfaces and ({"gpu", "storage"} & set(pool.roles)):
         out.append("efa")
+    if {"gpu", "control_plane"} & set(pool.roles):
+        out.append("containerd")
     return out
 
 
@@ -141,7 +163,9 @@ def decisions(cluster: Cluster, manifests: Mapping[str, ImageManifest]) -> tuple
         manifest = pool_manifest(spec, pool, manifests)
         needed = _components(cluster, pool)
         if manifest is None:
-            if needed and spec.target.kind in CLOUD_TARGETS:
+            # A pool whose only decision is containerd boots a plain OS image (a control-plane pool):
+            # without a manifest it installs the OS archive's containerd, nothing to warn about.
+            if set(needed) - set(FLOOR_COMPONENTS) and spec.target.kind in CLOUD_TARGETS:
                 unknown.append(f"{where} ({pool.name}): no image manifest names what its image ships, so nothing "
                                f"tells whether converge adopts its {' and '.join(needed)} or stops "
                                "(node_pools[].image_manifest, gpucluster/data/images)")
@@ -150,26 +174,44 @@ def decisions(cluster: Cluster, manifests: Mapping[str, ImageManifest]) -> tuple
             comp = _component(manifest, component)
             pin = pins[component]
             found = _found(component, comp, bom)
+            floor = component in FLOOR_COMPONENTS
             if found is None:
                 stated = (f"only the {component} branch {comp.branch}" if comp is not None
                           else f"no {component} version")
+                if floor:
+                    which = comp.package if comp is not None and comp.package else " or ".join(IMAGE_CONTAINERD)
+                    unknown.append(f"{where} ({pool.name}): image {manifest.name} states {stated}; where it carries "
+                                   f"{which}, converge adopts it only if it is at least {pin}, else with "
+                                   f"preinstalled: {pool.preinstalled} it "
+                                   f"{'stops' if pool.preinstalled == 'adopt_or_fail' else 'replaces it'}")
+                    continue
                 unknown.append(f"{where} ({pool.name}): image {manifest.name} states {stated}; converge adopts it "
                                f"only if it is exactly {pin}, else with preinstalled: {pool.preinstalled} it "
                                f"{'stops' if pool.preinstalled == 'adopt_or_fail' else 'replaces it'}")
                 continue
             runfile = comp is not None and comp.installed_by == "runfile"
-            decided = preinstalled_action(component, pin, found, runfile, pool.preinstalled)
+            package = (comp.package or "") if comp is not None else ""
+            if floor:
+                # The manifest says which package, not which of its family are installed: a replace
+                # removes those of the family that are (the role's probe), at most these.
+                decided = preinstalled_action(component, pin, found, runfile, pool.preinstalled, floor=True,
+                                              package=package, removes=list(IMAGE_CONTAINERD.get(package, ())))
+            else:
+                decided = preinstalled_action(component, pin, found, runfile, pool.preinstalled)
             out.append(Decision(pool=pool.name, where=where, manifest=manifest.name, component=component,
                                 found=found, pin=pin, policy=pool.preinstalled, runfile=runfile,
-                                action=decided["action"], message=decided["message"]))
+                                action=decided["action"], message=decided["message"], package=package))
     return out, unknown
 
 
 def image_findings(cluster: Cluster, manifests: Mapping[str, ImageManifest]) -> tuple[list[str], list[str]]:
     """Lines where converge would stop (exit 2 before anything is created) and warnings."""
     found, warnings = decisions(cluster, manifests)
-    problems = []
+    problems: list[str] = []
     for d in found:
+        if d.component in FLOOR_COMPONENTS:
+            _floor_finding(d, manifests, cluster.bom, problems, warnings)
+            continue
         if d.action == "replace":
             warnings.append(f"{d.where} ({d.pool}): converge replaces image {d.manifest}'s {d.component} {d.found} "
                             f"with {d.pin} on every node (preinstalled: adopt_or_replace)")
@@ -192,3 +234,26 @@ def image_findings(cluster: Cluster, manifests: Mapping[str, ImageManifest]) -> 
                         f"materials pins {d.pin} and {why}: converge would stop on every node of the pool, after "
                         f"its instances are billing. Two ways out: {overlay}; or {image}{rather}")
     return problems, warnings
+
+
+def _floor_finding(d: Decision, manifests: Mapping[str, ImageManifest], bom: Bom, problems: list[str],
+                   warnings: list[str]) -> None:
+    """A floor component's line (containerd): the image's package, its version and the floor; its
+    two ways out are an overlay lowering the floor and the policy that replaces the package."""
+    what = f"{d.component} {d.found}" + (f" ({d.package})" if d.package else "")
+    family = ", ".join(IMAGE_CONTAINERD.get(d.package, ())) or f"the image's {d.component}"
+    if d.action == "replace":
+        warnings.append(f"{d.where} ({d.pool}): converge replaces image {d.manifest}'s {what}, below the floor "
+                        f"{d.pin}, with the OS archive's {d.component} on every node, removing {family} where "
+                        "installed (preinstalled: adopt_or_replace)")
+    if d.action != "fail":
+        return
+    others = _shipping(d.component, d.pin, manifests[d.manifest], manifests)
+    image = f" (or boot an image whose {d.component} is {d.pin} or later: {', '.join(others)})" if others else ""
+    problems.append(f"{d.where} ({d.pool}): image {d.manifest} ships {what}, below the bill of materials' "
+                    f"{d.component} floor {d.pin}, and the pool's policy is preinstalled: {d.policy}: converge would "
+                    "stop on every node of the pool, after its instances are billing. Two ways out: a "
+                    "bill-of-materials overlay beside the stack file lowering the floor (gpucluster:bom: <file> "
+                    f"holding {_overlay(d.component, d.found, bom)}; {OVERLAY_DOC}); or the pool's preinstalled: "
+                    f"adopt_or_replace, which removes {family} where installed and installs the OS archive's "
+                    f"{d.component}{image}")

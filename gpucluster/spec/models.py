@@ -1017,6 +1017,11 @@ class _Pinned(_Model):
     version: Token
 
 
+class _Floor(_Model):
+    # The lowest version adopted from an image (gpucluster.render.os_packages.FLOOR_COMPONENTS).
+    floor: Token
+
+
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -1109,6 +1114,9 @@ class Bom(_Model):
     nvbandwidth: _Sourced
     dcgm: _Pinned
     container_toolkit: _Pinned
+    # containerd comes from the OS archive; an image's own (moby-containerd, containerd.io) is
+    # adopted at or above this floor (roles/container_runtime, gpucluster.spec.images).
+    containerd: _Floor
     ceph: _Ceph
     kubernetes: _Kube
     cni: dict[Literal["calico", "cilium", "flannel"], Token]
@@ -1125,8 +1133,8 @@ class Bom(_Model):
 
 # --- image manifests: what a pinned cloud image ships ----------------------------------------------
 
-# The components a manifest may state. nvidia-driver and efa are the ones converge adopts or stops on
-# (gpucluster.render.os_packages.preinstalled_action); the rest are stated for the reader and the
+# The components a manifest may state. nvidia-driver, efa and containerd are the ones converge adopts or
+# stops on (gpucluster.render.os_packages.preinstalled_action); the rest are stated for the reader and the
 # twins. ofed: `ofed_info -s`'s OFED version; doca: the DOCA-Host release that brought it.
 ImageComponentName = Literal["nvidia-driver", "cuda", "nccl", "dcgm", "efa", "aws-ofi-nccl", "doca", "ofed",
                              "container-toolkit", "containerd", "docker"]
@@ -1143,6 +1151,9 @@ class ImageComponent(_Model):
     # How the image installed it, where the publisher's recipe says: packages (apt) or NVIDIA's
     # runfile, over which the roles never layer packages.
     installed_by: Literal["package", "runfile"] | None = None
+    # The Debian package that carries it, where the component's package name varies by publisher
+    # (containerd: moby-containerd, containerd.io; gpucluster.render.os_packages.IMAGE_CONTAINERD).
+    package: Token | None = None
     source: Source
 
     @model_validator(mode="after")

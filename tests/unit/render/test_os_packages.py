@@ -10,11 +10,14 @@ from pathlib import Path
 import pytest
 
 from gpucluster.render.os_packages import (
+    IMAGE_CONTAINERD,
     OS_TRAITS,
     ROLES,
     ceph_release,
+    deb_version_compare,
     detect_preinstalled,
     efa_installer_version,
+    image_containerd,
     kernel_hold,
     ofed_version,
     os_packages,
@@ -259,6 +262,10 @@ def test_container_runtime_takes_containerd_and_the_pinned_toolkit_from_the_tabl
     v = _role_vars(kind, os_id, "container_runtime")
     tk = BOM["container_toolkit"]["version"]
     assert v["container_runtime_packages"] == ["containerd"]
+    # What the role's probe asks dpkg about: the image-runtime families, one table for every OS.
+    assert v["__container_runtime_os"]["image_runtime_packages"] == sorted(
+        {p for family in IMAGE_CONTAINERD.values() for p in family})
+    assert v["container_runtime_containerd_floor"] == BOM["containerd"]["floor"]
     assert v["container_runtime_nvidia_toolkit_repo_url"] == "https://nvidia.github.io/libnvidia-container/stable/deb"
     assert v["__container_runtime_os"]["toolkit_packages"] == [
         f"nvidia-container-toolkit={tk}-*", f"nvidia-container-toolkit-base={tk}-*"]
@@ -336,9 +343,10 @@ def test_detect_preinstalled_reads_every_component_from_one_probe() -> None:
         "nvidia-driver": {"found": "570.172.08", "present": True, "runfile": False},
         "efa": {"found": "1.47.0", "present": True, "runfile": False},
         "ofed": {"found": "23.07-0.5.1.2", "present": True, "runfile": False},
+        "containerd": {"found": "", "present": False, "runfile": False, "package": "", "removes": []},
     }
     assert {c: v["present"] for c, v in detect_preinstalled({}).items()} == {
-        "nvidia-driver": False, "efa": False, "ofed": False}
+        "nvidia-driver": False, "efa": False, "ofed": False, "containerd": False}
     # dpkg's epoch is not part of the version.
     assert detect_preinstalled({"driver_package": "1:570.172.08-1"})["nvidia-driver"]["found"] == "570.172.08-1"
 
@@ -369,3 +377,86 @@ def test_preinstalled_plan_decides_per_component(probe: dict[str, typing.Any], p
 def test_preinstalled_plan_refuses_a_component_it_cannot_detect() -> None:
     with pytest.raises(ValueError, match="no detection for cuda"):
         preinstalled_plan({}, {"cuda": "12.8"}, "adopt_or_fail")
+
+
+# --- containerd: an image's own, adopted at or above the bill of materials' floor ----------------
+
+
+@pytest.mark.parametrize(("a", "b", "order"), [
+    ("1.7.27-0ubuntu1~22.04.1", "1.7.2", 1),      # 27 > 2 as numbers, not as text
+    ("1.7.2", "1.7.2", 0),
+    ("1.7.2-1", "1.7.2", 1),                      # a revision sorts after none
+    ("1.7.2~rc.1", "1.7.2", -1),                  # ~ sorts before the end
+    ("1.6.20~ds1-1+deb12u3", "1.7.2", -1),        # bookworm's archive containerd
+    ("1:1.0", "2.0", 1),                          # the epoch first
+    ("2.0.5-ubuntu22.04u1", "1.7.2", 1),
+    ("1.7.10", "1.7.9", 1),
+    ("1.7a", "1.7", 1),                           # letters after the end
+    ("1.7+x", "1.7.1", -1),                       # '+' sorts after letters, '.' too, 1 > x here: "+x" < ".1"
+])
+def test_deb_version_compare_is_dpkgs_order(a: str, b: str, order: int) -> None:
+    assert deb_version_compare(a, b) == order
+    assert deb_version_compare(b, a) == -order
+
+
+@pytest.mark.process
+def test_deb_version_compare_agrees_with_dpkg_where_it_runs() -> None:
+    import shutil
+    import subprocess
+    if shutil.which("dpkg") is None:
+        pytest.skip("no dpkg on this host")
+    versions = ["1.7.27-0ubuntu1~22.04.1", "1.7.2", "1.7.2-1", "1.7.2~rc.1", "1.6.20~ds1-1+deb12u3", "1:1.0",
+                "1.7.10", "1.7a", "1.7+x", "1.7.1", "2.0.0~beta.0", "1.7.2+dfsg-1", "0.9"]
+    for a in versions:
+        for b in versions:
+            lt = subprocess.run(["dpkg", "--compare-versions", a, "lt", b], check=False).returncode == 0
+            eq = subprocess.run(["dpkg", "--compare-versions", a, "eq", b], check=False).returncode == 0
+            assert deb_version_compare(a, b) == (-1 if lt else 0 if eq else 1), (a, b)
+
+
+def test_image_containerd_reads_dpkg_querys_lines() -> None:
+    lines = ("moby-cli\tii \t24.0.9-ubuntu22.04u1\n"
+             "moby-containerd\tii \t1.7.27-ubuntu22.04u1\n"
+             "moby-engine\tii \t24.0.9-ubuntu22.04u1\n"
+             "moby-runc\tii \t1.1.12-ubuntu22.04u1\n"
+             "containerd.io\trc \t1.6.33-1\n")
+    assert image_containerd(lines) == {
+        "found": "1.7.27-ubuntu22.04u1", "present": True, "runfile": False, "package": "moby-containerd",
+        "removes": ["moby-engine", "moby-cli", "moby-containerd", "moby-runc"]}
+    # Removed (rc), unknown, or only the engine without its containerd: nothing of the image's.
+    assert image_containerd("containerd.io\trc \t1.6.33-1\n")["present"] is False
+    assert image_containerd("moby-engine\tii \t24.0\n")["present"] is False
+    assert image_containerd("")["present"] is False
+    # The OS archive's own containerd is the role's, never the image's.
+    assert image_containerd("containerd\tii \t1.7.27-0ubuntu1~22.04.1\n")["present"] is False
+
+
+@pytest.mark.parametrize(("lines", "policy", "action"), [
+    ("", "adopt_or_fail", "install"),
+    ("moby-containerd\tii \t1.7.2-ubuntu22.04u1\n", "adopt_or_fail", "adopt"),
+    ("moby-containerd\tii \t2.0.5-ubuntu22.04u1\n", "adopt_or_replace", "adopt"),
+    ("containerd.io\tii \t1.7.2-1\n", "adopt_or_fail", "adopt"),
+    ("moby-containerd\tii \t1.7.2~rc.1\n", "adopt_or_fail", "fail"),
+    ("containerd.io\tii \t1.6.33-1\ndocker-ce\tii \t5:24.0.7-1~ubuntu.22.04~jammy\n", "adopt_or_fail", "fail"),
+    ("containerd.io\tii \t1.6.33-1\ndocker-ce\tii \t5:24.0.7-1~ubuntu.22.04~jammy\n", "adopt_or_replace",
+     "replace"),
+])
+def test_preinstalled_plan_holds_containerd_to_its_floor(lines: str, policy: str, action: str) -> None:
+    plan = preinstalled_plan({"containerd_packages": lines}, {"containerd": "1.7.2"}, policy)["containerd"]
+    assert plan["action"] == action and plan["message"].startswith("containerd: ")
+    if action == "fail":
+        # The package, both versions and the two ways out.
+        assert f"the image ships {plan['package']} {plan['found']}, below the bill of materials' containerd " \
+               "floor 1.7.2" in plan["message"]
+        assert f'gpucluster:bom holding containerd: {{floor: "{plan["found"]}"}}' in plan["message"]
+        assert f"preinstalled: adopt_or_replace to remove {', '.join(plan['removes'])}" in plan["message"]
+    if action == "replace":
+        assert plan["removes"] == ["docker-ce", "containerd.io"]
+        assert "removing docker-ce, containerd.io, then installing" in plan["message"]
+    if action in ("adopt", "install"):
+        assert "remov" not in plan["message"]
+
+
+def test_the_floor_never_applies_to_an_exact_pin() -> None:
+    # The driver's pin stays exact: a newer driver is not "at least" the pin.
+    assert preinstalled_action("nvidia-driver", "580.126.16", "580.200.01", False, "adopt_or_fail")["action"] == "fail"

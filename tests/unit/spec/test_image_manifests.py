@@ -157,7 +157,11 @@ def test_the_azure_example_finds_its_manifest_by_urn_and_adopts_its_driver(capsy
     gpu = cluster.spec.node_pools[0]
     assert images.pool_manifest(cluster.spec, gpu, load_images()) == load_images()[AZURE]
     found, unknown = images.decisions(cluster, load_images())
-    assert [(d.component, d.action) for d in found] == [("nvidia-driver", "adopt")] and unknown == []
+    assert [(d.component, d.action) for d in found] == [("nvidia-driver", "adopt")]
+    # The recipe installs moby unpinned: no containerd version to decide on, on either pool containerd runs on.
+    assert [u.split(":", 1)[0] for u in unknown] == ["gpucluster.node_pools[0] (gpu)", "gpucluster.node_pools[2] (cp)"]
+    assert all(f"image {AZURE} states no containerd version; where it carries moby-containerd or containerd.io, "
+               "converge adopts it only if it is at least 1.7.2" in u for u in unknown)
 
 
 def test_a_manifest_that_gives_only_the_branch_is_a_warning(capsys: pytest.CaptureFixture[str]) -> None:
@@ -257,3 +261,78 @@ def test_no_image_ships_a_newer_container_toolkit_than_the_pin() -> None:
         if shipped is not None and shipped.version:
             assert _release(shipped.version) <= _release(pin), (
                 f"{name} ships nvidia-container-toolkit {shipped.version}, newer than the pin {pin}")
+
+
+# --- containerd: the image's own, against the bill of materials' floor ---------------------------
+
+
+def _with_containerd(version: str, package: str = "moby-containerd") -> ImageManifest:
+    """The DLAMI's manifest, stating a containerd (the shipped one lists none)."""
+    shipped = load_images()[DLAMI]
+    containerd = {"version": version, "package": package, "installed_by": "package", "source": shipped.source}
+    doc = shipped.model_dump(by_alias=True)
+    doc["components"]["containerd"] = containerd
+    doc["not_listed"] = [g for g in doc["not_listed"] if g["component"] != "containerd"]
+    return ImageManifest.model_validate(doc)
+
+
+def test_an_image_containerd_below_the_floor_stops_validate_naming_package_versions_and_ways_out(
+    tmp_path: Path,
+) -> None:
+    cluster = load_spec(_aws(tmp_path, overlay=OVERLAY.read_text()))
+    problems, _ = images.image_findings(cluster, {DLAMI: _with_containerd("1.6.28-ubuntu22.04u1")})
+    assert len(problems) == 1, problems
+    line = problems[0]
+    assert line.startswith(f"gpucluster.node_pools[0] (gpu): image {DLAMI} ships containerd 1.6.28-ubuntu22.04u1 "
+                           "(moby-containerd), below the bill of materials' containerd floor 1.7.2, and the pool's "
+                           "policy is preinstalled: adopt_or_fail: converge would stop")
+    assert 'gpucluster:bom: <file> holding containerd: {floor: "1.6.28-ubuntu22.04u1"}' in line
+    assert ("preinstalled: adopt_or_replace, which removes moby-engine, moby-cli, moby-containerd, moby-runc where "
+            "installed") in line
+
+
+def test_an_image_containerd_at_or_above_the_floor_is_adopted(tmp_path: Path) -> None:
+    cluster = load_spec(_aws(tmp_path, overlay=OVERLAY.read_text()))
+    found, _ = images.decisions(cluster, {DLAMI: _with_containerd("1.7.27-1", package="containerd.io")})
+    assert [(d.component, d.action, d.package) for d in found if d.component == "containerd"] == [
+        ("containerd", "adopt", "containerd.io")]
+    problems, warnings = images.image_findings(cluster, {DLAMI: _with_containerd("1.7.27-1")})
+    assert problems == [] and not any("containerd" in w for w in warnings), warnings
+
+
+def test_an_overlay_lowering_the_floor_adopts_it(tmp_path: Path) -> None:
+    overlay = OVERLAY.read_text() + 'containerd: {floor: "1.6.28-ubuntu22.04u1"}\n'
+    cluster = load_spec(_aws(tmp_path, overlay=overlay))
+    assert cluster.bom.containerd.floor == "1.6.28-ubuntu22.04u1"
+    problems, _ = images.image_findings(cluster, {DLAMI: _with_containerd("1.6.28-ubuntu22.04u1")})
+    assert problems == []
+
+
+def test_adopt_or_replace_says_it_replaces_the_images_containerd(tmp_path: Path) -> None:
+    cluster = load_spec(_aws(tmp_path, preinstalled="adopt_or_replace", overlay=f'efa: {{sha256: "{"a" * 64}"}}\n'))
+    problems, warnings = images.image_findings(cluster, {DLAMI: _with_containerd("1.6.28-ubuntu22.04u1")})
+    assert problems == []
+    assert any(f"converge replaces image {DLAMI}'s containerd 1.6.28-ubuntu22.04u1 (moby-containerd), below the "
+               "floor 1.7.2, with the OS archive's containerd on every node, removing moby-engine, moby-cli, "
+               "moby-containerd, moby-runc where installed" in w for w in warnings), warnings
+
+
+def test_the_containerd_decision_is_the_roles_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def spy(*args: Any, **kwargs: Any) -> dict[str, str]:
+        calls.append((args, kwargs))
+        return os_packages.preinstalled_action(*args, **kwargs)
+
+    monkeypatch.setattr(images, "preinstalled_action", spy)
+    images.image_findings(load_spec(_aws(tmp_path)), {DLAMI: _with_containerd("1.6.28-ubuntu22.04u1")})
+    assert (("containerd", "1.7.2", "1.6.28-ubuntu22.04u1", False, "adopt_or_fail"),
+            {"floor": True, "package": "moby-containerd",
+             "removes": ["moby-engine", "moby-cli", "moby-containerd", "moby-runc"]}) in calls
+
+
+def test_a_control_plane_pool_without_a_manifest_is_no_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    """Its only decision is containerd: a plain OS image installs the archive's."""
+    rc, _, err = _validate(REPO / "Pulumi.aws-h100.yaml", capsys)
+    assert rc == 0
+    assert not any("node_pools[2] (cp)" in line for line in err), err
