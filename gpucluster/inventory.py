@@ -18,7 +18,14 @@ from typing import Any
 import yaml
 
 from gpucluster.errors import InputError
-from gpucluster.inventory_model import SCHEMA_VERSION, UNSAFE_TAG, InventoryHost, InventoryNode, InventoryRail
+from gpucluster.inventory_model import (
+    SCHEMA_VERSION,
+    UNSAFE_TAG,
+    InventoryHost,
+    InventoryNode,
+    InventoryRail,
+    spec_vars,
+)
 
 # Re-exported beside dump_inventory: the contract's reader of what it writes.
 from gpucluster.inventory_model import parse_inventory_text as parse_inventory_text
@@ -182,11 +189,8 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
         "gpucluster_cluster_name": cluster.name,
         "gpucluster_stack": cluster.stack,
         "gpucluster_target": cluster.spec.target.kind,
-        "gpucluster_fabric": spec["fabric"],
-        "gpucluster_storage": spec["storage"],
-        "gpucluster_kubernetes": spec["kubernetes"],
-        "gpucluster_bom": resolved["software"],
-        "gpucluster_profiles": resolved["profiles"],
+        # The spec's own models, which the contract reads back through the same models.
+        **spec_vars(cluster.spec.fabric, cluster.spec.storage, cluster.spec.kubernetes, cluster.bom, cluster.profiles),
         "gpucluster_platforms": resolved["platforms"],
         "gpucluster_conformance": spec["conformance"],
         # Where the stack admits SSH from (a controller, a CI runner): the node firewall admits it too.

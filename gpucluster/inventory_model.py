@@ -16,7 +16,7 @@ This is the one inventory validator. What it cannot see lives elsewhere, each in
 
 from __future__ import annotations
 
-import ipaddress
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,17 +24,21 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpucluster.errors import InputError
-from gpucluster.spec.facts import FABRIC_TYPES, MTU_MIN, Role
+from gpucluster.spec.facts import Role
 from gpucluster.spec.loader import validation_problems
 from gpucluster.spec.models import (
+    Bom,
     Cidr,
     Conformance,
     CrushBucketName,
     DevPath,
+    Fabric,
+    HardwareProfile,
     HostName,
     HttpUrl,
     IfName,
     IPv4,
+    Kubernetes,
     MirrorKey,
     Name,
     NoProxyEntry,
@@ -43,6 +47,7 @@ from gpucluster.spec.models import (
     ProxyUrl,
     Rail,
     SshUser,
+    Storage,
 )
 
 # The inventory contract's version: the writer (gpucluster/inventory.py) writes it, readers refuse another.
@@ -59,7 +64,7 @@ _REGENERATE = "write the inventory again with `gpucluster inventory` (or `gpuclu
 __all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryAccess", "InventoryBastion",
            "InventoryCapabilities", "InventoryConformance", "InventoryEgress", "InventoryGroup", "InventoryHost",
            "InventoryNode", "InventoryPlatform", "InventoryRail", "InventoryVars", "parse_inventory_text",
-           "read_inventory", "validate_inventory"]
+           "read_inventory", "spec_vars", "validate_inventory"]
 
 
 class _Open(BaseModel):
@@ -227,11 +232,14 @@ class InventoryVars(_Open):
     gpucluster_cluster_name: str
     gpucluster_stack: str
     gpucluster_target: Literal["aws", "azure", "oci", "baremetal", "lab"]
-    gpucluster_fabric: dict[str, Any]
-    gpucluster_storage: dict[str, Any] | None
-    gpucluster_kubernetes: dict[str, Any] | None
-    gpucluster_bom: dict[str, Any]
-    gpucluster_profiles: dict[str, dict[str, Any]]
+    # The spec's fabric, storage and Kubernetes sections, the bill of materials and the hardware
+    # profiles in use, as the writer dumped the spec's own models (gpucluster.spec.models): read back
+    # through the same models, so a reader holds their validators and defaults, defined there once.
+    gpucluster_fabric: Fabric
+    gpucluster_storage: Storage | None
+    gpucluster_kubernetes: Kubernetes | None
+    gpucluster_bom: Bom
+    gpucluster_profiles: dict[Name, HardwareProfile]
     gpucluster_platforms: dict[str, InventoryPlatform]
     gpucluster_conformance: InventoryConformance
     # Inventories written before it was exported admit SSH from the management network alone.
@@ -246,6 +254,25 @@ class InventoryVars(_Open):
     gpucluster_ofed_flavour: Literal["inbox", "doca"]
     gpucluster_gpu_mode: Literal["operator", "device_plugin", "none"]
     gpucluster_ceph_source: Literal["upstream", "distro"]
+
+    def spec_vars(self) -> dict[str, Any]:
+        """The spec's sections as plain data, as the writer wrote them, the models' defaults filled:
+        for the readers that take mappings (the renderers the roles share, the conformance checks)."""
+        return spec_vars(self.gpucluster_fabric, self.gpucluster_storage, self.gpucluster_kubernetes,
+                         self.gpucluster_bom, self.gpucluster_profiles)
+
+
+def spec_vars(fabric: Fabric, storage: Storage | None, kubernetes: Kubernetes | None, bom: Bom,
+              profiles: Mapping[str, HardwareProfile]) -> dict[str, Any]:
+    """The inventory variables that carry the spec's own models: the writer (gpucluster.inventory)
+    writes these dumps, and InventoryVars reads each back through its model."""
+    def dump(model: BaseModel | None) -> Any:
+        # JSON mode: what YAML holds; by alias: the BOM's ``schema``, as bom.yaml spells it.
+        return model.model_dump(mode="json", by_alias=True) if model is not None else None
+
+    return {"gpucluster_fabric": dump(fabric), "gpucluster_storage": dump(storage),
+            "gpucluster_kubernetes": dump(kubernetes), "gpucluster_bom": dump(bom),
+            "gpucluster_profiles": {name: dump(profile) for name, profile in profiles.items()}}
 
 
 class InventoryGroup(BaseModel):
@@ -304,46 +331,25 @@ def _reference_problems(root: dict[str, Any]) -> list[str]:
     return problems
 
 
-# The bill of materials' entries the roles install from (each pins a version or a source).
-BOM_KEYS = ("nvidia_driver", "cuda", "nccl", "nccl_tests", "gpu_burn", "nvbandwidth", "dcgm", "container_toolkit")
-
-
 def _rule_problems(root: dict[str, Any]) -> list[str]:
-    """What spans fields: the pins the roles need, a consistent fabric, one address per host.
+    """What spans fields no one model holds: subnet managers that are hosts of this inventory, a RoCE
+    fabric's QoS where no platform's provider sets it, one management address per host.
 
-    The spec's own rules (gpucluster/spec/rules.py) held when the inventory was written; these hold
-    the file to them again, because a reader cannot know who wrote or edited it since. Values of the
-    wrong type are left to the model's type problems, reported beside these.
+    Each value on its own (the BOM's entries, the fabric's type, MTU and networks) is the spec's
+    models' to judge (InventoryVars types them); these rules relate a value to another section (the
+    fabric to the hosts, the fabric to the platforms, host to host), which no field's model sees.
+    The spec's rules (gpucluster/spec/rules.py) held when the inventory was written; these hold the
+    file to them again, because a reader cannot know who edited it since. Values of the wrong type
+    are left to the model's type problems, reported beside these.
     """
     all_vars = _mapping(root.get("vars"))
     hosts = _mapping(root.get("hosts"))
     problems = []
-    bom = all_vars.get("gpucluster_bom")
-    if isinstance(bom, dict):
-        missing = [key for key in BOM_KEYS if not isinstance(bom.get(key), dict)]
-        if missing:
-            problems.append(f"all.vars.gpucluster_bom: no {', '.join(missing)}; check gpucluster/data/bom.yaml and "
-                            f"{_REGENERATE}")
     fabric = all_vars.get("gpucluster_fabric")
     if isinstance(fabric, dict):
         where = "all.vars.gpucluster_fabric"
-        kind = fabric.get("type")
-        if kind not in FABRIC_TYPES:
-            problems.append(f"{where}.type: {kind!r}, expected one of {', '.join(FABRIC_TYPES)}")
-        mtu = fabric.get("mtu")
-        if not isinstance(mtu, int) or isinstance(mtu, bool) or mtu < MTU_MIN:
-            problems.append(f"{where}.mtu: {mtu!r}, expected an integer of at least {MTU_MIN}")
-        for key in ("management_cidr", "fabric_cidr"):
-            try:
-                if "/" not in str(fabric.get(key)):
-                    raise ValueError("no prefix length")
-                ipaddress.IPv4Network(str(fabric.get(key)))
-            except ValueError:
-                problems.append(f"{where}.{key}: {fabric.get(key)!r} is not an IPv4 network")
-        managers = fabric.get("subnet_managers") or []
-        if not isinstance(managers, list):
-            problems.append(f"{where}.subnet_managers: expected a list of host names")
-        else:
+        managers = fabric.get("subnet_managers")
+        if isinstance(managers, list):
             # Whether a fabric needs subnet managers of its own depends on the target (a cloud runs
             # them): a spec rule (gpucluster/spec/rules.py), checked when the inventory is written.
             strangers = [str(m) for m in managers if m not in hosts]
@@ -351,7 +357,7 @@ def _rule_problems(root: dict[str, Any]) -> list[str]:
                 problems.append(f"{where}.subnet_managers: {', '.join(strangers[:5])} not in all.hosts")
         provider = any(isinstance(p, dict) and p.get("provider_qos")
                        for p in _mapping(all_vars.get("gpucluster_platforms")).values())
-        if kind == "roce" and not isinstance(fabric.get("roce_qos"), dict) and not provider:
+        if fabric.get("type") == "roce" and not isinstance(fabric.get("roce_qos"), dict) and not provider:
             problems.append(f"{where}.roce_qos: a RoCE fabric needs its QoS settings (a mapping), unless its "
                             "platform's provider sets them (provider_qos)")
     owners: dict[str, str] = {}

@@ -135,7 +135,10 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
     """The suite's view of an inventory, read through its typed contract (gpucluster.inventory_model)."""
     inv = validate_inventory(data, source)
     groups = inv.groups()
-    profiles = inv.vars.gpucluster_profiles
+    # The spec's sections as the typed contract read them (gpucluster.spec.models), dumped to the
+    # mappings the renderers and the checks read: a model's defaults filled, never the raw file's.
+    spec = inv.vars.spec_vars()
+    profiles = spec["gpucluster_profiles"]
     # The platforms as data (the renderers and the checks read mappings); the inventory model has
     # typed their rails (gpucluster.spec.models.Rail), and expect.rails reads them through it.
     platforms = data["all"]["vars"]["gpucluster_platforms"]
@@ -163,13 +166,13 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
         )
         for name, hv in inv.hosts.items()
     ]
-    all_vars = dict(data["all"]["vars"])
+    all_vars = {**data["all"]["vars"], **spec}
     return ClusterInventory(
         path=source,
         cluster_name=inv.vars.gpucluster_cluster_name,
         target=inv.vars.gpucluster_target,
-        fabric=dict(inv.vars.gpucluster_fabric),
-        bom=dict(inv.vars.gpucluster_bom),
+        fabric=spec["gpucluster_fabric"],
+        bom=spec["gpucluster_bom"],
         nodes=tuple(nodes),
         groups=groups,
         all_vars=all_vars,

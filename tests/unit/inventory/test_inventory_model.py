@@ -28,6 +28,15 @@ def test_what_the_writer_writes_the_contract_reads(stack: str, tmp_path: Path) -
     assert set(model.hosts) == {n.name for n in cluster.nodes}
     assert model.groups()["gpu"] == tuple(n.name for n in cluster.nodes_with_role("gpu"))
     assert data["all"]["vars"]["gpucluster_cluster_name"] == cluster.name
+    # The spec's sections come back as the spec's own models, equal to the ones the writer dumped,
+    # and their dumps (what the suite's checks read) are what the file holds.
+    assert model.vars.gpucluster_fabric == cluster.spec.fabric
+    assert model.vars.gpucluster_storage == cluster.spec.storage
+    assert model.vars.gpucluster_kubernetes == cluster.spec.kubernetes
+    assert model.vars.gpucluster_bom == cluster.bom
+    assert model.vars.gpucluster_profiles == cluster.profiles
+    spec_vars = model.vars.spec_vars()
+    assert spec_vars == {key: data["all"]["vars"][key] for key in spec_vars}
 
 
 def test_the_writer_writes_each_host_as_the_model_names_it() -> None:

@@ -1,5 +1,6 @@
-"""The inventory's cross-field rules live in the model (gpucluster/inventory_model.py); the validate
-play keeps only what Ansible alone sees, and runs for real here."""
+"""The inventory's rules live in the contract (gpucluster/inventory_model.py): each spec section's own
+values are judged by the spec's models it is read through, what spans sections by the contract's
+cross-field rules; the validate play keeps only what Ansible alone sees, and runs for real here."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import yaml
 
 from gpucluster.errors import InputError
 from gpucluster.inventory import dump_inventory, parse_inventory_text
-from gpucluster.inventory_model import BOM_KEYS, SCHEMA_VERSION, validate_inventory
+from gpucluster.inventory_model import SCHEMA_VERSION, validate_inventory
+from gpucluster.spec.models import Fabric
 
 # Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
 pytestmark = pytest.mark.process
@@ -52,17 +54,36 @@ def _fabric(change: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]
     return lambda root: change(root["vars"]["gpucluster_fabric"])
 
 
-CASES: list[tuple[str, str, Callable[[dict[str, Any]], Any], str]] = [
-    ("lab", "bom", lambda r: r["vars"]["gpucluster_bom"].pop("nccl"), "all.vars.gpucluster_bom: no nccl"),
-    ("lab", "type", _fabric(lambda f: f.update(type="omnipath")), "all.vars.gpucluster_fabric.type: 'omnipath'"),
-    ("lab", "mtu", _fabric(lambda f: f.update(mtu=576)), "all.vars.gpucluster_fabric.mtu: 576"),
-    ("lab", "cidr", _fabric(lambda f: f.update(fabric_cidr="10.77.1.0")), "fabric_cidr: '10.77.1.0' is not"),
+# Each spec section is read through the spec's own model: its types, ranges and validators judge the
+# inventory as they judged the stack file, and the problem names the inventory's path.
+MODEL_CASES: list[tuple[str, str, Callable[[dict[str, Any]], Any], str]] = [
+    ("lab", "bom", lambda r: r["vars"]["gpucluster_bom"].pop("nccl"), "all.vars.gpucluster_bom.nccl: is required"),
+    ("lab", "checksum", lambda r: r["vars"]["gpucluster_bom"]["gpu_burn"].update(sha256=""),
+     "all.vars.gpucluster_bom.gpu_burn.sha256: empty: converge downloads"),
+    ("lab", "type", _fabric(lambda f: f.update(type="omnipath")),
+     "all.vars.gpucluster_fabric.type: must be one of 'infiniband', 'roce', 'efa' or 'ethernet'"),
+    ("lab", "mtu", _fabric(lambda f: f.update(mtu=576)), "all.vars.gpucluster_fabric.mtu: must be at least 1280"),
+    ("lab", "cidr", _fabric(lambda f: f.update(fabric_cidr="10.77.1.0/33")),
+     "all.vars.gpucluster_fabric.fabric_cidr: malformed CIDR '10.77.1.0/33'"),
+    ("lab", "unknown key", _fabric(lambda f: f.update(mtu_bytes=9000)),
+     "all.vars.gpucluster_fabric.mtu_bytes: unknown key"),
+    ("onprem-h100-ib", "storage", lambda r: r["vars"]["gpucluster_storage"].update(monitors=[]),
+     "all.vars.gpucluster_storage.monitors: "),
+    ("onprem-h100-ib", "kubernetes", lambda r: r["vars"]["gpucluster_kubernetes"].update(cni="weave"),
+     "all.vars.gpucluster_kubernetes.cni: must be one of"),
+    ("lab", "profile", lambda r: r["vars"]["gpucluster_profiles"]["cpu-lab"]["gpu"].update(count="1"),
+     "all.vars.gpucluster_profiles.cpu-lab.gpu.count: must be an integer (got '1')"),
+]
+
+# What relates one section to another, which no one model sees: the contract's own rules.
+RULE_CASES: list[tuple[str, str, Callable[[dict[str, Any]], Any], str]] = [
     ("onprem-h100-ib", "stranger", _fabric(lambda f: f.update(subnet_managers=["ghost"])),
      "subnet_managers: ghost not in all.hosts"),
     ("onprem-h100-roce", "roce qos", _fabric(lambda f: f.update(roce_qos=None)), "a RoCE fabric needs its QoS"),
     ("lab", "same address", lambda r: r["hosts"]["gpu-2"].update(gpucluster_management_ip="10.77.0.10"),
      "all.hosts.gpu-2.gpucluster_management_ip: 10.77.0.10 is also gpu-1's"),
 ]
+CASES = MODEL_CASES + RULE_CASES
 
 
 @pytest.mark.parametrize(("name", "case", "damage", "expected"), CASES, ids=[c[1] for c in CASES])
@@ -75,11 +96,23 @@ def test_each_rule_names_its_problem(name: str, case: str, damage: Callable[[dic
 
 def test_rule_and_type_problems_come_together() -> None:
     data = _golden("lab")
-    data["all"]["vars"]["gpucluster_bom"] = {k: v for k, v in data["all"]["vars"]["gpucluster_bom"].items()
-                                             if k not in BOM_KEYS[:2]}
+    del data["all"]["vars"]["gpucluster_bom"]["nvidia_driver"]
+    hosts = data["all"]["hosts"]
+    hosts["gpu-2"]["gpucluster_management_ip"] = hosts["gpu-1"]["gpucluster_management_ip"]
     data["all"]["hosts"]["gpu-1"]["ansible_port"] = "22"
     text = "\n".join(_problems(data))
-    assert "no nvidia_driver, cuda" in text and "all.hosts.gpu-1.ansible_port" in text
+    assert "all.vars.gpucluster_bom.nvidia_driver: is required" in text
+    assert "all.hosts.gpu-2.gpucluster_management_ip" in text and "all.hosts.gpu-1.ansible_port" in text
+
+
+def test_the_spec_models_defaults_fill_what_the_file_leaves_out() -> None:
+    # The reader holds the spec's defaults, not a second copy of them: a fabric without ib_timeout
+    # is read with Fabric's, and the suite's mappings (spec_vars) carry it.
+    data = _golden("lab")
+    del data["all"]["vars"]["gpucluster_fabric"]["ib_timeout"]
+    model = validate_inventory(data, "inv.yml")
+    assert model.vars.gpucluster_fabric.ib_timeout == Fabric.model_fields["ib_timeout"].default
+    assert model.vars.spec_vars()["gpucluster_fabric"]["ib_timeout"] == Fabric.model_fields["ib_timeout"].default
 
 
 # --- the validate play: what only Ansible sees ------------------------------------------------
