@@ -29,6 +29,10 @@ from gpucluster.spec import load_bom
 from gpucluster.spec.models import OS_IDS, TARGET_KINDS, AwsTarget, AzureTarget, BaremetalTarget, LabTarget, OciTarget
 from tests.unit.example_outputs import example_outputs
 
+# Ansible's import asks ldconfig for a library (ansible.utils.display): done here, at collection,
+# so that no in-process test below starts that process, whichever tests a worker ran before.
+from tests.unit.roles.render import FACTS, REPO, host_context, role_vars
+
 BOM = load_bom().model_dump(by_alias=True)
 TARGET_CLASSES = {"lab": LabTarget, "aws": AwsTarget, "azure": AzureTarget, "oci": OciTarget,
                   "baremetal": BaremetalTarget}
@@ -217,16 +221,12 @@ def _inventory(kind: str) -> dict[str, typing.Any]:
     from gpucluster.inventory import build_inventory
     from gpucluster.outputs import StackOutputs
     from gpucluster.spec import load_spec
-    from tests.unit.roles.render import REPO
-
     cluster = load_spec(REPO / ROLE_STACKS[kind])
     outputs = StackOutputs.model_validate(example_outputs(cluster, ssh_user="root", fabric_interface=None))
     return build_inventory(cluster, outputs)
 
 
 def _role_vars(kind: str, os_id: str, role: str, extra: dict[str, typing.Any] | None = None) -> dict[str, typing.Any]:
-    from tests.unit.roles.render import FACTS, host_context, role_vars
-
     inventory = _inventory(kind)
     host = next(iter(inventory["all"]["hosts"]))
     ctx = host_context(inventory, host)

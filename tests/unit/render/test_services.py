@@ -17,6 +17,10 @@ from gpucluster.spec.loader import load_profiles
 from tests.unit.example_outputs import example_outputs
 from tests.unit.loading import load_file
 
+# Ansible's import asks ldconfig for a library (ansible.utils.display): done here, at collection,
+# so that no in-process test below starts that process, whichever tests a worker ran before.
+from tests.unit.roles.render import host_context, role_vars
+
 REPO = Path(__file__).resolve().parents[3]
 STACKS = sorted(REPO.glob("Pulumi.*.yaml"))
 PLUGIN = load_file(REPO / "collections/ansible_collections/gpucluster/cluster/plugins/filter/render.py",
@@ -82,8 +86,6 @@ def test_what_each_kind_of_node_runs() -> None:
 
 @pytest.mark.parametrize("stack", STACKS, ids=[s.stem.removeprefix("Pulumi.") for s in STACKS])
 def test_gpu_validation_installs_dcgm_exactly_where_the_check_requires_its_service(stack: Path) -> None:
-    from tests.unit.roles.render import host_context, role_vars
-
     data = _inventory(stack)
     inv = suite_nodes.parse_inventory(data, str(stack))
     caps = data["all"]["vars"]["gpucluster_capabilities"]
