@@ -200,16 +200,19 @@ def shape(plan: LabLayout, cluster: Cluster, twin: TwinFile) -> LabLayout:
             + boot_service_files(cluster, twin, n.name, n.management_ip)))
     packages = plan.packages + (NETPLAN_PACKAGES if twin.image.network == "netplan" else ())
     outside = cluster.spec.twin.outside_cidr if cluster.spec.twin is not None else None
-    b = bastion(cluster, plan) if outside else None
+    b = bastion(cluster, plan) if outside and bastion_subnet(cluster) is not None else None
     if b is not None and b.management_subnet:
         # The nodes reach the bastion's subnet on their management link, where the platform routes it.
         nodes = [dataclasses.replace(n, onlink=(b.management_subnet,)) for n in nodes]
+    elif outside:
+        # Reached directly from outside: the nodes answer the controller's network on that link.
+        nodes = [dataclasses.replace(n, onlink=(outside,)) for n in nodes]
     access = getattr(cluster.spec.target, "access", None)
     site = bool(b is not None and access is not None and access.bastion is not None and not access.bastion.create)
     return dataclasses.replace(plan, nodes=tuple(nodes), rail_bridges=tuple(bridges.values()), rail_cidrs=(),
                                twin=twin.name, packages=packages, node_apt_proxy=not declares_proxy(cluster, plan),
                                rootfs_key=rootfs_key(plan.suite, plan.mirror, packages),
-                               outside_cidr=outside, outside_bridge=f"gc{lab_hash}o" if outside else None,
+                               outside_cidr=outside, outside_bridge=f"gc{lab_hash}o" if b is not None else None,
                                bastion=b, site_bastion=site)
 
 
@@ -505,7 +508,7 @@ def reach_problems(plan: LabLayout) -> list[str]:
     bastion's SSH on its outside address, and no node's SSH on the management network."""
     b = plan.bastion
     if b is None or b.outside is None:
-        return []
+        return _direct_reach_problems(plan)
     problems = []
     public = b.outside.address.split("/")[0]
     why = _connects(public, 22)
@@ -515,6 +518,28 @@ def reach_problems(plan: LabLayout) -> list[str]:
         if _connects(n.management_ip, 22) is None:
             problems.append(f"{n.name}: the controller reaches its SSH at {n.management_ip}:22 directly, around the "
                             "bastion")
+    return problems
+
+
+def _ssh_client(plan: LabLayout, node: NodeLayout) -> str:
+    """The address a node sees the controller's SSH connection come from (its $SSH_CLIENT)."""
+    from gpucluster.lab.ssh import ssh_run
+
+    res = ssh_run(plan, node, ["echo", "$SSH_CLIENT"])
+    return res.stdout.split()[0] if res.returncode == 0 and res.stdout.split() else f"no answer ({res.returncode})"
+
+
+def _direct_reach_problems(plan: LabLayout) -> list[str]:
+    """A twin reached directly from outside (twin.outside_cidr): each node sees the controller come
+    from its outside address, which the nodes' firewall admits as one of the admin_cidrs."""
+    if plan.outside_cidr is None:
+        return []
+    problems = []
+    for n in plan.nodes:
+        seen = _ssh_client(plan, n)
+        if seen != plan.outside_host_ip:
+            problems.append(f"{n.name}: sees the controller's SSH come from {seen}, not from its outside address "
+                            f"{plan.outside_host_ip}")
     return problems
 
 
@@ -568,6 +593,12 @@ def run_check(stack_file: Path, out: TextIO, *, keep: bool = False) -> TwinRepor
             if not _step(report, "the bastion is the only way in", t, not problems,
                          "; ".join(problems) or "the host's connections to every node's SSH refused, the "
                          "bastion's answered"):
+                return report
+        elif plan.outside_cidr is not None:
+            t = time.monotonic()
+            problems = reach_problems(plan)
+            if not _step(report, "the controller reaches the nodes from outside their network", t, not problems,
+                         "; ".join(problems) or f"every node saw it come from {plan.outside_host_ip}"):
                 return report
         t = time.monotonic()
         if not _converge_changes_nothing(report, "converge again", t, stack, out):
@@ -633,9 +664,12 @@ def markdown_table(stacks: list[Path]) -> str:
         if t.image.network:
             models.append(f"the target's network-config applied by {t.image.network} at every boot")
         models += [f"{s.unit} at every boot" for s in t.boot_services]
-        if cluster.spec.twin is not None and cluster.spec.twin.outside_cidr:
+        if cluster.spec.twin is not None and cluster.spec.twin.outside_cidr and bastion_subnet(cluster) is not None:
             models.append(f"the stack's bastion as the only way in, from {cluster.spec.twin.outside_cidr} "
                           "(the host's own connections to the cluster's networks refused)")
+        elif cluster.spec.twin is not None and cluster.spec.twin.outside_cidr:
+            models.append(f"the controller outside the cluster's network, in admin_cidrs "
+                          f"({cluster.spec.twin.outside_cidr})")
         models.append(f"the {t.target} target's own outputs; fault: {t.fault.description}")
         cannot = [c.what for c in t.cannot_model]
         rows.append(f"| `{stack.name}` | {platform.name} ({t.target}) | {'; '.join(models)} | {'; '.join(cannot)} |")

@@ -27,9 +27,25 @@ def table_name(lab_name: str) -> str:
 
 
 def rules(plan: LabLayout) -> str:
-    """The table, as `nft -f` reads it: replaced whole (declared, deleted, declared again)."""
+    """The table, as `nft -f` reads it: replaced whole (declared, deleted, declared again). Behind a
+    bastion every new connection out of the cluster's bridges is refused; a twin reached directly
+    from outside (twin.outside_cidr without a bastion) refuses those not from the controller's address."""
     name = table_name(plan.name)
     bridges = ", ".join(f'"{b}"' for b in (plan.management_bridge, plan.fabric_bridge, *plan.rail_bridges))
+    if plan.bastion is None:
+        # Reached directly from outside: the controller's connections come from its own address alone.
+        return (
+            f"table {FAMILY} {name}\n"
+            f"delete table {FAMILY} {name}\n"
+            f"table {FAMILY} {name} {{\n"
+            "\tchain controller_out {\n"
+            "\t\ttype filter hook output priority filter; policy accept;\n"
+            f"\t\toifname {{ {bridges} }} ct state new ip saddr != {plan.outside_host_ip} "
+            "reject with icmpx type admin-prohibited\n"
+            f"\t\toifname {{ {bridges} }} ct state new meta nfproto ipv6 reject with icmpx type admin-prohibited\n"
+            "\t}\n"
+            "}\n"
+        )
     return (
         f"table {FAMILY} {name}\n"
         f"delete table {FAMILY} {name}\n"
@@ -61,7 +77,7 @@ def ensure(plan: LabLayout) -> bool:
     """The lab's table where it has a bastion, none where it has not; return whether it changed."""
     name = table_name(plan.name)
     stored = plan.lab_dir / RULES_NAME
-    if plan.bastion is None:
+    if plan.bastion is None and plan.outside_cidr is None:
         return remove(plan.name)
     nft = _nft()
     text = rules(plan)

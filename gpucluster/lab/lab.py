@@ -202,7 +202,9 @@ def up(inputs: LabInputs, *, rebuild_rootfs: bool = False, progress: Progress = 
         if firewall.ensure(plan):
             changed = True
             progress("the host's own connections to the cluster's networks refused: the bastion is the way in"
-                     if plan.bastion is not None else "the host's table of an earlier bastion removed")
+                     if plan.bastion is not None else
+                     f"the host reaches the cluster's networks from the controller's address {plan.outside_host_ip} "
+                     "alone" if plan.outside_cidr is not None else "the host's table of an earlier twin removed")
         if proxy.ensure_proxy(plan):
             changed = True
             progress(f"apt proxy on {plan.proxy_url} (cache {plan.apt_cache_dir})")

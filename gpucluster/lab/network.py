@@ -102,7 +102,27 @@ def ensure_bridges(plan: LabLayout) -> bool:
     if plan.outside_bridge is not None and plan.outside_cidr is not None and plan.outside_host_ip is not None:
         # The controller's side: the host's address there is where it reaches the bastion from.
         outside = ensure_bridge(plan.outside_bridge, _with_prefix(plan.outside_host_ip, plan.outside_cidr), 1500)
+    elif plan.outside_cidr is not None and plan.outside_host_ip is not None:
+        outside = ensure_controller_source(plan, plan.outside_host_ip, plan.outside_cidr)
     return a or b or any(rails) or outside
+
+
+def ensure_controller_source(plan: LabLayout, controller: str, cidr: str) -> bool:
+    """A twin reached directly from outside the cluster's network: the controller's address on the
+    management bridge, and the host's connections to the management network made from it (the
+    route's preferred source), as from the admin_cidrs the nodes' firewall admits; the nodes route
+    that network back on their management link. Return whether anything changed."""
+    bridge, changed = plan.management_bridge, False
+    if _with_prefix(controller, cidr) not in _addresses(bridge):
+        run(["ip", "addr", "add", _with_prefix(controller, cidr), "dev", bridge], f"bridge {bridge}")
+        changed = True
+    proc = run(["ip", "-j", "-4", "route", "show", plan.management_cidr, "dev", bridge], "ip route", check=False)
+    routes = json.loads(proc.stdout or "[]") if proc.returncode == 0 else []
+    if not any(r.get("prefsrc") == controller for r in routes):
+        run(["ip", "route", "replace", plan.management_cidr, "dev", bridge, "proto", "kernel", "scope", "link",
+             "src", controller], f"bridge {bridge}: the controller's source address")
+        changed = True
+    return changed
 
 
 def delete_link(name: str) -> bool:

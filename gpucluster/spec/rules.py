@@ -718,9 +718,11 @@ def _twin(spec: ClusterSpec, twins: Mapping[str, TwinFile], problems: list[str])
 
 
 def _twin_outside(spec: ClusterSpec, problems: list[str]) -> None:
-    """A twin reached through a bastion: the network outside the cluster's, where the controller
-    and the bastion's public address are, apart from the cluster's networks and, where the stack
-    creates the bastion, inside the admin_cidrs its rules admit SSH from."""
+    """The network outside the cluster's, where a twin's controller is: required through a bastion
+    (the bastion's public address is there too), optional reached directly (the controller then
+    connects from it, not from the management network); apart from the cluster's networks, and
+    the controller inside the admin_cidrs that admit it (the bastion's the stack creates, or the
+    nodes' own firewall where it reaches them directly)."""
     assert spec.twin is not None
     where = f"{NS}.twin.outside_cidr"
     access = getattr(spec.target, "access", None)
@@ -728,31 +730,15 @@ def _twin_outside(spec: ClusterSpec, problems: list[str]) -> None:
     outside = spec.twin.outside_cidr
     if bastion is None:
         if outside is not None:
-            problems.append(f"{where}: set, but the stack's access is direct (no bastion to reach from it); drop it")
+            _outside_network(spec, ipaddress.IPv4Network(outside), where, problems, direct=True)
         return
     if outside is None:
         problems.append(f"{where}: the stack is reached through a bastion; name the network outside the "
                         "cluster's where the controller and the bastion's public address are (a /30 or larger)")
         return
     net = ipaddress.IPv4Network(outside)
-    if not 16 <= net.prefixlen <= 30:
-        problems.append(f"{where}: {net}: the controller's and the bastion's network is a /16 to a /30")
+    if not _outside_network(spec, net, where, problems, direct=False):
         return
-    for key in ("management_cidr", "fabric_cidr"):
-        other = ipaddress.IPv4Network(getattr(spec.fabric, key))
-        if net.overlaps(other):
-            problems.append(f"{where}: {net} overlaps fabric.{key} {other}; the controller is outside the cluster's "
-                            "networks")
-    for key in ("vpc_cidr", "public_cidr"):
-        theirs = getattr(spec.target, key, None)
-        if theirs and net.overlaps(ipaddress.IPv4Network(theirs)):
-            problems.append(f"{where}: {net} overlaps target.{key} {theirs}; the controller is outside the cluster's "
-                            "network")
-    controller = next(net.hosts())
-    admin = [ipaddress.IPv4Network(c) for c in getattr(spec.target, "admin_cidrs", [])]
-    if bastion.create and not any(controller in c for c in admin):
-        problems.append(f"{where}: the controller's address {controller} is in none of target.admin_cidrs, the "
-                        "only sources the bastion the stack creates admits SSH from")
     b = f"{NS}.target.access.bastion"
     if bastion.create:
         if not getattr(spec.target, "public_cidr", None):
@@ -777,6 +763,33 @@ def _twin_outside(spec: ClusterSpec, problems: list[str]) -> None:
         if leg.overlaps(ipaddress.IPv4Network(cidr)):
             problems.append(f"{b}.source_cidr: {leg} overlaps {key} {cidr}; on the twin it is a subnet of its own, "
                             "as the site's bastion's is")
+
+
+def _outside_network(spec: ClusterSpec, net: ipaddress.IPv4Network, where: str, problems: list[str], *,
+                     direct: bool) -> bool:
+    """The controller's network's own rules; False where its size stops the others."""
+    if not 16 <= net.prefixlen <= 30:
+        problems.append(f"{where}: {net}: the controller's network is a /16 to a /30")
+        return False
+    for key in ("management_cidr", "fabric_cidr"):
+        other = ipaddress.IPv4Network(getattr(spec.fabric, key))
+        if net.overlaps(other):
+            problems.append(f"{where}: {net} overlaps fabric.{key} {other}; the controller is outside the cluster's "
+                            "networks")
+    for key in ("vpc_cidr", "public_cidr"):
+        theirs = getattr(spec.target, key, None)
+        if theirs and net.overlaps(ipaddress.IPv4Network(theirs)):
+            problems.append(f"{where}: {net} overlaps target.{key} {theirs}; the controller is outside the cluster's "
+                            "network")
+    controller = next(net.hosts())
+    admin = [ipaddress.IPv4Network(c) for c in getattr(spec.target, "admin_cidrs", [])]
+    access = getattr(spec.target, "access", None)
+    created = access is not None and access.bastion is not None and access.bastion.create
+    if (direct or created) and not any(controller in c for c in admin):
+        whose = "the nodes' firewall" if direct else "the bastion the stack creates"
+        problems.append(f"{where}: the controller's address {controller} is in none of target.admin_cidrs, the "
+                        f"only sources {whose} admits SSH from")
+    return True
 
 
 def twin_bastion_address(outside: ipaddress.IPv4Network) -> ipaddress.IPv4Address:

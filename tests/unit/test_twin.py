@@ -358,9 +358,9 @@ def test_the_aws_twin_is_reached_through_the_bastion_its_stack_creates() -> None
     assert _plan_problem(plan, plan.lab_dir) is None
     assert LabLayout.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
     assert plan.outside_bridge in plan.bridges
-    # A twin reached directly has no bastion and no outside network.
-    direct = twin.inputs(load_spec(REPO / "Pulumi.twin-oci-h100.yaml")).plan
-    assert direct.bastion is None and direct.outside_cidr is None and direct.machines == direct.nodes
+    # A twin reached directly has no bastion (nor its outside bridge).
+    direct = twin.inputs(load_spec(REPO / "Pulumi.twin-dgx-h100-ib.yaml")).plan
+    assert direct.bastion is None and direct.outside_bridge is None and direct.machines == direct.nodes
 
 
 def test_the_hosts_table_refuses_what_it_opens_to_the_clusters_networks_alone() -> None:
@@ -381,9 +381,9 @@ def test_the_hosts_table_refuses_what_it_opens_to_the_clusters_networks_alone() 
 @pytest.mark.parametrize("change, message", [
     ("    outside_cidr: 198.18.84.0/24\n", r"gpucluster.twin.outside_cidr: the stack is reached through a bastion"),
     ("    outside_cidr: 10.84.0.0/25\n", r"gpucluster.twin.outside_cidr: 10.84.0.0/25 overlaps fabric.management_cidr"),
-    ("    outside_cidr: 198.18.84.0/31\n", r"gpucluster.twin.outside_cidr: 198.18.84.0/31: the controller's and the "
-                                        r"bastion's network is a /16 to a /30"),
-    ("    outside_cidr: 198.0.0.0/8\n", r"gpucluster.twin.outside_cidr: 198.0.0.0/8: the controller's and the "),
+    ("    outside_cidr: 198.18.84.0/31\n", r"gpucluster.twin.outside_cidr: 198.18.84.0/31: the controller's network "
+                                        r"is a /16 to a /30"),
+    ("    outside_cidr: 198.0.0.0/8\n", r"gpucluster.twin.outside_cidr: 198.0.0.0/8: the controller's network is"),
     ("    outside_cidr: 198.18.85.0/24\n", r"the controller's address 198.18.85.1 is in none of target.admin_cidrs"),
 ])
 def test_a_bastion_twins_outside_network_is_checked(tmp_path: Path, change: str, message: str) -> None:
@@ -399,13 +399,34 @@ def test_a_bastion_twins_outside_network_is_checked(tmp_path: Path, change: str,
         load_spec(path)
 
 
-def test_a_direct_twin_names_no_outside_network(tmp_path: Path) -> None:
+def test_a_direct_twin_reaches_its_nodes_from_its_controllers_network(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The OCI twin is reached directly, as its stack says, but from outside the cluster's network:
+    the host's connections come from 198.18.88.1 (in admin_cidrs, which the nodes' firewall admits)
+    alone, the nodes route that network back on their management link, and twin check proves each
+    node saw the controller come from there."""
+    cluster = load_spec(REPO / "Pulumi.twin-oci-h100.yaml")
+    plan = twin.inputs(cluster).plan
+    assert plan.bastion is None and plan.outside_bridge is None and plan.outside_host_ip == "198.18.88.1"
+    assert {n.onlink for n in plan.nodes} == {("198.18.88.0/24",)}
+    rules = [line.strip() for line in firewall.rules(plan).splitlines() if "reject" in line]
+    assert [r.split("} ", 1)[1] for r in rules] == [
+        "ct state new ip saddr != 198.18.88.1 reject with icmpx type admin-prohibited",
+        "ct state new meta nfproto ipv6 reject with icmpx type admin-prohibited"]
+    seen = {n.name: "198.18.88.1" for n in plan.nodes}
+    monkeypatch.setattr(twin, "_ssh_client", lambda p, n: seen[n.name])
+    assert twin.reach_problems(plan) == []
+    seen["gpu-2"] = "10.88.0.1"
+    assert twin.reach_problems(plan) == [
+        "gpu-2: sees the controller's SSH come from 10.88.0.1, not from its outside address 198.18.88.1"]
+    # The controller must be one the nodes' firewall admits.
     text = (REPO / "Pulumi.twin-oci-h100.yaml").read_text()
-    old = "    file: oci-h100\n"
+    old = "    admin_cidrs: [198.18.88.0/24]\n"
     assert old in text
     path = tmp_path / "Pulumi.twin-x.yaml"
-    path.write_text(text.replace(old, old + "    outside_cidr: 198.18.88.0/24\n"))
-    with pytest.raises(InputError, match=r"gpucluster.twin.outside_cidr: set, but the stack's access is direct"):
+    path.write_text(text.replace(old, "    admin_cidrs: [203.0.113.0/24]\n"))
+    with pytest.raises(InputError, match=r"twin.outside_cidr: the controller's address 198.18.88.1 is in none of "
+                                         r"target.admin_cidrs, the only sources the nodes' firewall admits"):
         load_spec(path)
 
 

@@ -49,7 +49,7 @@ def test_the_sites_bastion_keeps_its_host_key_across_down(tmp_path: Path) -> Non
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("nft", path="/usr/sbin:/sbin:/usr/bin") is None,
                     reason="nft's check needs root and the nftables package (the lab installs it)")
 def test_the_hosts_table_is_one_nft_accepts(tmp_path: Path) -> None:
-    for stack in ("Pulumi.twin-aws-p5.yaml", "Pulumi.twin-azure-nd-h100-v5.yaml"):
+    for stack in ("Pulumi.twin-aws-p5.yaml", "Pulumi.twin-azure-nd-h100-v5.yaml", "Pulumi.twin-oci-h100.yaml"):
         rules = tmp_path / "rules.nft"
         rules.write_text(firewall.rules(_plan(stack, tmp_path)))
         nft = shutil.which("nft", path="/usr/sbin:/sbin:/usr/bin")
