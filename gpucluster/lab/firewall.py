@@ -32,31 +32,24 @@ def rules(plan: LabLayout) -> str:
     from outside (twin.outside_cidr without a bastion) refuses those not from the controller's address."""
     name = table_name(plan.name)
     bridges = ", ".join(f'"{b}"' for b in (plan.management_bridge, plan.fabric_bridge, *plan.rail_bridges))
+    out = f"oifname {{ {bridges} }} ct state new"
+    reject = "reject with icmpx type admin-prohibited"
     if plan.bastion is None:
         # Reached directly from outside: the controller's connections come from its own address alone.
-        return (
-            f"table {FAMILY} {name}\n"
-            f"delete table {FAMILY} {name}\n"
-            f"table {FAMILY} {name} {{\n"
-            "\tchain controller_out {\n"
-            "\t\ttype filter hook output priority filter; policy accept;\n"
-            f"\t\toifname {{ {bridges} }} ct state new ip saddr != {plan.outside_host_ip} "
-            "reject with icmpx type admin-prohibited\n"
-            f"\t\toifname {{ {bridges} }} ct state new meta nfproto ipv6 reject with icmpx type admin-prohibited\n"
-            "\t}\n"
-            "}\n"
-        )
+        refused = [f"{out} ip saddr != {plan.outside_host_ip} {reject}", f"{out} meta nfproto ipv6 {reject}"]
+    else:
+        # What the host opens itself out of the cluster's bridges, IPv4 or IPv6 (a node's link-local
+        # address too); the nodes' own connections to the proxy, answered, pass, and the host's own
+        # addresses there (the proxy's) are reached over lo.
+        refused = [f"{out} {reject}"]
     return (
         f"table {FAMILY} {name}\n"
         f"delete table {FAMILY} {name}\n"
         f"table {FAMILY} {name} {{\n"
         "\tchain controller_out {\n"
         "\t\ttype filter hook output priority filter; policy accept;\n"
-        # What the host opens itself out of the cluster's bridges, IPv4 or IPv6 (a node's link-local
-        # address too); the nodes' own connections to the proxy, answered, pass, and the host's own
-        # addresses there (the proxy's) are reached over lo.
-        f"\t\toifname {{ {bridges} }} ct state new reject with icmpx type admin-prohibited\n"
-        "\t}\n"
+        + "".join(f"\t\t{rule}\n" for rule in refused)
+        + "\t}\n"
         "}\n"
     )
 
