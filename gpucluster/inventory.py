@@ -23,7 +23,6 @@ from gpucluster.inventory_model import (
     UNSAFE_TAG,
     InventoryHost,
     InventoryNode,
-    InventoryRail,
     spec_vars,
 )
 
@@ -129,10 +128,8 @@ def _reach_consistency(cluster: Cluster, outputs: StackOutputs) -> list[str]:
 def jump_args(access: OutputAccess) -> str | None:
     """Ansible's standard form of the way in: ``-o ProxyJump=user@host:port`` (ansible_ssh_common_args,
     which ssh, sftp and scp all take), or None when the nodes are reached directly."""
-    if access.bastion is None:
-        return None
-    b = access.bastion
-    return f"-o ProxyJump={b.user}@{b.host}:{b.port}"
+    jump = access.jump()
+    return f"-o ProxyJump={jump}" if jump is not None else None
 
 
 def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "outputs") -> dict[str, Any]:
@@ -160,7 +157,7 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
             gpucluster_management_ip=node.management_ip,
             gpucluster_fabric_ip=node.fabric_ip,
             gpucluster_fabric_interface=node.fabric_interface,
-            gpucluster_rails=[InventoryRail(**r.model_dump()) for r in node.rails],
+            gpucluster_rails=list(node.rails),
             gpucluster_failure_domain=node.failure_domain or None,
             gpucluster_osd_devices=osd_by_pool.get(node.pool) or None,
         )

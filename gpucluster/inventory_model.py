@@ -16,14 +16,16 @@ This is the one inventory validator. What it cannot see lives elsewhere, each in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic_core import InitErrorDetails
 
 from gpucluster.errors import InputError
+from gpucluster.outputs import Capabilities, OutputAccess, OutputEgress, OutputRail
 from gpucluster.spec.facts import Role
 from gpucluster.spec.loader import validation_problems
 from gpucluster.spec.models import (
@@ -34,19 +36,13 @@ from gpucluster.spec.models import (
     DevPath,
     Fabric,
     HardwareProfile,
-    HostName,
-    HttpUrl,
     IfName,
     IPv4,
     Kubernetes,
-    MirrorKey,
     Name,
-    NoProxyEntry,
     OsId,
     PreinstalledPolicy,
-    ProxyUrl,
     Rail,
-    SshUser,
     Storage,
 )
 
@@ -61,15 +57,69 @@ SCHEMA_VAR = "gpucluster_inventory_schema"
 UNSAFE_TAG = "!unsafe"
 _REGENERATE = "write the inventory again with `gpucluster inventory` (or `gpucluster lab up`)"
 
-__all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryAccess", "InventoryBastion",
-           "InventoryCapabilities", "InventoryConformance", "InventoryEgress", "InventoryGroup", "InventoryHost",
-           "InventoryNode", "InventoryPlatform", "InventoryRail", "InventoryVars", "parse_inventory_text",
+__all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryConformance", "InventoryGroup", "InventoryHost",
+           "InventoryNode", "InventoryPlatform", "InventoryVars", "parse_inventory_text",
            "read_inventory", "spec_vars", "validate_inventory"]
 
 
 class _Open(BaseModel):
     # Roles read variables this model does not name: they are kept, the named ones typed.
     model_config = ConfigDict(extra="allow", frozen=True, strict=True)
+
+
+def _as_written(model: type[BaseModel], may_omit: Collection[str] = ()) -> WrapValidator:
+    """A stack outputs' model (gpucluster/outputs.py) read back from the inventory as the writer
+    dumped it: every field present (but ``may_omit``, at the top), no other, and each value of its
+    type, not coerced.
+
+    The outputs' models default what older outputs lack and ignore what newer targets add; the
+    inventory the writer wrote has every field, and a field a hand edit dropped or added is one
+    the roles, which read the file itself, would miss or never honour.
+    """
+    def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if not isinstance(value, Mapping):
+            return handler(value)
+        problems = _unwritten(model, value, (), frozenset(may_omit))
+        try:
+            # strict at run time: the nested models too (a model's own strict config holds only its own fields).
+            validated = model.model_validate(value, strict=True)
+        except ValidationError as exc:
+            seen = {(p["type"], p.get("loc")) for p in problems}
+            for e in exc.errors(include_url=False):
+                if (e["type"], e["loc"]) not in seen:
+                    found = InitErrorDetails(type=e["type"], loc=e["loc"], input=e["input"])
+                    if "ctx" in e:
+                        found["ctx"] = e["ctx"]
+                    problems.append(found)
+        if problems:
+            raise ValidationError.from_exception_data(model.__name__, problems)
+        return validated
+    return WrapValidator(validate)
+
+
+def _unwritten(model: type[BaseModel], data: Mapping[Any, Any], loc: tuple[str, ...],
+               may_omit: frozenset[str]) -> list[InitErrorDetails]:
+    """The fields of ``model`` missing from ``data`` and the keys it has that are no field, nested models' too."""
+    problems: list[InitErrorDetails] = []
+    keys = set()
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        keys.add(key)
+        if key not in data:
+            if key not in may_omit:
+                problems.append(InitErrorDetails(type="missing", loc=(*loc, key), input=dict(data)))
+        elif isinstance(data[key], Mapping) and (inner := _model_in(field.annotation)) is not None:
+            problems += _unwritten(inner, data[key], (*loc, key), frozenset())
+    problems += [InitErrorDetails(type="extra_forbidden", loc=(*loc, str(k)), input=v)
+                 for k, v in data.items() if k not in keys]
+    return problems
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds (``X`` or ``X | None``), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for a in get_args(annotation) if (m := _model_in(a)) is not None), None)
 
 
 # What reaches the SSH client (verify's ssh_config, ssh's and Ansible's command lines): the shapes
@@ -79,15 +129,6 @@ SshHost = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]{0,252}$",
                                description="a host name, an IPv4 or an IPv6 address")]
 SshLogin = Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$", description="a login name")]
 KeyFile = Annotated[str, Field(pattern=r"^~?[A-Za-z0-9_./+@-]{1,4096}$", description="a private key's path")]
-
-
-class InventoryRail(BaseModel):
-    """An addressed compute rail (gpucluster.outputs.OutputRail): interface, address, subnet."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    interface: IfName
-    address: IPv4
-    cidr: Cidr
 
 
 # Host variables the writer leaves out where the node has none (no key file, no bastion, no failure
@@ -123,7 +164,7 @@ class InventoryHost(_Open):
     # The compute rails whose addresses the target planned: the fabric_rails role configures each,
     # the GC-RAIL checks and the per-rail pair runs read them. Inventories written before rails
     # were exported have none.
-    gpucluster_rails: list[InventoryRail] = Field(default_factory=list)
+    gpucluster_rails: list[Annotated[OutputRail, _as_written(OutputRail)]] = Field(default_factory=list)
     gpucluster_failure_domain: CrushBucketName | None = None
     # The node's pool's OSD disks (the ceph roles').
     gpucluster_osd_devices: list[DevPath] | None = None
@@ -150,34 +191,6 @@ class InventoryNode(BaseModel):
                    fabric_ip=host.gpucluster_fabric_ip, roles=host.gpucluster_roles)
 
 
-class InventoryLinkFloors(BaseModel):
-    """gpucluster.outputs.LinkFloors as the inventory carries it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    allreduce_inter_busbw_gbps: float = Field(gt=0)
-    allreduce_inter_verdict_bytes: int = Field(ge=1)
-
-
-class InventoryCapabilities(BaseModel):
-    """What the target's nodes can do (gpucluster.outputs.Capabilities, which the target exported).
-
-    Every field is required and no other is allowed: a role reads each one, and a name it does not
-    know would be a capability no role honours.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    heavy_packages: bool
-    nvidia_repo: bool
-    debian_nonfree_sources: bool
-    fuse_device: bool
-    small_disks: bool
-    gpu_devices: bool
-    rdma_devices: bool
-    runs_os: OsId | None
-    link_floors: InventoryLinkFloors | None
-    kubernetes_nodes: bool
-
-
 # How the conformance suite judges the nodes: the spec's ``conformance:`` as the writer dumped it,
 # read back through the spec's own model (its ranges and defaults are defined there once).
 InventoryConformance = Conformance
@@ -190,41 +203,6 @@ class InventoryPlatform(_Open):
 
     # Inventories written before rails were exported have none.
     rails: list[Rail] = Field(default_factory=list)
-
-
-class InventoryBastion(BaseModel):
-    """gpucluster.outputs.OutputBastion as the inventory carries it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    host: HostName
-    user: SshUser
-    port: int = Field(ge=1, le=65535)
-    source_cidr: Cidr | None
-
-
-class InventoryAccess(BaseModel):
-    """How converge and verify reach the nodes (gpucluster.outputs.OutputAccess)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    mode: Literal["direct", "bastion"]
-    bastion: InventoryBastion | None
-    created: bool = False
-
-    def jump(self) -> str | None:
-        """``user@host:port`` of the bastion (ssh's ProxyJump), or None."""
-        b = self.bastion
-        return f"{b.user}@{b.host}:{b.port}" if b is not None else None
-
-
-class InventoryEgress(BaseModel):
-    """How the nodes reach what they download (gpucluster.outputs.OutputEgress)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-    mode: Literal["nat", "proxy", "none"]
-    http_proxy: ProxyUrl | None
-    https_proxy: ProxyUrl | None
-    no_proxy: list[NoProxyEntry]
-    mirrors: dict[MirrorKey, HttpUrl]
 
 
 class InventoryVars(_Open):
@@ -244,10 +222,12 @@ class InventoryVars(_Open):
     gpucluster_conformance: InventoryConformance
     # Inventories written before it was exported admit SSH from the management network alone.
     gpucluster_admin_cidrs: list[Cidr] = Field(default_factory=list)
-    gpucluster_capabilities: InventoryCapabilities
+    # The target's capabilities, access path and egress: the stack outputs' own models
+    # (gpucluster/outputs.py), which the writer dumped, read back as written (_as_written).
+    gpucluster_capabilities: Annotated[Capabilities, _as_written(Capabilities)]
     # Inventories written before they were exported: reached directly, routing out on their own.
-    gpucluster_access: InventoryAccess = InventoryAccess(mode="direct", bastion=None, created=False)
-    gpucluster_egress: InventoryEgress | None = None
+    gpucluster_access: Annotated[OutputAccess, _as_written(OutputAccess, may_omit={"created"})] = OutputAccess()
+    gpucluster_egress: Annotated[OutputEgress, _as_written(OutputEgress)] | None = None
     gpucluster_proxy_env: dict[str, str] = Field(default_factory=dict)
     gpucluster_sources: dict[str, str] = Field(default_factory=dict)
     gpucluster_nodes: list[InventoryNode]

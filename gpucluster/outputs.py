@@ -170,6 +170,11 @@ class OutputAccess(_Out):
             raise ValueError("a bastion is named exactly when mode is bastion")
         return self
 
+    def jump(self) -> str | None:
+        """``user@host:port`` of the bastion (ssh's ProxyJump), or None when the nodes are reached directly."""
+        b = self.bastion
+        return f"{b.user}@{b.host}:{b.port}" if b is not None else None
+
 
 class OutputEgress(_Out):
     """How the nodes reach what they download (the spec's ``target.egress``; a target without
