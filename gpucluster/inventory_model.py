@@ -41,8 +41,8 @@ from gpucluster.spec.models import (
     Kubernetes,
     Name,
     OsId,
+    Platform,
     PreinstalledPolicy,
-    Rail,
     Storage,
 )
 
@@ -58,7 +58,7 @@ UNSAFE_TAG = "!unsafe"
 _REGENERATE = "write the inventory again with `gpucluster inventory` (or `gpucluster lab up`)"
 
 __all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryConformance", "InventoryGroup", "InventoryHost",
-           "InventoryNode", "InventoryPlatform", "InventoryVars", "parse_inventory_text",
+           "InventoryNode", "InventoryVars", "parse_inventory_text",
            "read_inventory", "spec_vars", "validate_inventory"]
 
 
@@ -196,15 +196,6 @@ class InventoryNode(BaseModel):
 InventoryConformance = Conformance
 
 
-class InventoryPlatform(_Open):
-    """A platform as the writer dumped it (gpucluster.spec.cluster.platform_data): its rails are read
-    back through the spec's own model, so that the suite (gpucluster.conformance.expect) holds the
-    rails the spec defined; the rest stays data the roles and the renderers read."""
-
-    # Inventories written before rails were exported have none.
-    rails: list[Rail] = Field(default_factory=list)
-
-
 class InventoryVars(_Open):
     gpucluster_inventory_schema: Literal[4]
     gpucluster_cluster_name: str
@@ -218,7 +209,10 @@ class InventoryVars(_Open):
     gpucluster_kubernetes: Kubernetes | None
     gpucluster_bom: Bom
     gpucluster_profiles: dict[Name, HardwareProfile]
-    gpucluster_platforms: dict[str, InventoryPlatform]
+    # The platforms in use as the writer resolved them (gpucluster.spec.cluster.platform_data: each
+    # rail's device and netdev ranges expanded to exact names, which the spec's own model takes as
+    # they are), read back through that model: its rails, floors and rules, defined there once.
+    gpucluster_platforms: dict[Name, Platform]
     gpucluster_conformance: InventoryConformance
     # Inventories written before it was exported admit SSH from the management network alone.
     gpucluster_admin_cidrs: list[Cidr] = Field(default_factory=list)

@@ -11,6 +11,7 @@ from gpucluster.inventory import build_inventory, dump_inventory, parse_inventor
 from gpucluster.inventory_model import SCHEMA_VERSION, InventoryHost, read_inventory, validate_inventory
 from gpucluster.outputs import parse_outputs
 from gpucluster.spec import load_spec
+from gpucluster.spec.cluster import platform_data
 from tests.unit.example_outputs import example_outputs
 
 REPO = Path(__file__).resolve().parents[3]
@@ -35,6 +36,13 @@ def test_what_the_writer_writes_the_contract_reads(stack: str, tmp_path: Path) -
     assert model.vars.gpucluster_kubernetes == cluster.spec.kubernetes
     assert model.vars.gpucluster_bom == cluster.bom
     assert model.vars.gpucluster_profiles == cluster.profiles
+    # The platforms, resolved (device ranges expanded), come back as the spec's own model: the same
+    # devices and floors, and resolved again they are what the file holds.
+    assert set(model.vars.gpucluster_platforms) == set(cluster.platforms)
+    for name, platform in model.vars.gpucluster_platforms.items():
+        assert [r.device_names() for r in platform.rails] == [r.device_names() for r in cluster.platforms[name].rails]
+        assert platform.floors == cluster.platforms[name].floors
+        assert platform_data(platform) == data["all"]["vars"]["gpucluster_platforms"][name]
     spec_vars = model.vars.spec_vars()
     assert spec_vars == {key: data["all"]["vars"][key] for key in spec_vars}
 
@@ -83,6 +91,22 @@ def test_roles_extra_variables_are_kept() -> None:
     model = validate_inventory(data, "inv.yml")
     assert model.vars.model_extra == {"monitoring_textfile_dir": "/srv/textfiles"}
     assert model.hosts["gpu-1"].model_extra == {"ansible_connection": "local"}
+
+
+def test_a_platform_is_read_through_the_specs_platform() -> None:
+    data = parse_inventory_text((REPO / "tests" / "golden" / "inventory" / "onprem-h100-ib.yml").read_text())
+    platforms = data["all"]["vars"]["gpucluster_platforms"]
+    dgx = platforms["dgx-h100"]
+    del dgx["floors"]
+    dgx["rails"][0]["count"] = 7
+    platforms["server-ethernet"]["gpu_direct"] = True
+    with pytest.raises(InputError) as err:
+        validate_inventory(data, "inv.yml")
+    problems = err.value.problems
+    assert "all.vars.gpucluster_platforms.dgx-h100.floors: is required" in problems
+    assert any(p.startswith("all.vars.gpucluster_platforms.dgx-h100.rails: ") and "count 7 but devices name 8" in p
+               for p in problems), problems
+    assert "all.vars.gpucluster_platforms.server-ethernet.gpu_direct: unknown key" in problems
 
 
 def test_a_platforms_rails_are_read_through_the_specs_rail() -> None:
