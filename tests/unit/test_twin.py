@@ -4,6 +4,7 @@ target's own program, and the twin's fault. The twins themselves run in tests/in
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -116,23 +117,29 @@ def test_the_outputs_are_the_targets_with_only_what_the_lab_knows_filled_in(stac
     assert caps["link_floors"]["allreduce_inter_busbw_gbps"] == t.link_floors.allreduce_inter_busbw_gbps
 
 
-def _stack(tmp_path: Path, **changes: str) -> Path:
-    text = (REPO / "Pulumi.twin-dgx-h100-ib.yaml").read_text()
+def _stack(tmp_path: Path, changes: dict[str, str], stack: str = "Pulumi.twin-dgx-h100-ib.yaml") -> Path:
+    """A copy of the twin stack ``stack`` in ``tmp_path`` with each text of ``changes`` replaced
+    (each must be there), and the bill-of-materials overlay it names copied beside it."""
+    text = (REPO / stack).read_text()
     for old, new in changes.items():
-        assert old in text
+        assert old in text, old
         text = text.replace(old, new)
     path = tmp_path / "Pulumi.twin-x.yaml"
     path.write_text(text)
+    overlay = re.search(r"^  gpucluster:bom: (\S+)$", text, re.M)
+    if overlay:
+        (tmp_path / overlay[1]).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / overlay[1]).write_text((REPO / overlay[1]).read_text())
     return path
 
 
 def test_a_twin_file_that_does_not_exist_or_fit_the_stack_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"gpucluster.twin.file: unknown twin 'nope' \(known: .*dgx-h100-ib"):
-        load_spec(_stack(tmp_path, **{"file: dgx-h100-ib": "file: nope"}))
+        load_spec(_stack(tmp_path, {"file: dgx-h100-ib": "file: nope"}))
     with pytest.raises(InputError, match=r"twin 'dgx-h100-roce' models platform 'dgx-h100-roce'"):
-        load_spec(_stack(tmp_path, **{"file: dgx-h100-ib": "file: dgx-h100-roce"}))
+        load_spec(_stack(tmp_path, {"file: dgx-h100-ib": "file: dgx-h100-roce"}))
     with pytest.raises(InputError, match=r"runs ubuntu-24.04; twin 'dgx-h100-ib' models the image's ubuntu-22.04"):
-        load_spec(_stack(tmp_path, **{"    ssh_user: ubuntu": "    ssh_user: ubuntu\n    os: ubuntu-24.04"}))
+        load_spec(_stack(tmp_path, {"    ssh_user: ubuntu": "    ssh_user: ubuntu\n    os: ubuntu-24.04"}))
 
 
 def test_the_fault_is_the_first_gpu_nodes_fabric_address() -> None:
@@ -226,7 +233,7 @@ def test_a_real_targets_outputs_cannot_say_its_nodes_lack_gpus() -> None:
 
 def test_a_twin_is_named_apart_from_real_clusters(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"gpucluster.name: 'onprem-ib'; a twin's name starts with 'twin-'"):
-        load_spec(_stack(tmp_path, **{"gpucluster:name: twin-dgx-ib": "gpucluster:name: onprem-ib"}))
+        load_spec(_stack(tmp_path, {"gpucluster:name: twin-dgx-ib": "gpucluster:name: onprem-ib"}))
 
 
 def test_a_check_the_twin_must_pass_that_skipped_is_no_proof(tmp_path: Path) -> None:
@@ -314,11 +321,8 @@ def test_a_declared_proxy_egress_is_the_nodes_only_way_to_packages() -> None:
 
 
 def test_a_declared_proxy_the_twins_nodes_cannot_reach_is_refused(tmp_path: Path) -> None:
-    text = (REPO / "Pulumi.twin-azure-nd-h100-v5.yaml").read_text()
-    old = "      https_proxy: http://10.83.0.1:3142\n"
-    assert old in text
-    path = tmp_path / "Pulumi.twin-x.yaml"
-    path.write_text(text.replace(old, "      https_proxy: http://proxy.example.com:3128\n"))
+    path = _stack(tmp_path, {"      https_proxy: http://10.83.0.1:3142\n": "      https_proxy: http://proxy.example.com:3128\n"},
+                  "Pulumi.twin-azure-nd-h100-v5.yaml")
     with pytest.raises(InputError, match=r"gpucluster.target.egress.https_proxy: http://proxy.example.com:3128, "
                                          r"but the twin's nodes reach only the lab's proxy, http://10.83.0.1:3142"):
         twin.inputs(load_spec(path))
@@ -387,14 +391,8 @@ def test_the_hosts_table_refuses_what_it_opens_to_the_clusters_networks_alone() 
     ("    outside_cidr: 198.18.85.0/24\n", r"the controller's address 198.18.85.1 is in none of target.admin_cidrs"),
 ])
 def test_a_bastion_twins_outside_network_is_checked(tmp_path: Path, change: str, message: str) -> None:
-    text = (REPO / "Pulumi.twin-aws-p5.yaml").read_text()
     old = "    outside_cidr: 198.18.84.0/24\n"
-    assert old in text
-    path = tmp_path / "Pulumi.twin-x.yaml"
-    path.write_text(text.replace(old, "" if change == old else change))
-    bom = "examples/bom/aws-dlami-base-2204-20260102.yaml"  # the stack's overlay, beside it
-    (tmp_path / bom).parent.mkdir(parents=True)
-    (tmp_path / bom).write_text((REPO / bom).read_text())
+    path = _stack(tmp_path, {old: "" if change == old else change}, "Pulumi.twin-aws-p5.yaml")
     with pytest.raises(InputError, match=message):
         load_spec(path)
 
@@ -420,11 +418,8 @@ def test_a_direct_twin_reaches_its_nodes_from_its_controllers_network(tmp_path: 
     assert twin.reach_problems(plan) == [
         "gpu-2: sees the controller's SSH come from 10.88.0.1, not from its outside address 198.18.88.1"]
     # The controller must be one the nodes' firewall admits.
-    text = (REPO / "Pulumi.twin-oci-h100.yaml").read_text()
-    old = "    admin_cidrs: [198.18.88.0/24]\n"
-    assert old in text
-    path = tmp_path / "Pulumi.twin-x.yaml"
-    path.write_text(text.replace(old, "    admin_cidrs: [203.0.113.0/24]\n"))
+    path = _stack(tmp_path, {"    admin_cidrs: [198.18.88.0/24]\n": "    admin_cidrs: [203.0.113.0/24]\n"},
+                  "Pulumi.twin-oci-h100.yaml")
     with pytest.raises(InputError, match=r"twin.outside_cidr: the controller's address 198.18.88.1 is in none of "
                                          r"target.admin_cidrs, the only sources the nodes' firewall admits"):
         load_spec(path)
@@ -460,7 +455,6 @@ def test_the_azure_twin_boots_the_sites_bastion_where_its_stack_names_it(tmp_pat
     assert b is not None and b.management_ip == "10.83.240.1" and b.management_subnet == "10.83.240.0/28"
     # The site's bastion outlives the stack: its host key is kept across `down`.
     assert inputs.plan.site_bastion is True
-    text = (REPO / "Pulumi.twin-azure-nd-h100-v5.yaml").read_text()
     for old, new, message in [
         ("host: 198.18.83.2,", "host: 198.18.83.9,",
          r"access.bastion.host: 198.18.83.9; the twin's lab boots the site's bastion at 198.18.83.2, the second "
@@ -470,8 +464,5 @@ def test_the_azure_twin_boots_the_sites_bastion_where_its_stack_names_it(tmp_pat
         ("user: root, port: 22,", "user: jump, port: 2222,",
          r"access.bastion: jump@...:2222; the twin's bastion is a lab machine answering root on port 22"),
     ]:
-        assert old in text
-        path = tmp_path / "Pulumi.twin-x.yaml"
-        path.write_text(text.replace(old, new))
         with pytest.raises(InputError, match=message):
-            load_spec(path)
+            load_spec(_stack(tmp_path, {old: new}, "Pulumi.twin-azure-nd-h100-v5.yaml"))
