@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,8 @@ module.exit_json(changed=False, stand_in_apt=module.params["name"])
 """
 
 
-def _converge(tmp_path: Path, apt_get: str, bindings: bool = False) -> tuple[subprocess.CompletedProcess[str], Path]:
+def _converge(tmp_path: Path, apt_get: str, bindings: bool = False, module: str = _APT_MODULE,
+              extra_vars: dict[str, Any] | None = None) -> tuple[subprocess.CompletedProcess[str], Path]:
     """One ``gpucluster.cluster.apt`` task for a package dpkg lacks, in a play whose environment is
     the egress proxy, as ``ansible-playbook`` runs it: its output and apt-get's log."""
     bin_dir, library = tmp_path / "bin", tmp_path / "library"
@@ -116,7 +118,7 @@ def _converge(tmp_path: Path, apt_get: str, bindings: bool = False) -> tuple[sub
         + apt_get)
     for f in bin_dir.iterdir():
         f.chmod(0o755)
-    (library / "apt.py").write_text(_APT_MODULE)
+    (library / "apt.py").write_text(module)
     proxy = {"http_proxy": "http://10.83.0.1:3142", "https_proxy": "http://10.83.0.1:3142", "no_proxy": "a b,'c'"}
     play = [{"hosts": "localhost", "gather_facts": False, "environment": proxy, "tasks": [
         {"name": "Install the package", "gpucluster.cluster.apt": {"name": ["nvidia-dcgm"]}, "register": "installed",
@@ -126,10 +128,14 @@ def _converge(tmp_path: Path, apt_get: str, bindings: bool = False) -> tuple[sub
     playbook = tmp_path / "apt.yml"
     playbook.write_text(yaml.safe_dump(play))
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy") and not k.startswith("ANSIBLE_")}
+    # Where the node's watchdog keeps its folder (the apt configuration), to see it go.
+    (tmp_path / "node-tmp").mkdir()
     env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", BINDINGS="1" if bindings else "",
+               TMPDIR=str(tmp_path / "node-tmp"),
                ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_LIBRARY=str(library),
                ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
-    proc = subprocess.run([str(PLAYBOOK_BIN), str(playbook)], text=True, capture_output=True, timeout=180,
+    extra = ["-e", json.dumps(extra_vars)] if extra_vars else []
+    proc = subprocess.run([str(PLAYBOOK_BIN), str(playbook), *extra], text=True, capture_output=True, timeout=180,
                           env=env, cwd=tmp_path)
     return proc, log
 
@@ -169,3 +175,89 @@ def test_bindings_that_cannot_be_installed_fail_the_task_saying_why(tmp_path: Pa
     # apt-get's own error, of the install and of the update tried after it.
     assert result["msg"] == ("could not install python3-apt, which the apt module needs: "
                              "E: Unable to locate package python3-apt\nE: Unable to locate package python3-apt")
+
+
+# The bounds (apt's stall timeout through APT_CONFIG, the whole task through the node's watchdog).
+_APT_MODULE_READING_ITS_CONFIG = """#!/usr/bin/python
+import os
+from ansible.module_utils.basic import AnsibleModule
+
+module = AnsibleModule(argument_spec={"name": {"type": "list", "elements": "str"}}, supports_check_mode=True)
+with open(os.environ["APT_CONFIG"]) as f:
+    module.exit_json(changed=False, stand_in_apt=module.params["name"], apt_config=f.read(),
+                     marked=bool(os.environ.get("GPUCLUSTER_APT_TASK")))
+"""
+# A stand-in apt that hangs the way the lab's did: its download never ends. It leaves its pid and
+# the pid of the apt-get it waits on, so the test can say whether either outlived the bound.
+_APT_MODULE_THAT_HANGS = """#!/usr/bin/python
+import os, subprocess
+from ansible.module_utils.basic import AnsibleModule
+
+module = AnsibleModule(argument_spec={"name": {"type": "list", "elements": "str"}}, supports_check_mode=True)
+child = subprocess.Popen(["apt-get", "install"] + module.params["name"])
+with open(os.environ["PIDS_FILE"], "w") as f:
+    f.write(f"{os.getpid()} {child.pid}")
+child.wait()
+module.exit_json(changed=True, stand_in_apt=module.params["name"])
+"""
+
+
+def test_apt_runs_with_its_stall_timeout_and_marked_for_the_watchdog(tmp_path: Path) -> None:
+    proc, _ = _converge(tmp_path, "exit 0\n", bindings=True, module=_APT_MODULE_READING_ITS_CONFIG,
+                        extra_vars={"gpucluster_apt_stall_timeout_s": 75})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = _task_result(tmp_path)
+    assert result["stand_in_apt"] == ["nvidia-dcgm"] and result["marked"] is True
+    assert result["apt_config"].splitlines() == [
+        'Acquire::http::Timeout "75";', 'Acquire::https::Timeout "75";', 'Acquire::Retries "2";']
+    # apt done first: the watchdog was ended and took its folder with it.
+    deadline = time.monotonic() + 10
+    while list((tmp_path / "node-tmp").iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not list((tmp_path / "node-tmp").iterdir())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is ended: only its parent's wait is missing.
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_hung_apt_is_ended_at_the_limit_and_the_failure_says_what_to_raise(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("PIDS_FILE", str(pids))
+    began = time.monotonic()
+    proc, _ = _converge(tmp_path, "sleep 600\n", bindings=True, module=_APT_MODULE_THAT_HANGS,
+                        extra_vars={"gpucluster_apt_timeout_s": 3})
+    took = time.monotonic() - began
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # the play ignores it, to keep the result
+    assert took < 60, took
+    result = _task_result(tmp_path)
+    assert result["failed"] is True and result["gpucluster_apt_timed_out"] is True, result
+    assert result["msg"].startswith(
+        "localhost: task 'Install the package' did not finish within gpucluster_apt_timeout_s=3 s"), result["msg"]
+    assert "gpucluster converge -e gpucluster_apt_timeout_s=SECONDS" in result["msg"]
+    module_pid, apt_get_pid = (int(p) for p in pids.read_text().split())
+    deadline = time.monotonic() + 20
+    while (_alive(module_pid) or _alive(apt_get_pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(module_pid) and not _alive(apt_get_pid), "apt outlived its bound"
+    # The watchdog ends too, after its grace for what ignored SIGTERM, and removes its folder.
+    # (The module's own AnsiballZ payload folder stays: SIGTERM ends Python before its cleanup.)
+    deadline = time.monotonic() + apt.KILL_GRACE_S + 10
+    while list((tmp_path / "node-tmp").glob("gpucluster-apt.*")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not list((tmp_path / "node-tmp").glob("gpucluster-apt.*"))
+
+
+@pytest.mark.parametrize("value", [0, -5, "soon"])
+def test_a_limit_that_is_not_a_number_of_seconds_fails_the_task_saying_so(tmp_path: Path, value: object) -> None:
+    proc, _ = _converge(tmp_path, "exit 0\n", bindings=True, extra_vars={"gpucluster_apt_timeout_s": value})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = _task_result(tmp_path)
+    assert result["failed"] is True and "stand_in_apt" not in result
+    assert result["msg"] == f"gpucluster_apt_timeout_s must be a whole number of seconds above 0, not {value!r}"

@@ -14,6 +14,23 @@ command module so that it takes the task's environment (the egress proxy) the wa
 does: Ansible's own way, installing it and re-spawning the module under the system Python, fails
 under Mitogen.
 
+Whatever apt does is bounded in time (a lab node's apt once hung for many minutes in CLOSE-WAIT
+against the lab's apt proxy, and converge with it). Two settings, read from the task's variables
+(cluster-wide defaults in playbooks/group_vars/all.yml, ``gpucluster converge -e`` to change them):
+
+- ``gpucluster_apt_stall_timeout_s`` (default 120): apt's own bound on a stalled connection,
+  ``Acquire::http::Timeout`` and ``Acquire::https::Timeout`` (and ``Acquire::Retries`` 2), in an
+  apt configuration file the apt module and the apt-get it runs read through ``APT_CONFIG``.
+  ansible.builtin.apt takes no apt option but dpkg's (``dpkg_options``) and ``lock_timeout``.
+  apt reads ``APT_CONFIG`` before ``/etc/apt/apt.conf.d``, so a node's own setting of these keys wins.
+- ``gpucluster_apt_timeout_s`` (default 1800): the whole install. Before the apt module (and the
+  python3-apt bootstrap) runs, a watchdog starts on the node in a session of its own; at the limit
+  it ends (SIGTERM, then SIGKILL after a grace) every process carrying this task's marker in its
+  environment (the module, apt-get, dpkg, apt's download methods), and the task fails naming the
+  host, the task, the limit and the variable to raise. When apt finishes first, the watchdog is
+  ended by its id. A controller stopped mid-task (Ctrl-C) leaves only the watchdog, which still
+  ends the task's processes at the limit and then itself.
+
 Measured in `make bench` (bench/bench_converge.py): see docs/roles.md, "Converge speed".
 """
 
@@ -21,7 +38,10 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import shlex
+import time
+import uuid
 from typing import Any
 
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -45,6 +65,91 @@ _INSTALL_BINDINGS = ("export DEBIAN_FRONTEND=noninteractive; "
 # _execute_module method", docs.ansible.com dev_guide/developing_plugins.html, Action plugins). The
 # only other way to the environment is ActionBase's private _compute_environment_string.
 BINDINGS_ARGS: dict[str, Any] = {"argv": ["/bin/sh", "-c", _INSTALL_BINDINGS]}
+
+TIMEOUT_VAR = "gpucluster_apt_timeout_s"
+STALL_VAR = "gpucluster_apt_stall_timeout_s"
+DEFAULT_TIMEOUT_S = 1800
+DEFAULT_STALL_S = 120
+APT_RETRIES = 2
+# Between the watchdog's SIGTERM and its SIGKILL: dpkg finishing the package it is unpacking.
+KILL_GRACE_S = 10
+# In the environment of every process the task starts on the node: what the watchdog ends.
+MARKER_VAR = "GPUCLUSTER_APT_TASK"
+_WATCHDOG_DIR = re.compile(r"/\S*/gpucluster-apt\.[A-Za-z0-9]+")
+# The node's watchdog, run as `setsid sh -c WATCHDOG gpucluster-apt-watchdog LIMIT GRACE MARKER CONF`
+# (a session of its own: the connection's end does not end it): it prints its pid and its folder
+# (the apt configuration), lets go of the connection, and at LIMIT ends the marked processes, then
+# removes its folder. SIGTERM before LIMIT ends it and its sleep and removes the folder (dash's
+# kill, the node's /bin/sh, cannot signal a process group).
+WATCHDOG = r"""d=$(mktemp -d "${TMPDIR:-/tmp}/gpucluster-apt.XXXXXXXX") || exit 1
+printf '%s\n' "$4" > "$d/apt.conf" || exit 1
+echo "$$ $d"
+exec </dev/null >/dev/null 2>&1
+sleep "$1" &
+s=$!
+trap 'kill "$s" 2>/dev/null; rm -rf -- "$d"; exit 0' TERM
+wait "$s"
+trap - TERM
+sweep() {
+  for p in /proc/[0-9]*; do
+    tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qxF "$3" && kill "-$1" "${p#/proc/}" 2>/dev/null
+  done
+}
+sweep TERM "$1" "$3"
+sleep "$2"
+sweep KILL "$1" "$3"
+rm -rf -- "$d"
+"""
+
+
+def _positive_int(value: Any) -> int | None:
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
+
+
+def bounds(task_vars: dict[str, Any]) -> tuple[int, int] | str:
+    """(whole-task limit, stall timeout) in seconds from the task's variables, or what is wrong."""
+    found = []
+    for var, default in ((TIMEOUT_VAR, DEFAULT_TIMEOUT_S), (STALL_VAR, DEFAULT_STALL_S)):
+        value = task_vars.get(var, default)
+        number = _positive_int(value)
+        if number is None:
+            return f"{var} must be a whole number of seconds above 0, not {value!r}"
+        found.append(number)
+    return found[0], found[1]
+
+
+def apt_config(stall_s: int) -> str:
+    """apt's own bounds on a stalled download, as an apt configuration file."""
+    return (f'Acquire::http::Timeout "{stall_s}";\n'
+            f'Acquire::https::Timeout "{stall_s}";\n'
+            f'Acquire::Retries "{APT_RETRIES}";')
+
+
+def watchdog_command(limit_s: int, marker: str, stall_s: int) -> str:
+    """The command that starts the node's watchdog (see WATCHDOG); it prints "<pid> <folder>"."""
+    argv = ["setsid", "sh", "-c", WATCHDOG, "gpucluster-apt-watchdog", str(limit_s), str(KILL_GRACE_S),
+            marker, apt_config(stall_s)]
+    return " ".join(shlex.quote(a) for a in argv) + " &"
+
+
+def parse_watchdog(stdout: str) -> tuple[int, str] | None:
+    """(pid, folder) from what the watchdog printed, or None."""
+    fields = stdout.strip().split()
+    if len(fields) != 2 or not fields[0].isdigit() or not _WATCHDOG_DIR.fullmatch(fields[1]):
+        return None
+    return int(fields[0]), fields[1]
+
+
+def timeout_message(host: str, task: str, limit_s: int, stall_s: int) -> str:
+    return (f"{host}: task '{task}' did not finish within {TIMEOUT_VAR}={limit_s} s: apt and what it "
+            f"started were ended. Raise {TIMEOUT_VAR} (gpucluster converge -e {TIMEOUT_VAR}=SECONDS) if "
+            f"the node's packages need longer; a download stalled for {STALL_VAR}={stall_s} s fails on its "
+            f"own, so a hang points at the node's apt proxy or mirror. If dpkg was stopped mid-install, "
+            f"`dpkg --configure -a` on the node finishes it.")
 
 
 def wanted_packages(args: dict[str, Any]) -> list[tuple[str, str | None]] | None:
@@ -111,6 +216,45 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             result.update(changed=False, msg=f"{len(wanted)} package(s) already installed as pinned",
                           gpucluster_fast_path=True)
             return result
+        limits = bounds(task_vars or {})
+        if isinstance(limits, str):
+            result.update(failed=True, msg=limits)
+            return result
+        limit_s, stall_s = limits
+        marker = f"{MARKER_VAR}={uuid.uuid4().hex}"
+        started = self._low_level_execute_command(watchdog_command(limit_s, marker, stall_s), sudoable=True)
+        watchdog = parse_watchdog(started.get("stdout", "")) if started.get("rc") == 0 else None
+        if watchdog is None:
+            said = started.get("stderr") or started.get("stdout") or ""
+            result.update(failed=True, msg=f"could not start the watchdog that bounds apt to {TIMEOUT_VAR}="
+                                           f"{limit_s} s (setsid, mktemp and /proc on the node): "
+                                           f"{str(said).strip()[-400:]}")
+            return result
+        pid, folder = watchdog
+        begun = time.monotonic()
+        # Ansible's own ActionBase adds to the task's environment for a module run the same way
+        # (ANSIBLE_ASYNC_DIR) and takes it out after.
+        self._task.environment.append({"APT_CONFIG": f"{folder}/apt.conf", MARKER_VAR: marker.split("=", 1)[1]})
+        try:
+            self._run_apt(result, args, installed, task_vars)
+        finally:
+            self._task.environment.pop()
+            if time.monotonic() - begun < limit_s:
+                self._low_level_execute_command(f"kill -TERM {pid}", sudoable=True)
+            # else the watchdog is ending the task's processes; it then removes its folder and ends.
+        if time.monotonic() - begun >= limit_s:
+            host = str((task_vars or {}).get("inventory_hostname", "?"))
+            apt_said = {k: result[k] for k in ("msg", "rc", "stderr") if k in result}
+            for k in ("msg", "rc", "stdout", "stderr", "stdout_lines", "stderr_lines", "module_stdout",
+                      "module_stderr", "exception"):
+                result.pop(k, None)
+            result.update(failed=True, changed=False, gpucluster_apt_timed_out=True, apt_result=apt_said,
+                          msg=timeout_message(host, self._task.get_name(), limit_s, stall_s))
+        return result
+
+    def _run_apt(self, result: dict[str, Any], args: dict[str, Any], installed: dict[str, str],
+                 task_vars: dict[str, Any] | None) -> None:
+        """python3-apt when the node lacks it, then the apt module: its result into ``result``."""
         if installed and APT_BINDINGS not in installed and not self._task.check_mode:
             # The apt module needs python3-apt. Ansible's own answer (installing it, then
             # re-spawning the module under the system Python) does not survive Mitogen, so the
@@ -121,7 +265,6 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                 said = boot.get("stderr") or boot.get("stdout") or boot.get("msg") or ""
                 result.update(failed=True, msg=f"could not install {APT_BINDINGS}, which the apt module needs: "
                                                f"{str(said).strip()[-400:]}")
-                return result
+                return
         result.update(self._execute_module(module_name="ansible.legacy.apt", module_args=args,
                                            task_vars=task_vars))
-        return result
