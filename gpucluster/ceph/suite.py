@@ -7,17 +7,20 @@ from typing import Any
 
 import pytest
 
+from gpucluster.spec.models import Storage
 
-def storage_spec(node: Any) -> dict[str, Any]:
-    spec = node.inv.all_vars.get("gpucluster_storage")
-    if not spec:
+
+def storage_spec(node: Any) -> Storage:
+    """The spec's storage section (the inventory's gpucluster_storage, as its model read it)."""
+    spec: Storage | None = node.inv.storage
+    if spec is None:
         pytest.skip("the inventory has no gpucluster_storage: the cluster has no Ceph")
-    return dict(spec)
+    return spec
 
 
 def require_admin(node: Any) -> None:
     """Cluster-wide checks run once, on the first monitor that holds the admin keyring."""
-    for name in storage_spec(node)["monitors"]:
+    for name in storage_spec(node).monitors:
         if name == node.name:
             if not node.run("test -r /etc/ceph/ceph.client.admin.keyring", timeout=20).ok:
                 pytest.fail(f"{node.name} is a monitor without /etc/ceph/ceph.client.admin.keyring")

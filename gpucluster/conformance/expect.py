@@ -1,24 +1,24 @@
-"""What the acceptance checks expect, read defensively from the node's profile, platform and inventory.
+"""What the acceptance checks expect, read defensively from the node's platform and inventory.
 
-Every reader returns the expected value, or raises :class:`Unstated` naming what the profile,
-platform or inventory does not state: the check then skips with that reason, never passes.
-The profile keys (``gpu.pcie_generation``, ``gpu.pcie_width``, ``gpu.nvlink_gbps_per_link``),
-``node.info.platform`` (``rails``) and ``gpucluster_conformance.dcgm_diag_level`` may be absent
-from an inventory written before they existed.
+Every reader returns the expected value, or raises :class:`Unstated` naming what the platform or
+inventory does not state: the check then skips with that reason, never passes. The profile is the
+spec's model (``node.info.profile``, gpucluster.spec.models.HardwareProfile): a figure it leaves
+unset is None there, and the check skips with :func:`stated`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
 from gpucluster.render.platform import platform_rail_count
-from gpucluster.spec.facts import DCGM_DIAG_LEVEL_DEFAULT, DCGM_DIAG_LEVELS
-from gpucluster.spec.models import Rail
+from gpucluster.spec.facts import DCGM_DIAG_LEVELS
+from gpucluster.spec.models import Conformance, Rail
 
 # The rails the checks judge are the spec's (the inventory carries them as the spec dumped them).
-__all__ = ["Rail", "Unstated", "compute_rails", "dcgm_level", "efa_count", "floor", "profile_number", "rails"]
+__all__ = ["Rail", "Unstated", "compute_rails", "dcgm_level", "efa_count", "rails", "stated"]
 
 
 class Unstated(LookupError):
@@ -33,31 +33,25 @@ def _dig(data: Any, *path: str) -> Any:
     return data
 
 
-def _number(value: Any, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+def stated(value: float | None, what: str) -> float:
+    """A figure of the profile (``what`` names it: ``gpu.pcie_width``, ``floor host_device_copy_gbps``),
+    Unstated where the profile leaves it unset."""
+    if value is None:
         raise Unstated(f"the profile states no {what}")
     return float(value)
 
 
-def profile_number(profile: dict[str, Any], *path: str) -> float:
-    return _number(_dig(profile, *path), ".".join(path))
-
-
-def floor(profile: dict[str, Any], key: str) -> float:
-    return _number(_dig(profile, "floors", key), f"floor {key}")
-
-
-def dcgm_level(host_vars: dict[str, Any], all_vars: dict[str, Any]) -> int:
-    """``gpucluster_conformance.dcgm_diag_level`` (host over cluster), the spec's default when unset;
-    bad values raise ValueError."""
-    for scope in (host_vars, all_vars):
-        level = _dig(scope, "gpucluster_conformance", "dcgm_diag_level")
-        if level is not None:
-            if isinstance(level, bool) or not isinstance(level, int) or level not in DCGM_DIAG_LEVELS:
-                raise ValueError(f"gpucluster_conformance.dcgm_diag_level: {level!r} is not one of "
-                                 f"{', '.join(map(str, DCGM_DIAG_LEVELS))}")
-            return level
-    return DCGM_DIAG_LEVEL_DEFAULT
+def dcgm_level(host_vars: Mapping[str, Any], conformance: Conformance) -> int:
+    """``gpucluster_conformance.dcgm_diag_level``: a host variable of that name (which no model
+    types: a host's own, added by hand) over the cluster's, which the inventory model read with
+    the spec's default; a bad host value raises ValueError."""
+    level = _dig(host_vars, "gpucluster_conformance", "dcgm_diag_level")
+    if level is None:
+        return conformance.dcgm_diag_level
+    if isinstance(level, bool) or not isinstance(level, int) or level not in DCGM_DIAG_LEVELS:
+        raise ValueError(f"gpucluster_conformance.dcgm_diag_level: {level!r} is not one of "
+                         f"{', '.join(map(str, DCGM_DIAG_LEVELS))}")
+    return level
 
 
 def rails(info: Any) -> list[Rail]:

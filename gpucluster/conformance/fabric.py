@@ -28,7 +28,7 @@ from typing import Any
 
 from gpucluster.conformance import allreduce_mpi, progress, run_ib_write_bw, run_nccl_tests
 from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, budget_s, judge
-from gpucluster.conformance.nodes import ClusterInventory, NodeInfo
+from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, as_data
 from gpucluster.conformance.pairs import PairResult, PairSearch, find_slow, rail_search, ring_pairs, rounds
 from gpucluster.conformance.rdma_checks import IB_COUNTER_DUMP, compute_hcas
 from gpucluster.conformance.remote import (
@@ -312,8 +312,8 @@ class Fabric:
         interfaces carry no IP (AWS: fabric_ip is None), and NCCL reaches them through libfabric,
         not through an address, so on EFA nothing may wait for an address the fabric lacks."""
         if all(n.fabric_ip for n in nodes):
-            return str(self.inv.fabric["fabric_cidr"])
-        return str(self.inv.fabric["management_cidr"])
+            return self.inv.fabric.fabric_cidr
+        return self.inv.fabric.management_cidr
 
     def rail_indexes(self, nodes: list[NodeInfo]) -> list[int]:
         """The rail positions every one of ``nodes`` has an address on (the inventory's rails)."""
@@ -474,7 +474,7 @@ class Fabric:
             nodes = [n for n in self.inv.in_groups(("gpu",)) if n.rails]
             if len(nodes) < 2:
                 return {"skip": f"{len(nodes)} node(s) with addressed compute rails: a rail needs two"}
-            mtu = int(self.inv.fabric["mtu"])
+            mtu = self.inv.fabric.mtu
             # Every rail position any node has: a node that lacks one its peers have fails on it
             # (a rail the smallest node lacks is not left out of the check).
             indexes = list(range(max(len(n.rails) for n in nodes)))
@@ -546,7 +546,7 @@ class Fabric:
                                                       TaggedRemote(self.remote(a_name), tag),
                                                       str(b.fabric_ip or b.address),
                                                       hcas[a_name][i], hcas[b_name][i], self.options.ib_seconds,
-                                                      gid_index(self.inv.fabric, a.platform))
+                                                      gid_index(as_data(self.inv.fabric), a.platform))
                         kills = kill_measurement([self.remote(x) for x in (a_name, b_name)], tag)
                         parsed["killed_after"] = {k: v for k, v in kills.items() if v != 0}
                         per_hca.append(parsed)

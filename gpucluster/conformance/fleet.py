@@ -44,17 +44,6 @@ FLEET_CHECK = "GC-FLEET-001"
 # The spec's default (conformance.fleet_margin), for a run whose inventory and command line give none.
 DEFAULT_MARGIN = FLEET_MARGIN_DEFAULT
 MIN_NODES = 3
-INVENTORY_VAR = "gpucluster_conformance"
-INVENTORY_KEY = "fleet_margin"
-
-
-def margin_from_vars(all_vars: Mapping[str, Any]) -> float:
-    """The inventory's ``gpucluster_conformance.fleet_margin``, :data:`DEFAULT_MARGIN` when absent.
-    ValueError naming the field when it is there but not a fraction in [0, 1)."""
-    section = all_vars.get(INVENTORY_VAR)
-    if not isinstance(section, Mapping) or section.get(INVENTORY_KEY) is None:
-        return DEFAULT_MARGIN
-    return check_margin(section[INVENTORY_KEY], f"{INVENTORY_VAR}.{INVENTORY_KEY}")
 
 
 def check_margin(value: Any, field: str) -> float:

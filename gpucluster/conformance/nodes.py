@@ -8,16 +8,19 @@ inventory's cluster-wide variables.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from gpucluster.errors import InputError
 from gpucluster.hostkeys import Jump
 from gpucluster.inventory_model import parse_inventory_text, validate_inventory
 from gpucluster.render.platform import RDMA_KINDS, platform_rail_count
+from gpucluster.spec.models import Bom, Conformance, Fabric, Floors, HardwareProfile, Kubernetes, OsId, Storage
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,8 @@ class NodeInfo:
     key_file: str | None
     groups: tuple[str, ...]
     profile_name: str
-    profile: dict[str, Any]
+    # The node's hardware profile as the inventory model read it (gpucluster.spec.models).
+    profile: HardwareProfile
     platform_name: str
     platform: dict[str, Any]
     fabric_ip: str | None
@@ -46,11 +50,13 @@ class NodeInfo:
     capabilities: dict[str, Any] = field(default_factory=dict)
     # The bastion the controller reaches the node through (the inventory's gpucluster_access), or None.
     jump: Jump | None = None
+    # The OS the spec declares for the node (its host variable gpucluster_os).
+    os: OsId | None = None
 
     @property
     def gpu_count(self) -> int:
         """The GPUs the node has: its profile's, or none where the target states its nodes have none."""
-        return int(self.profile["gpu"]["count"]) if self.capabilities.get("gpu_devices", True) else 0
+        return self.profile.gpu.count if self.capabilities.get("gpu_devices", True) else 0
 
     @property
     def hca_count(self) -> int:
@@ -62,7 +68,7 @@ class NodeInfo:
 
     def no_gpu_reason(self) -> str:
         """Why the node has no GPU to check."""
-        listed = int(self.profile["gpu"]["count"])
+        listed = self.profile.gpu.count
         if listed and not self.capabilities.get("gpu_devices", True):
             return (f"the target states its nodes have no GPU devices (capabilities.gpu_devices: false), "
                     f"where profile {self.profile_name} lists {listed}")
@@ -78,9 +84,9 @@ class NodeInfo:
     def floor(self, key: str) -> Any:
         """A floor from the profile's floors (the GPUs'), else the target's stated link floors (a twin's
         links are not the platform's), else the platform's (the network's); None if none."""
-        floors = self.profile.get("floors") or {}
-        if floors.get(key) is not None:
-            return floors[key]
+        own = getattr(self.profile.floors, key, None) if key in Floors.model_fields else None
+        if own is not None:
+            return own
         links = self.capabilities.get("link_floors") or {}
         if key in links:
             return links[key]
@@ -92,16 +98,20 @@ class ClusterInventory:
     path: str
     cluster_name: str
     target: str
-    fabric: dict[str, Any]
-    bom: dict[str, Any]
+    # The spec's sections as the inventory model read them (gpucluster.spec.models): the checks read
+    # their attributes; a renderer the roles share takes them as data (:func:`as_data`).
+    fabric: Fabric
+    bom: Bom
     nodes: tuple[NodeInfo, ...]
     groups: dict[str, tuple[str, ...]]
+    # The inventory's cluster-wide variables as the file holds them: what no spec model types
+    # (the target's outputs: access, egress, capabilities; variables the roles add by hand).
     all_vars: dict[str, Any] = field(repr=False)
-
-    @property
-    def conformance(self) -> dict[str, Any]:
-        """How verify judges (``gpucluster_conformance``: dcgm_diag_level, fleet_margin), as the inventory says."""
-        return dict(self.all_vars.get("gpucluster_conformance") or {})
+    # How verify judges (``gpucluster_conformance``: dcgm_diag_level, fleet_margin).
+    conformance: Conformance = field(default_factory=Conformance)
+    storage: Storage | None = None
+    kubernetes: Kubernetes | None = None
+    stack: str = ""
 
     def node(self, name: str) -> NodeInfo:
         for n in self.nodes:
@@ -127,18 +137,13 @@ class ClusterInventory:
         names = sorted({h for i in items for h in ((i,) if i in hosts else self.groups[i]) if h in hosts})
         keep = tuple(n for n in self.nodes if n.name in names)
         groups = {g: tuple(h for h in hs if h in names) for g, hs in self.groups.items()}
-        return ClusterInventory(self.path, self.cluster_name, self.target, self.fabric, self.bom, keep, groups,
-                                self.all_vars)
+        return dataclasses.replace(self, nodes=keep, groups=groups)
 
 
 def parse_inventory(data: Any, source: str) -> ClusterInventory:
     """The suite's view of an inventory, read through its typed contract (gpucluster.inventory_model)."""
     inv = validate_inventory(data, source)
     groups = inv.groups()
-    # The spec's sections as the typed contract read them (gpucluster.spec.models), dumped to the
-    # mappings the renderers and the checks read: a model's defaults filled, never the raw file's.
-    spec = inv.vars.spec_vars()
-    profiles = spec["gpucluster_profiles"]
     # The platforms as data (the renderers and the checks read mappings); the inventory model has
     # typed their rails (gpucluster.spec.models.Rail), and expect.rails reads them through it.
     platforms = data["all"]["vars"]["gpucluster_platforms"]
@@ -152,7 +157,7 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
             key_file=hv.ansible_ssh_private_key_file,
             groups=tuple(sorted(g for g, members in groups.items() if name in members)),
             profile_name=hv.gpucluster_profile,
-            profile=profiles[hv.gpucluster_profile],
+            profile=inv.vars.gpucluster_profiles[hv.gpucluster_profile],
             platform_name=hv.gpucluster_platform,
             platform=dict(platforms[hv.gpucluster_platform]),
             fabric_ip=hv.gpucluster_fabric_ip,
@@ -163,20 +168,30 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
             capabilities=inv.vars.gpucluster_capabilities.model_dump(),
             jump=(Jump(bastion.host, bastion.user, bastion.port, hv.ansible_ssh_private_key_file)
                   if (bastion := inv.vars.gpucluster_access.bastion) is not None else None),
+            os=hv.gpucluster_os,
         )
         for name, hv in inv.hosts.items()
     ]
-    all_vars = {**data["all"]["vars"], **spec}
     return ClusterInventory(
         path=source,
         cluster_name=inv.vars.gpucluster_cluster_name,
         target=inv.vars.gpucluster_target,
-        fabric=spec["gpucluster_fabric"],
-        bom=spec["gpucluster_bom"],
+        fabric=inv.vars.gpucluster_fabric,
+        bom=inv.vars.gpucluster_bom,
         nodes=tuple(nodes),
         groups=groups,
-        all_vars=all_vars,
+        all_vars=dict(data["all"]["vars"]),
+        conformance=inv.vars.gpucluster_conformance,
+        storage=inv.vars.gpucluster_storage,
+        kubernetes=inv.vars.gpucluster_kubernetes,
+        stack=inv.vars.gpucluster_stack,
     )
+
+
+def as_data(model: BaseModel | None) -> Any:
+    """A spec model as the data the inventory file holds (defaults filled; the BOM's ``schema`` by its
+    alias), for the renderers the roles share (gpucluster.render), which read what Ansible passes them."""
+    return model.model_dump(mode="json", by_alias=True) if model is not None else None
 
 
 def load_inventory(path: str | Path) -> ClusterInventory:

@@ -64,6 +64,7 @@ from gpucluster.conformance.reports import (
 from gpucluster.conformance.verdict import CLUSTER, CheckResult, Outcome, shorten
 from gpucluster.errors import InputError
 from gpucluster.spec.facts import DCGM_DIAG_LEVELS, FLEET_MARGIN_DEFAULT, ROLES
+from gpucluster.spec.models import Bom, HardwareProfile
 
 PROBE_JSON = "probe.json"
 
@@ -202,13 +203,13 @@ def _fleet_margin(config: pytest.Config) -> float:
     """--fleet-margin, else the inventory's ``gpucluster_conformance.fleet_margin``, else the default;
     bad input before any check runs."""
     given = config.getoption("--fleet-margin")
+    if given is None:
+        # The inventory model has held it to the spec's range.
+        return _inventory(config).conformance.fleet_margin
     try:
-        if given is not None:
-            return fleet.check_margin(given, "--fleet-margin")
-        return fleet.margin_from_vars(_inventory(config).all_vars)
+        return fleet.check_margin(given, "--fleet-margin")
     except ValueError as exc:
-        where = "" if given is not None else f"{_inventory(config).path}: "
-        raise pytest.UsageError(f"{where}{exc}") from None
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _run_dir(config: pytest.Config) -> Path:
@@ -358,11 +359,11 @@ class Node:
         return self.info.name
 
     @property
-    def profile(self) -> dict[str, Any]:
+    def profile(self) -> HardwareProfile:
         return self.info.profile
 
     @property
-    def bom(self) -> dict[str, Any]:
+    def bom(self) -> Bom:
         return self.inv.bom
 
     def figure(self, key: str, value: Any) -> None:
@@ -607,7 +608,7 @@ def _finish(config: pytest.Config, exitstatus: int, junit_error: OSError | None)
         "unreachable": dict(_unreachable(config)),
         "run_id": os.environ.get(RUN_ID_ENV, ""),
         # What the run ran with (version, stack, BOM pins) and the previous run of this inventory.
-        "provenance": provenance.collect(stack=str(inv.all_vars.get("gpucluster_stack", "")), target=inv.target,
+        "provenance": provenance.collect(stack=inv.stack, target=inv.target,
                                          bom=inv.bom, run_dir=run_dir, inventory=str(inv.path)),
     }
     down = meta["unreachable"]

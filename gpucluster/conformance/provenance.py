@@ -16,15 +16,16 @@ from typing import Any
 from gpucluster import __version__
 from gpucluster.conformance.report_data import Report, banner
 from gpucluster.conformance.reports import RESULTS_JSON
+from gpucluster.spec.models import Bom
 
 # How many sibling run folders are looked at, newest first, for the previous run of the inventory.
 PREVIOUS_SCAN_LIMIT = 200
 
 
-def bom_versions(bom: dict[str, Any]) -> dict[str, str]:
-    """The bill of materials' pinned versions by entry (``nvidia_driver: 580.126.16``), in its order."""
-    return {str(name): str(entry["version"]) for name, entry in bom.items()
-            if isinstance(entry, dict) and isinstance(entry.get("version"), str | int | float)}
+def bom_versions(bom: Bom) -> dict[str, str]:
+    """The bill of materials' pinned versions by entry (``nvidia_driver: 580.126.16``), in its order:
+    the entries that pin a version (a floor, a per-OS table or a CNI table pins none)."""
+    return {name: entry.version for name, entry in bom if isinstance(getattr(entry, "version", None), str)}
 
 
 def _same_inventory(a: str, b: str) -> bool:
@@ -63,7 +64,7 @@ def previous_run(run_dir: Path, inventory: str) -> dict[str, Any] | None:
     return None
 
 
-def collect(*, stack: str, target: str, bom: dict[str, Any], run_dir: Path, inventory: str) -> dict[str, Any]:
+def collect(*, stack: str, target: str, bom: Bom, run_dir: Path, inventory: str) -> dict[str, Any]:
     """``meta.provenance`` of a run: what it ran with, and the run before it to compare with."""
     return {
         "gpucluster_version": __version__,

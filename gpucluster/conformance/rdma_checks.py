@@ -22,6 +22,7 @@ from gpucluster.conformance.remote import Remote, node_folder, quote
 from gpucluster.conformance.run_ib_write_bw import gid_args
 from gpucluster.parsers import parse_run
 from gpucluster.render.platform import RDMA_KINDS, platform_devices
+from gpucluster.spec.models import RoceQos
 
 __all__ = [
     "IB_COUNTER_DUMP",
@@ -108,15 +109,15 @@ def pfc_priorities(text: str) -> list[int]:
     return [i for i, on in enumerate(flags) if on]
 
 
-def roce_qos_problems(dev: str, app_json: str, pfc_json: str, qos: Mapping[str, Any]) -> list[str]:
+def roce_qos_problems(dev: str, app_json: str, pfc_json: str, qos: RoceQos) -> list[str]:
     """One netdev's RoCE QoS against the spec's ``roce_qos``: DSCP trust (the APP table maps RoCE's
     DSCP, the RDMA CM traffic class's upper six bits, to the lossless priority) and PFC on exactly
     that priority."""
     problems = []
-    prio = int(qos["pfc_priority"])
-    dscp = int(qos["traffic_class"]) // 4
+    prio = qos.pfc_priority
+    dscp = qos.traffic_class // 4
     table = dscp_prio_map(app_json)
-    if qos.get("dscp_trust"):
+    if qos.dscp_trust:
         if not table:
             problems.append(f"{dev}: no DSCP entry in the APP table (DSCP not trusted)")
         elif table.get(dscp) != prio:

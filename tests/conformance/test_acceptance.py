@@ -14,6 +14,7 @@ import pytest
 from gpucluster.conformance import acceptance as acc
 from gpucluster.conformance import expect, run_gpu_burn, run_nccl_tests
 from gpucluster.conformance.gpu_checks import verdict_problems
+from gpucluster.conformance.nodes import as_data
 from gpucluster.conformance.remote import SshRemote
 from gpucluster.parsers import libfabric, parse_run, sysfs
 from gpucluster.render.services import required_services
@@ -105,7 +106,7 @@ def _pcie_rows(text: str) -> list[dict]:
 def test_fabric_registered(node):
     """On NVSwitch profiles every GPU MUST report the fabric State Completed and Status Success."""
     node.require_gpus()
-    if not node.profile["gpu"].get("nvswitch"):
+    if not node.profile.gpu.nvswitch:
         pytest.skip(f"profile {node.info.profile_name} has no NVSwitch")
     problems = acc.fabric_problems(_query(node)["gpus"])
     assert not problems, "; ".join(problems)
@@ -115,9 +116,9 @@ def test_fabric_registered(node):
 def test_nvlinks_at_speed(node):
     """On NVLink profiles every NVLink of every GPU MUST be up at the profile's speed per link."""
     node.require_gpus()
-    if not node.profile["gpu"].get("nvlink"):
+    if not node.profile.gpu.nvlink:
         pytest.skip(f"profile {node.info.profile_name} has no NVLink")
-    speed = _stated(lambda: expect.profile_number(node.profile, "gpu", "nvlink_gbps_per_link"))
+    speed = _stated(lambda: expect.stated(node.profile.gpu.nvlink_gbps_per_link, "gpu.nvlink_gbps_per_link"))
     _need(node, "nvidia-smi")
     res = node.run("nvidia-smi nvlink -s 2>&1")
     parsed = parse_run("nvidia-smi", res.stdout, res.rc)
@@ -130,7 +131,7 @@ def test_nvlinks_at_speed(node):
 def test_nvlink_errors(node):
     """Every NVLink MUST show zero replay, recovery and CRC errors."""
     node.require_gpus()
-    if not node.profile["gpu"].get("nvlink"):
+    if not node.profile.gpu.nvlink:
         pytest.skip(f"profile {node.info.profile_name} has no NVLink")
     _need(node, "nvidia-smi")
     res = node.run("nvidia-smi nvlink -e 2>&1")
@@ -153,7 +154,7 @@ def test_dcgm_diag(node, fabric, pytestconfig):
     node.require_gpus()
     # DCGM is expected where the roles install and start it: nvidia-dcgm among the node's required
     # services (gpucluster.render.services, from the inventory's gpucluster_capabilities).
-    expected = "nvidia-dcgm" in required_services(node.info.groups, node.info.profile,
+    expected = "nvidia-dcgm" in required_services(node.info.groups, as_data(node.info.profile),
                                                   node.inv.all_vars.get("gpucluster_capabilities"))
     if node.run("command -v dcgmi >/dev/null 2>&1").rc != 0:
         assert not expected, ("dcgmi is not installed, but the inventory's capabilities (nvidia_repo and "
@@ -162,7 +163,7 @@ def test_dcgm_diag(node, fabric, pytestconfig):
                     "(gpucluster_capabilities lacks nvidia_repo or heavy_packages)")
     # A burn-in asks for more than acceptance (`gpucluster verify --dcgm-level 3`); else the spec's level.
     asked = pytestconfig.getoption("--dcgm-level")
-    level = asked or expect.dcgm_level(node.info.host_vars, node.inv.all_vars)
+    level = asked or expect.dcgm_level(node.info.host_vars, node.inv.conformance)
     # -j: per-GPU JSON results; stderr apart, so that a warning printed before the JSON cannot split it.
     with fabric.gpus_held([node.name]):
         res = node.run(f"dcgmi diag -r {level} -j", timeout=3 * 3600)
@@ -176,8 +177,8 @@ def test_dcgm_diag(node, fabric, pytestconfig):
 def test_gpu_pcie_link(node, fabric):
     """Every GPU's PCIe link MUST reach the profile's generation and run at the profile's width."""
     node.require_gpus()
-    gen = int(_stated(lambda: expect.profile_number(node.profile, "gpu", "pcie_generation")))
-    width = int(_stated(lambda: expect.profile_number(node.profile, "gpu", "pcie_width")))
+    gen = int(_stated(lambda: expect.stated(node.profile.gpu.pcie_generation, "gpu.pcie_generation")))
+    width = int(_stated(lambda: expect.stated(node.profile.gpu.pcie_width, "gpu.pcie_width")))
     _need(node, "nvidia-smi")
     loaded = False
     if node.run("command -v nvbandwidth >/dev/null 2>&1").rc == 0:
@@ -221,7 +222,7 @@ def test_hca_pcie_link(node):
 def test_host_device_copies(node, fabric):
     """nvbandwidth host-to-device and device-to-host copies MUST reach the profile's floor on every GPU."""
     node.require_gpus()
-    floor = _stated(lambda: expect.floor(node.profile, "host_device_copy_gbps"))
+    floor = _stated(lambda: expect.stated(node.profile.floors.host_device_copy_gbps, "floor host_device_copy_gbps"))
     _need(node, "nvbandwidth")
     out, _samples, rc = _copy_run(node, fabric)
     parsed = parse_run("nvbandwidth", out, rc)

@@ -46,7 +46,7 @@ def _measured_interface(node, data: dict, on: list[str]) -> str | None:
         return None
     res = node.run("ip -j -4 addr show")
     found = interface_on(json.loads(res.stdout or "[]"), networks) if res.rc == 0 else None
-    if found is None and networks == str(node.inv.fabric.get("fabric_cidr")):
+    if found is None and networks == node.inv.fabric.fabric_cidr:
         return node.info.fabric_interface
     return found
 

@@ -23,7 +23,7 @@ def test_gpu_burn(node, burn_options, fabric):
     enabled, seconds = burn_options
     if not enabled:
         pytest.skip("burn switched off (--no-burn)")
-    floors = node.profile["floors"].get("burn_tflops") or {}
+    floors = node.profile.floors.burn_tflops
     remote = node.remote()
     # The node's GPUs are this check's alone while it burns (a peer's GPUDirect RDMA waits).
     with fabric.gpus_held([node.name]):
@@ -74,6 +74,6 @@ def test_gpu_burn(node, burn_options, fabric):
             node.figure(f"matmul_peak_tflops_{r['device']}_{r['precision']}", round(r["matmul_peak_tflops"], 2))
     for precision in sorted({str(r["precision"]) for r in rows if floors.get(r["precision"]) is not None}):
         node.figure(f"burn_floor_tflops_{precision}", floors[precision])  # beside each figure in the reports
-    problems += burn_problems(rows, floors, node.profile["gpu"].get("burn_peak_tflops") or {})
+    problems += burn_problems(rows, floors, node.profile.gpu.burn_peak_tflops)
     assert rows, "the burn produced no per-GPU results"
     assert not problems, "; ".join(problems)

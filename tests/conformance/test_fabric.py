@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from gpucluster.conformance.nodes import as_data
 from gpucluster.conformance.provider_ports import provider_mtu_problems, provider_port_problems
 from gpucluster.conformance.rdma_checks import hca_problems, roce_qos_problems
 from gpucluster.render.nccl import NCCL_CONF_PATH, nccl_settings, parse_nccl_conf, socket_ifname_problem
@@ -71,12 +72,12 @@ def test_fabric_mtu(node):
     provided = _provider_links(node)
     if provided is not None:
         links, ports = provided
-        want = int(node.inv.fabric["mtu"])
+        want = node.inv.fabric.mtu
         problems = provider_mtu_problems(links, ports, want)
         assert not problems, "; ".join(problems) + f" (the spec says {want})"
         return
     iface = _iface(node)
-    want = int(node.inv.fabric["mtu"])
+    want = node.inv.fabric.mtu
     # ip, not /sys/class/net: a container's /sys may show another network namespace.
     mtu = int(_link(node, iface)["mtu"])
     node.figure("mtu", mtu)
@@ -133,8 +134,8 @@ def test_roce_qos(node):
         pytest.skip(node.info.no_hca_reason())
     if node.info.platform.get("provider_qos"):
         pytest.skip(f"platform {node.info.platform_name}'s network QoS is the provider's: the node sets none")
-    if fabric.get("type") != "roce" or not fabric.get("roce_qos"):
-        pytest.skip(f"fabric type {fabric.get('type')} without RoCE QoS in the spec")
+    if fabric.type != "roce" or fabric.roce_qos is None:
+        pytest.skip(f"fabric type {fabric.type} without RoCE QoS in the spec")
     devices = platform_devices(node.info.platform, kinds=("roce",))
     if not devices:
         pytest.skip(f"platform {node.info.platform_name} has no compute RoCE rail")
@@ -152,7 +153,7 @@ def test_roce_qos(node):
                 problems.append(f"{ibdev} ({dev}): dcb failed: {(app.stderr or pfc.stderr).strip()}")
                 continue
             try:
-                problems += roce_qos_problems(f"{ibdev} ({dev})", app.stdout, pfc.stdout, fabric["roce_qos"])
+                problems += roce_qos_problems(f"{ibdev} ({dev})", app.stdout, pfc.stdout, fabric.roce_qos)
             except ValueError as exc:
                 problems.append(f"{ibdev} ({dev}): {exc}")
     assert not problems, "; ".join(problems)
@@ -164,7 +165,7 @@ def test_nccl_conf(node):
     """/etc/nccl.conf MUST hold exactly the settings the spec renders for the node, and its NCCL_SOCKET_IFNAME MUST name an interface the node has."""  # noqa: E501
     # The nccl role writes the file on every node it runs on, GPUs or not (the lab's nodes have
     # none), from the same function: what is expected here is what the role wrote.
-    want = nccl_settings(node.inv.fabric, node.info.platform, node.info.fabric_interface)
+    want = nccl_settings(as_data(node.inv.fabric), node.info.platform, node.info.fabric_interface)
     res = node.run(f"cat {NCCL_CONF_PATH}")
     assert res.rc == 0, f"{NCCL_CONF_PATH} is missing"
     got = parse_nccl_conf(res.stdout)

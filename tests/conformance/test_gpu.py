@@ -24,9 +24,9 @@ def _query(node):
 
 
 def _expected_driver(node):
-    pins = node.bom["nvidia_driver"]
+    pins = node.bom.nvidia_driver
     method = node.info.host_vars.get("nvidia_driver_install_method")
-    return pins["debian_version"] if method == "distro" else pins["version"]
+    return pins.debian_version if method == "distro" else pins.version
 
 
 @pytest.mark.check("GC-GPU-001")
@@ -54,7 +54,7 @@ def test_gpu_count(node):
 def test_gpu_model(node):
     """Every GPU MUST be the model the hardware profile names."""
     node.require_gpus()
-    want = node.profile["gpu"]["model"]
+    want = node.profile.gpu.model
     wrong = [f"GPU {g['index']}: {g.get('product_name')}" for g in _query(node)["gpus"]
              if g.get("product_name") != want]
     assert not wrong, f"not {want}: " + "; ".join(wrong)
@@ -64,7 +64,7 @@ def test_gpu_model(node):
 def test_gpu_memory(node):
     """Every GPU MUST have the total memory the hardware profile lists (MiB)."""
     node.require_gpus()
-    want = node.profile["gpu"]["memory_mib"]
+    want = node.profile.gpu.memory_mib
     wrong = [f"GPU {g['index']}: {g.get('memory_total_mib')} MiB" for g in _query(node)["gpus"]
              if g.get("memory_total_mib") != want]
     assert not wrong, f"not {want} MiB: " + "; ".join(wrong)
@@ -103,7 +103,7 @@ def test_no_xid(node):
     node.figure("xid_lines", len(events))
     problems = xid_problems(events, unreadable)
     reported = application_xids(events)
-    if node.profile["gpu"].get("nvswitch"):
+    if node.profile.gpu.nvswitch:
         sxids, sxid_unreadable = sxid_events(log.text)
         problems += sxid_problems(sxids, sxid_unreadable)
         reported += nonfatal_sxids(sxids)
@@ -118,11 +118,11 @@ def test_no_xid(node):
 def test_nvlinks_up(node):
     """On NVSwitch profiles every GPU MUST show all its NVLinks up."""
     node.require_gpus()
-    if not node.profile["gpu"].get("nvswitch"):
+    if not node.profile.gpu.nvswitch:
         pytest.skip(f"profile {node.info.profile_name} has no NVSwitch")
     res = node.run("nvidia-smi nvlink -s 2>&1")
     parsed = parse_run("nvidia-smi", res.stdout, res.rc)
-    problems = nvlink_problems(parsed.get("gpus", []), int(node.profile["gpu"]["nvlinks_per_gpu"]))
+    problems = nvlink_problems(parsed.get("gpus", []), node.profile.gpu.nvlinks_per_gpu)
     problems += verdict_problems(parsed, "nvidia-smi nvlink -s")
     assert not problems, "; ".join(problems)
 
@@ -131,7 +131,7 @@ def test_nvlinks_up(node):
 def test_fabric_manager(node):
     """nvidia-fabricmanager MUST be running where the hardware profile needs it."""
     node.require_gpus()
-    if not node.profile["gpu"].get("fabric_manager"):
+    if not node.profile.gpu.fabric_manager:
         pytest.skip(f"profile {node.info.profile_name} needs no fabric manager")
     assert node.host.service("nvidia-fabricmanager").is_running, "nvidia-fabricmanager is not running"
 
@@ -140,7 +140,7 @@ def test_fabric_manager(node):
 def test_cuda_version(node):
     """The installed CUDA toolkit version MUST equal the BOM's pin."""
     node.require_gpus()
-    want = node.bom["cuda"]["version"]
+    want = node.bom.cuda.version
     mm = ".".join(want.split(".")[:2])
     res = node.run(f"cat /usr/local/cuda-{mm}/version.json 2>/dev/null || cat /usr/local/cuda/version.json 2>&1")
     m = re.search(r'"cuda"\s*:\s*\{[^}]*"version"\s*:\s*"([\d.]+)"', res.stdout)
@@ -153,7 +153,7 @@ def test_cuda_version(node):
 def test_nccl_version(node):
     """The installed NCCL (libnccl2) version MUST equal the BOM's pin."""
     node.require_gpus()
-    want = node.bom["nccl"]["version"]
+    want = node.bom.nccl.version
     res = node.run("dpkg-query -W -f='${Version}' libnccl2 2>&1")
     version = res.stdout.split("-")[0] if res.rc == 0 else None
     node.figure("nccl_version", version)

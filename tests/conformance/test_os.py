@@ -15,14 +15,14 @@ KERNEL_FLOORS = {"ubuntu-22.04": (5, 15), "ubuntu-24.04": (6, 8), "debian-12": (
 @pytest.mark.check("GC-OS-001")
 def test_os_release(node):
     """The node MUST run the OS release the spec declares for it (gpucluster_os, as the BOM's os table names it)."""
-    declared = node.info.host_vars.get("gpucluster_os")
+    declared = node.info.os
     if not declared:
         pytest.fail("the inventory gives this node no gpucluster_os: regenerate it with `gpucluster inventory`")
     runs = node.info.capabilities.get("runs_os")
     if runs and runs != declared:
         pytest.skip(f"the target states its nodes run {runs} where the spec declares {declared} "
                     "(capabilities.runs_os: a platform twin on the lab's Debian): the spec's OS is not modelled")
-    want = node.bom["os"][declared]
+    want = node.bom.os[declared]
     text = node.host.file("/etc/os-release").content_string
     fields = {k: v.strip().strip('"') for k, v in (line.split("=", 1) for line in text.splitlines() if "=" in line)}
     found = (fields.get("ID", ""), fields.get("VERSION_ID", ""), fields.get("VERSION_CODENAME", ""))
@@ -30,7 +30,7 @@ def test_os_release(node):
     node.figure("os_version_id", found[1])
     node.figure("os_codename", found[2])
     node.figure("os_declared", declared)
-    expected = (want["id"], want["version_id"], want["codename"])
+    expected = (want.id, want.version_id, want.codename)
     assert found == expected, (f"OS is {' '.join(found)}, the spec declares {declared} "
                                f"({' '.join(expected)})")
 
@@ -38,7 +38,7 @@ def test_os_release(node):
 @pytest.mark.check("GC-OS-002")
 def test_kernel(node):
     """The kernel MUST be the declared OS's series or newer, with its modules under /lib/modules/<release>."""
-    declared = node.info.host_vars.get("gpucluster_os")
+    declared = node.info.os
     if declared not in KERNEL_FLOORS:
         pytest.fail(f"the inventory's gpucluster_os {declared!r} is not one of {sorted(KERNEL_FLOORS)}")
     floor = KERNEL_FLOORS[declared]

@@ -24,7 +24,7 @@ def test_rails_configured(node):
     """Every addressed compute rail MUST be up at the fabric MTU with its address, its own routing table and source rule, and the multi-NIC ARP and reverse-path settings."""  # noqa: E501
     if not node.info.rails:
         pytest.skip(_no_rails(node))
-    want = rail_settings(node.info.rails, int(node.inv.fabric["mtu"]))
+    want = rail_settings(node.info.rails, node.inv.fabric.mtu)
     rules = node.run("ip -j -4 rule show")
     assert rules.rc == 0, f"ip rule: {rules.stderr.strip()}"
     problems = []

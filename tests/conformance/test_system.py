@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from gpucluster.conformance.nodes import as_data
 from gpucluster.parsers.nft import set_networks
 from gpucluster.render.firewall import ssh_sources
 from gpucluster.render.proxy import proxy_settings
@@ -52,7 +53,7 @@ def test_firewall_active(node):
     except ValueError as exc:
         pytest.fail(f"the cluster's table has no readable SSH source set management_v4: {exc}")
     access = node.inv.all_vars.get("gpucluster_access")
-    sources = ssh_sources(node.inv.fabric, node.inv.all_vars.get("gpucluster_admin_cidrs"), access)
+    sources = ssh_sources(as_data(node.inv.fabric), node.inv.all_vars.get("gpucluster_admin_cidrs"), access)
     want = [ipaddress.IPv4Network(c) for c in sources]
     node.figure("ssh_sources", ", ".join(str(n) for n in admitted))
     way_in = "the bastion's source" if (access or {}).get("mode") == "bastion" else "admin_cidrs"
@@ -64,7 +65,7 @@ def test_firewall_active(node):
 def test_egress_proxy(node):
     """Where the spec's egress is a proxy, apt's configuration MUST carry it as the roles write it (gpucluster.render.proxy), and where containerd runs its unit's environment MUST carry it too."""  # noqa: E501
     egress = node.inv.all_vars.get("gpucluster_egress")
-    want = proxy_settings(egress, node.inv.fabric, node.inv.all_vars.get("gpucluster_kubernetes"))
+    want = proxy_settings(egress, as_data(node.inv.fabric), as_data(node.inv.kubernetes))
     if not want["enabled"]:
         pytest.skip(f"the cluster's egress is {(egress or {}).get('mode', 'nat')}, not a proxy")
     dump = node.run("apt-config dump 2>&1").stdout
@@ -83,7 +84,7 @@ def test_egress_proxy(node):
 @pytest.mark.parametrize("service", ALL_SERVICES)
 def test_required_service(node, service):
     """Every service the node's roles require MUST be active."""
-    if service not in required_services(node.info.groups, node.info.profile,
+    if service not in required_services(node.info.groups, as_data(node.info.profile),
                                         node.inv.all_vars.get("gpucluster_capabilities")):
         pytest.skip(f"{service} is not required on {node.name} (groups {', '.join(node.info.groups)}, "
                     f"profile {node.info.profile_name})")

@@ -27,7 +27,7 @@ def test_ceph_health(node):
     health = parse_health(ceph(node, "health detail -f json"))
     node.figure("health", health.status)
     node.figure("health_checks", health.codes())
-    allowed = storage_spec(node).get("allowed_health_warnings") or []
+    allowed = storage_spec(node).allowed_health_warnings
     assert not health.unexpected(allowed), sentences.ceph_health(health, allowed)
 
 
@@ -62,7 +62,7 @@ def test_ceph_pgs_active_clean(node):
 def test_ceph_monitor_quorum(node):
     """Every monitor the spec lists MUST be in the monmap and in the quorum."""
     require_admin(node)
-    monitors = storage_spec(node)["monitors"]
+    monitors = storage_spec(node).monitors
     quorum = parse_quorum_status(ceph(node, "quorum_status -f json"))
     node.figure("quorum", list(quorum.in_quorum))
     problem = sentences.ceph_monitors(quorum, monitors)
@@ -70,10 +70,10 @@ def test_ceph_monitor_quorum(node):
 
 
 def _mount_path(node) -> str:
-    fs = storage_spec(node).get("cephfs")
-    if not fs:
+    fs = storage_spec(node).cephfs
+    if fs is None:
         pytest.skip("the spec has no CephFS")
-    return str(fs["mount_path"])
+    return fs.mount_path
 
 
 @pytest.mark.check("GC-CEPH-005")
@@ -121,7 +121,7 @@ def test_ceph_cephfs_cross_node_checksum(node):
 def test_ceph_rados_bench(node):
     """rados bench MUST write and read back at a non-zero rate on an RBD pool; the write and read throughput are recorded as figures."""  # noqa: E501
     require_admin(node)
-    pools = [p["name"] for p in storage_spec(node).get("pools", []) if p["application"] == "rbd"]
+    pools = [p.name for p in storage_spec(node).pools if p.application == "rbd"]
     if not pools:
         pytest.skip("the spec has no RBD pool")
     pool = quote(pools[0])

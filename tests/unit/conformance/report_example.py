@@ -47,7 +47,7 @@ def _provenance(stack: str, target: str, previous: dict[str, str] | None) -> dic
                               "nodes_passing": len(previous) - len(failing), "nodes_total": len(previous),
                               "failing": failing, "skipped_checks": 0, "cluster": ""}}
     return {"gpucluster_version": __version__, "stack": stack, "target": target,
-            "bom": bom_versions(load_bom().model_dump(mode="json")), "previous": before}
+            "bom": bom_versions(load_bom()), "previous": before}
 
 
 def _versions(node: str) -> list[CheckResult]:

@@ -11,6 +11,8 @@ import pytest
 from gpucluster.conformance import acceptance as acc
 from gpucluster.conformance import expect
 from gpucluster.parsers import kernel_log, libfabric, parse, parse_run, sysfs
+from gpucluster.spec.loader import load_profiles
+from gpucluster.spec.models import Conformance
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLES = REPO / "tests" / "data" / "samples"
@@ -121,14 +123,17 @@ def test_a_perftest_run_that_exits_non_zero_is_failed_whatever_it_printed():
 
 
 def test_expectations_missing_mean_unstated_never_a_value():
-    with pytest.raises(expect.Unstated, match=r"gpu\.pcie_generation"):
-        expect.profile_number({"gpu": {}}, "gpu", "pcie_generation")
+    with pytest.raises(expect.Unstated, match=r"the profile states no gpu\.pcie_generation"):
+        expect.stated(load_profiles()["cpu-lab"].gpu.pcie_generation, "gpu.pcie_generation")
+    assert expect.stated(5, "gpu.pcie_generation") == 5.0
     with pytest.raises(expect.Unstated, match="rails"):
         expect.rails(SimpleNamespace())
-    assert expect.dcgm_level({}, {}) == 2
-    assert expect.dcgm_level({"gpucluster_conformance": {"dcgm_diag_level": 3}}, {}) == 3
+    assert expect.dcgm_level({}, Conformance()) == 2
+    assert expect.dcgm_level({}, Conformance(dcgm_diag_level=4)) == 4
+    # A host's own (a host variable no model types) over the cluster's.
+    assert expect.dcgm_level({"gpucluster_conformance": {"dcgm_diag_level": 3}}, Conformance()) == 3
     with pytest.raises(ValueError, match="dcgm_diag_level"):
-        expect.dcgm_level({}, {"gpucluster_conformance": {"dcgm_diag_level": 7}})
+        expect.dcgm_level({"gpucluster_conformance": {"dcgm_diag_level": 7}}, Conformance())
 
 
 class _NoGpuNode:
@@ -137,7 +142,7 @@ class _NoGpuNode:
     def __init__(self) -> None:
         self.info = SimpleNamespace(gpu_count=0, hca_count=0, profile_name="cpu-lab", platform_name="lab",
                                     platform={}, host_vars={})
-        self.profile = {"gpu": {"count": 0, "nvlink": False, "nvswitch": False}, "efa_interfaces": 0, "floors": {}}
+        self.profile = load_profiles()["cpu-lab"]
         self.ran: list[str] = []
 
     def require_gpus(self) -> None:

@@ -18,6 +18,7 @@ from gpucluster.conformance import remedies
 from gpucluster.conformance.fabric import interface_on, rail_netdev
 from gpucluster.conformance.pairs import PairResult, find_slow, rail_search
 from gpucluster.conformance.verdict import CheckResult
+from gpucluster.spec.models import Fabric as FabricSpec
 
 REPO = Path(__file__).resolve().parents[3]
 PLATFORMS = REPO / "gpucluster" / "data" / "platforms"
@@ -50,9 +51,9 @@ def _suite(name: str) -> Any:
 class _Node:
     """The part of the suite's ``node`` fixture these checks use; ``outputs`` answers commands by prefix."""
 
-    def __init__(self, name: str, info: Any, outputs: dict[str, str], fabric: dict[str, Any] | None = None) -> None:
+    def __init__(self, name: str, info: Any, outputs: dict[str, str], fabric: FabricSpec | None = None) -> None:
         self.name, self.info, self.outputs = name, info, outputs
-        self.inv = SimpleNamespace(fabric=fabric or {})
+        self.inv = SimpleNamespace(fabric=fabric)
         self.figures: dict[str, Any] = {}
         self.ran: list[str] = []
 
@@ -147,7 +148,8 @@ def _ar_node(outputs: dict[str, str], rails: tuple[dict[str, str], ...] = (),
              fabric_interface: str | None = None) -> _Node:
     info = SimpleNamespace(floor=lambda key: 0.05, rails=rails, fabric_interface=fabric_interface,
                            profile_name="h100-sxm-8")
-    return _Node("gpu-1", info, outputs, {"fabric_cidr": "10.82.0.0/16", "management_cidr": "10.81.0.0/24"})
+    return _Node("gpu-1", info, outputs, FabricSpec(type="ethernet", mtu=9000, fabric_cidr="10.82.0.0/16",
+                                                    management_cidr="10.81.0.0/24"))
 
 
 def test_a_slow_node_names_the_interface_holding_its_address_on_the_network_the_pairs_ran_on() -> None:

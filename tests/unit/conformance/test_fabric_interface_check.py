@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucluster.spec.models import Fabric
+
 REPO = Path(__file__).resolve().parents[3]
 SUITE = REPO / "tests" / "conformance" / "test_fabric.py"
 PLATFORMS = REPO / "gpucluster" / "data" / "platforms"
@@ -73,7 +75,8 @@ def _oci_node(links: list[dict[str, Any]]) -> Any:
     import json
 
     node = _node("oci-bm-gpu-h100-8", None, None)
-    node.inv = SimpleNamespace(fabric={"mtu": 4220})
+    node.inv = SimpleNamespace(fabric=Fabric(type="roce", mtu=4220, management_cidr="10.60.0.0/24",
+                                             fabric_cidr="192.168.0.0/16"))
     node.figure = lambda *_: None
     node.run = lambda cmd: (node.ran.append(cmd), SimpleNamespace(rc=0, stdout=json.dumps(links), stderr=""))[1]
     return node

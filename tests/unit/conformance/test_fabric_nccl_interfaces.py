@@ -66,7 +66,7 @@ def test_a_healthy_lab_or_twin_node_passes_and_one_without_the_interface_fails(s
         CHECK.test_nccl_conf(node)
         if value is None:
             # EFA (the AWS twin): NCCL's sockets are left to NCCL, nothing to look for.
-            assert inv.fabric["type"] == "efa", (stack.name, info.name)
+            assert inv.fabric.type == "efa", (stack.name, info.name)
             assert node.ran == [f"cat {render_nccl.NCCL_CONF_PATH}"]
             continue
         assert node.ran == [f"cat {render_nccl.NCCL_CONF_PATH}", "ip -j addr show"]

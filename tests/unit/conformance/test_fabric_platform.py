@@ -21,6 +21,8 @@ from gpucluster.conformance.rdma_checks import (
     roce_qos_problems,
 )
 from gpucluster.render.platform import fabric_netdev, platform_devices, platform_rdma_addressed, provider_ports
+from gpucluster.spec.loader import load_profiles
+from gpucluster.spec.models import HardwareProfile, RoceQos
 
 REPO = Path(__file__).resolve().parents[3]
 PLATFORMS = REPO / "gpucluster" / "data" / "platforms"
@@ -107,7 +109,7 @@ def test_efa_devices_are_counted() -> None:
 # no real captured output was found, so these follow the printing code of v6.1 (Debian 12: pairs)
 # and of v6.5 and later (each pair followed by a " " string).
 
-QOS = {"pfc_priority": 3, "dscp_trust": True, "ecn": True, "traffic_class": 106}
+QOS = RoceQos(pfc_priority=3, dscp_trust=True, ecn=True, traffic_class=106)
 
 
 def _app(entries: list[tuple[int, int]], trailing_space: bool) -> str:
@@ -138,7 +140,7 @@ def test_untrusted_dscp_and_wrong_pfc_fail_by_name() -> None:
                         "ens1np0: PFC on priorities [3, 4], the spec says [3]"]
     # Traffic class 160 is DSCP 40; a table that leaves it on its default priority 5 is wrong.
     default_map = _app([(d, d // 8) for d in range(64)], False)
-    assert roce_qos_problems("x", default_map, _pfc([3]), dict(QOS, traffic_class=160)) == [
+    assert roce_qos_problems("x", default_map, _pfc([3]), QOS.model_copy(update={"traffic_class": 160})) == [
         "x: DSCP 40 maps to priority 5, the spec says 3"]
 
 
@@ -152,26 +154,30 @@ def test_unreadable_dcb_output_is_an_error_not_a_pass() -> None:
 # --- all-reduce verdict sizes -------------------------------------------------------------------
 
 
-def _node(profile: dict[str, Any], platform: dict[str, Any]) -> NodeInfo:
+def _node(profile: HardwareProfile, platform: dict[str, Any]) -> NodeInfo:
     return NodeInfo(name="n1", address="10.0.0.1", port=22, user="root", key_file=None, groups=("gpu",),
                     profile_name="p", profile=profile, platform_name="q", platform=platform,
                     fabric_ip=None, fabric_interface=None, host_vars={})
 
 
 def test_verdict_sizes_come_from_profile_and_platform() -> None:
-    profile = yaml.safe_load((PROFILES / "h100-sxm-8.yaml").read_text())
+    profile = load_profiles()["h100-sxm-8"]
     platform = _platform("dgx-h100")
     node = _node(profile, platform)
-    assert verdict_size(node, "intra") == profile["floors"]["allreduce_intra_verdict_bytes"]
+    assert verdict_size(node, "intra") == profile.floors.allreduce_intra_verdict_bytes
     assert verdict_size(node, "inter") == platform["floors"]["allreduce_inter_verdict_bytes"] == 8589934592
 
 
 @pytest.mark.parametrize(("scope", "where"), [("intra", "gpucluster/data/profiles/p.yaml"),
                                               ("inter", "gpucluster/data/platforms/q.yaml")])
 def test_a_floor_without_its_verdict_size_names_the_file(scope: str, where: str) -> None:
+    # The profile's model refuses a floor without its size when it reads a file; one built past it
+    # (model_copy validates nothing) still gets the error naming the file.
+    profile = load_profiles()["h100-sxm-8"]
+    profile = profile.model_copy(update={"floors": profile.floors.model_copy(
+        update={"allreduce_intra_busbw_gbps": 100.0, "allreduce_intra_verdict_bytes": None})})
     # large_message_bytes was the old fallback: it must no longer be read.
-    node = _node({"floors": {"allreduce_intra_busbw_gbps": 100.0, "large_message_bytes": 1 << 30}},
-                 {"floors": {"allreduce_inter_busbw_gbps": 50.0, "large_message_bytes": 1 << 30}})
+    node = _node(profile, {"floors": {"allreduce_inter_busbw_gbps": 50.0, "large_message_bytes": 1 << 30}})
     with pytest.raises(ValueError) as err:
         verdict_size(node, scope)
     message = str(err.value)
@@ -223,16 +229,16 @@ def test_mpi_never_waits_for_an_address_efa_does_not_have(tmp_path) -> None:
     gpus = aws.in_groups(("gpu",))
     assert gpus and all(n.fabric_ip is None for n in gpus)
     fabric = Fabric(aws, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(aws.target, aws.cluster_name), "")
-    assert fabric.control_cidr(gpus) == aws.fabric["management_cidr"] and fabric.data_cidrs(gpus) is None
+    assert fabric.control_cidr(gpus) == aws.fabric.management_cidr and fabric.data_cidrs(gpus) is None
     lab = load_inventory(golden / "lab.yml")
     gpus = lab.in_groups(("gpu",))
     fabric = Fabric(lab, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(lab.target, lab.cluster_name), "")
-    assert fabric.control_cidr(gpus) == lab.fabric["fabric_cidr"]
+    assert fabric.control_cidr(gpus) == lab.fabric.fabric_cidr
     assert fabric.data_cidrs(gpus) == "10.77.2.0/24,10.77.3.0/24" and fabric.data_cidrs(gpus, 1) == "10.77.3.0/24"
     # OCI: no fabric address of the spec's (the image's own are on the ports): mpirun's own traffic and,
     # off GPUs, the TCP data go over the management network, as on EFA.
     oci = [replace(n, fabric_ip=None, rails=(), platform=_platform("oci-bm-gpu-h100-8")) for n in gpus]
-    assert fabric.control_cidr(oci) == lab.fabric["management_cidr"] and fabric.data_cidrs(oci) is None
+    assert fabric.control_cidr(oci) == lab.fabric.management_cidr and fabric.data_cidrs(oci) is None
 
 
 def test_a_nodes_gpus_are_held_by_one_check_at_a_time(tmp_path: Path) -> None:

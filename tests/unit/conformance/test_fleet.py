@@ -12,6 +12,7 @@ from gpucluster.conformance import fleet, html_report, metrics
 from gpucluster.conformance.report_data import Report, figure_text, findings
 from gpucluster.conformance.reports import finish_junit, markdown
 from gpucluster.conformance.verdict import CheckResult, exit_code, node_verdicts
+from gpucluster.spec.models import Conformance
 
 PEAK = 100.0  # TFLOP/s of a healthy GPU in these fleets
 GPUS = 8
@@ -150,14 +151,14 @@ def test_figures_of_failed_and_cluster_level_checks():
 # --- the margin's sources -------------------------------------------------------------------
 
 
-def test_the_margin_from_the_inventory_read_defensively():
-    assert fleet.margin_from_vars({}) == fleet.DEFAULT_MARGIN == 0.10
-    assert fleet.margin_from_vars({"gpucluster_conformance": None}) == 0.10
-    assert fleet.margin_from_vars({"gpucluster_conformance": {"other": 1}}) == 0.10
-    assert fleet.margin_from_vars({"gpucluster_conformance": {"fleet_margin": 0.25}}) == 0.25
+def test_the_options_margin_is_a_fraction_below_one():
+    # The inventory's margin is the spec's Conformance model's to hold to its range
+    # (tests/unit/spec/test_platform_rules.py); the command line's is checked here.
+    assert fleet.DEFAULT_MARGIN == Conformance().fleet_margin == 0.10
+    assert fleet.check_margin("0.25", "--fleet-margin") == 0.25
     for bad in ("lots", 1.0, -0.1, True, float("nan"), [0.1]):
-        with pytest.raises(ValueError, match=r"^gpucluster_conformance\.fleet_margin: must be a fraction"):
-            fleet.margin_from_vars({"gpucluster_conformance": {"fleet_margin": bad}})
+        with pytest.raises(ValueError, match=r"^--fleet-margin: must be a fraction"):
+            fleet.check_margin(bad, "--fleet-margin")
 
 
 # --- what the reports show --------------------------------------------------------------------

@@ -96,15 +96,15 @@ def test_gc_rdma_001_passes_the_gid_index_nccl_conf_names_on_both_ends(tmp_path:
     /etc/nccl.conf carries for the node (gpucluster.render.nccl, the one judge)."""
     from gpucluster import hostkeys
     from gpucluster.conformance.fabric import Fabric
-    from gpucluster.conformance.nodes import load_inventory
+    from gpucluster.conformance.nodes import as_data, load_inventory
     from gpucluster.render.nccl import nccl_settings
     from gpucluster.render.platform import platform_devices
 
     repo = Path(__file__).resolve().parents[3]
     inv = load_inventory(repo / "tests" / "golden" / "inventory" / "onprem-h100-roce.yml")
     nodes = [n for n in inv.in_groups(("gpu",)) if n.hca_count > 0]
-    assert len(nodes) >= 2 and inv.fabric["type"] == "roce"
-    nccl = {nccl_settings(inv.fabric, n.platform, n.fabric_interface).get("NCCL_IB_GID_INDEX") for n in nodes}
+    assert len(nodes) >= 2 and inv.fabric.type == "roce"
+    nccl = {nccl_settings(as_data(inv.fabric), n.platform, n.fabric_interface).get("NCCL_IB_GID_INDEX") for n in nodes}
     assert len(nccl) == 1 and None not in nccl
     fabric = Fabric(inv, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(inv.target, inv.cluster_name), "")
     remotes = {n.name: _Node(n.name, platform_devices(n.platform)) for n in inv.nodes}

@@ -29,6 +29,8 @@ from gpucluster.conformance.remote import (
     kill_measurement,
     new_measurement_tag,
 )
+from gpucluster.spec.loader import load_bom, load_profiles
+from gpucluster.spec.models import Fabric as FabricSpec
 
 # Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
 pytestmark = pytest.mark.process
@@ -38,14 +40,14 @@ DATA = Path(__file__).resolve().parents[3] / "gpucluster" / "data"
 
 def _inventory() -> ClusterInventory:
     """Two lab nodes: the cpu-lab profile on the lab platform (the floors the lab is held to)."""
-    profile = yaml.safe_load((DATA / "profiles" / "cpu-lab.yaml").read_text())
+    profile = load_profiles()["cpu-lab"]
     platform = yaml.safe_load((DATA / "platforms" / "lab.yaml").read_text())
     nodes = tuple(NodeInfo(name=f"gpu-{i}", address=f"10.77.0.{9 + i}", port=22, user="root", key_file=None,
                            groups=("gpu",), profile_name="cpu-lab", profile=profile, platform_name="lab",
                            platform=platform, fabric_ip=f"10.77.1.{9 + i}", fabric_interface="eth1", host_vars={})
                   for i in (1, 2))
-    return ClusterInventory("inv.yml", "lab", "lab", {"fabric_cidr": "10.77.1.0/24"}, {}, nodes,
-                            {"gpu": ("gpu-1", "gpu-2")}, {})
+    fabric = FabricSpec(type="ethernet", mtu=1500, management_cidr="10.77.0.0/24", fabric_cidr="10.77.1.0/24")
+    return ClusterInventory("inv.yml", "lab", "lab", fabric, load_bom(), nodes, {"gpu": ("gpu-1", "gpu-2")}, {})
 
 
 class LocalRemote:

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from gpucluster.spec.loader import load_profiles
+from gpucluster.spec.models import Conformance, HardwareProfile
 from tests.unit.loading import load_file
 
 REPO = Path(__file__).resolve().parents[3]
@@ -32,16 +34,23 @@ def _suite(name: str) -> ModuleType:
     return load_file(REPO / "tests" / "conformance" / f"{name}.py", f"suite_{name}")
 
 
+def _h100(nvswitch: bool) -> HardwareProfile:
+    """The H100 SXM profile, on NVSwitch (its fabric manager too) or not."""
+    profile = load_profiles()["h100-sxm-8"]
+    return profile.model_copy(update={"gpu": profile.gpu.model_copy(update={"nvswitch": nvswitch,
+                                                                            "fabric_manager": nvswitch})})
+
+
 class _Node:
     """A GPU node whose commands answer from ``answers`` (the longest matching command prefix)."""
 
     def __init__(self, answers: dict[str, tuple[int, str]], *, nvswitch: bool = False) -> None:
         self.answers = answers
         self.name = "gpu-1"
-        self.profile: dict[str, Any] = {"gpu": {"count": 8, "nvswitch": nvswitch, "nvlinks_per_gpu": 18}}
+        self.profile = _h100(nvswitch)
         self.info = SimpleNamespace(gpu_count=1, profile_name="h100-sxm-8", groups=["gpu"], profile=self.profile,
                                     host_vars={})
-        self.inv = SimpleNamespace(all_vars={"gpucluster_capabilities": {"nvidia_repo": True,
+        self.inv = SimpleNamespace(conformance=Conformance(), all_vars={"gpucluster_capabilities": {"nvidia_repo": True,
                                                                          "heavy_packages": True}})
         self.figures: dict[str, Any] = {}
 

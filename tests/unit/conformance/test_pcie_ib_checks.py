@@ -14,6 +14,7 @@ from gpucluster.conformance import acceptance as acc
 from gpucluster.conformance import expect
 from gpucluster.conformance.rdma_checks import gdr_args, gdr_pairs, gdr_peer
 from gpucluster.parsers import parse, parse_run, sysfs
+from gpucluster.spec.models import Fabric as FabricSpec
 
 # Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
 pytestmark = pytest.mark.process
@@ -295,7 +296,9 @@ def test_gpudirect_rdma_runs_between_the_node_and_its_peer_per_gpu_and_names_a_s
                              cached=lambda key, compute, hold=(): held.append(list(hold)) or compute())
     recorded: dict = {}
     node = SimpleNamespace(name="gpu-1", info=nodes[0], inv=SimpleNamespace(in_groups=lambda g: nodes,
-                                                                             fabric={"type": "roce", "gid_index": 3}),
+                                                                             fabric=FabricSpec(
+                               type="roce", mtu=4200, management_cidr="10.1.0.0/24", fabric_cidr="10.0.0.0/24",
+                               gid_index=3)),
                            require_gpus=lambda: None, require_hcas=lambda: None, figure=recorded.__setitem__)
     suite.test_gpudirect_rdma(node, fabric)  # 181.46 >= 180: passes
     # Each GPU/HCA pair's figure beside the floor it was judged against, for the reports.

@@ -12,10 +12,10 @@ from gpucluster.conformance import html_report, provenance
 from gpucluster.conformance.report_data import Report
 from gpucluster.conformance.reports import markdown, write_all
 from gpucluster.conformance.verdict import CheckResult
+from gpucluster.spec.loader import load_bom
+from gpucluster.spec.models import Bom
 
 INVENTORY = "/srv/clusters/a/inventory.yml"
-BOM = {"schema": 1, "nvidia_driver": {"branch": "580", "version": "580.126.16"}, "cuda": {"version": "13.0.1"},
-       "nccl": {"version": "2.28.9"}, "cni": {"calico": "3.30.2"}, "os": {"debian-12": {"id": "debian"}}}
 
 
 def _run(folder: Path, inventory: str, verdicts: dict[str, str], mtime: float) -> Path:
@@ -47,9 +47,15 @@ def test_the_previous_run_is_the_newest_other_run_of_the_same_inventory(tmp_path
 
 
 def test_collect_records_version_stack_and_the_boms_pins(tmp_path: Path) -> None:
-    got = provenance.collect(stack="aws-h100", target="aws", bom=BOM, run_dir=tmp_path / "run", inventory=INVENTORY)
-    assert got == {"gpucluster_version": __version__, "stack": "aws-h100", "target": "aws",
-                   "bom": {"nvidia_driver": "580.126.16", "cuda": "13.0.1", "nccl": "2.28.9"}, "previous": None}
+    bom = load_bom()
+    got = provenance.collect(stack="aws-h100", target="aws", bom=bom, run_dir=tmp_path / "run", inventory=INVENTORY)
+    pins = got.pop("bom")
+    assert got == {"gpucluster_version": __version__, "stack": "aws-h100", "target": "aws", "previous": None}
+    # The entries that pin a version, in the BOM's order; a floor, a per-OS or a CNI table pins none.
+    assert (pins["nvidia_driver"], pins["cuda"], pins["nccl"]) == (bom.nvidia_driver.version, bom.cuda.version,
+                                                                   bom.nccl.version)
+    assert not {"schema", "schema_", "containerd", "cni", "os", "debian"} & set(pins)
+    assert list(pins) == [name for name in Bom.model_fields if name in pins]
 
 
 def _report() -> Report:

@@ -14,6 +14,8 @@ import pytest
 
 from gpucluster.conformance import acceptance as acc
 from gpucluster.parsers import kernel_log
+from gpucluster.spec.loader import load_profiles
+from gpucluster.spec.models import Conformance, HardwareProfile
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLES = REPO / "tests" / "data" / "samples"
@@ -60,6 +62,13 @@ def test_sxid_verdicts_on_published_lines() -> None:
     assert acc.sxid_problems([], 2) == ["2 SXid line(s) that could not be read"]
 
 
+def _h100(nvswitch: bool) -> HardwareProfile:
+    """The H100 SXM profile, on NVSwitch (its fabric manager too) or not."""
+    profile = load_profiles()["h100-sxm-8"]
+    return profile.model_copy(update={"gpu": profile.gpu.model_copy(update={"nvswitch": nvswitch,
+                                                                            "fabric_manager": nvswitch})})
+
+
 class _Node:
     """A GPU node whose commands answer from ``answers`` (first word of the command -> (rc, stdout))."""
 
@@ -67,10 +76,10 @@ class _Node:
                  capabilities: dict[str, bool] | None = None) -> None:
         self.answers = answers
         self.name = "gpu-1"
-        self.profile: dict[str, Any] = {"gpu": {"count": 8, "nvswitch": nvswitch, "fabric_manager": nvswitch}}
+        self.profile = _h100(nvswitch)
         self.info = SimpleNamespace(gpu_count=8, profile_name="h100-sxm-8", groups=["gpu"], profile=self.profile,
                                     host_vars={})
-        self.inv = SimpleNamespace(all_vars={"gpucluster_capabilities": capabilities or {}})
+        self.inv = SimpleNamespace(conformance=Conformance(), all_vars={"gpucluster_capabilities": capabilities or {}})
         self.figures: dict[str, Any] = {}
         self.ran: list[str] = []
 

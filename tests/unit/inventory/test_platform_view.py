@@ -9,6 +9,7 @@ import yaml
 
 from gpucluster.conformance.nodes import load_inventory, parse_inventory
 from gpucluster.errors import InputError
+from gpucluster.spec.models import Conformance
 
 GOLDEN = Path(__file__).resolve().parents[2] / "golden" / "inventory"
 
@@ -29,8 +30,8 @@ def test_a_dgx_node_sees_its_platform_and_both_floors() -> None:
     assert node.floor("rdma_write_bw_gbps") == 380.0
     assert node.floor("allreduce_inter_verdict_bytes") == 8 << 30
     assert node.floor("no_such_floor") is None
-    assert node.profile["gpu"]["pcie_generation"] == 5
-    assert inv.conformance == {"dcgm_diag_level": 2, "fleet_margin": 0.1}
+    assert node.profile.gpu.pcie_generation == 5
+    assert inv.conformance == Conformance(dcgm_diag_level=2, fleet_margin=0.1)
 
 
 def test_a_storage_node_has_no_hcas_and_no_network_floors() -> None:

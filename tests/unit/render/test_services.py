@@ -43,7 +43,7 @@ def test_the_filter_the_roles_call_and_the_check_agree(stack: Path) -> None:
     expr = env.compile_expression(
         "group_names | gpucluster.cluster.required_services(gpucluster_profiles[gpucluster_profile])")
     for info in inv.nodes:
-        want = required_services(info.groups, info.profile)
+        want = required_services(info.groups, suite_nodes.as_data(info.profile))
         roles_side = expr(group_names=list(info.groups), gpucluster_profiles=data["all"]["vars"]["gpucluster_profiles"],
                           gpucluster_profile=data["all"]["hosts"][info.name]["gpucluster_profile"])
         assert roles_side == want, info.name
@@ -67,7 +67,8 @@ def test_nvidia_driver_starts_the_fabric_manager_exactly_where_the_check_require
         rendered = template.render(group_names=list(info.groups),
                                    gpucluster_profiles=data["all"]["vars"]["gpucluster_profiles"],
                                    gpucluster_profile=data["all"]["hosts"][info.name]["gpucluster_profile"])
-        assert (rendered.strip() == "True") == ("nvidia-fabricmanager" in required_services(info.groups, info.profile))
+        required = required_services(info.groups, suite_nodes.as_data(info.profile))
+        assert (rendered.strip() == "True") == ("nvidia-fabricmanager" in required)
 
 
 def test_what_each_kind_of_node_runs() -> None:
@@ -91,9 +92,10 @@ def test_gpu_validation_installs_dcgm_exactly_where_the_check_requires_its_servi
     caps = data["all"]["vars"]["gpucluster_capabilities"]
     checked = 0
     for info in inv.nodes:
-        if "gpu" not in info.groups or int(info.profile["gpu"]["count"]) == 0:
+        if "gpu" not in info.groups or info.profile.gpu.count == 0:
             continue
         installed = role_vars("gpu_validation", host_context(data, info.name))["gpu_validation_dcgm_enabled"]
         checked += 1
-        assert installed == ("nvidia-dcgm" in required_services(info.groups, info.profile, caps)), info.name
+        required = required_services(info.groups, suite_nodes.as_data(info.profile), caps)
+        assert installed == ("nvidia-dcgm" in required), info.name
     assert checked or "lab" in stack.name

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucluster.conformance.nodes import parse_inventory
 from gpucluster.inventory import build_inventory
 from gpucluster.outputs import StackOutputs
 from gpucluster.render.proxy import METADATA_ADDRESSES, no_proxy, proxy_env, proxy_settings
@@ -156,7 +157,6 @@ def _suite() -> Any:
 
 
 def _node(inventory: dict[str, Any], apt_conf: str, containerd_env: str | None) -> Any:
-    all_vars = inventory["all"]["vars"]
     figures: dict[str, Any] = {}
 
     def run(cmd: str) -> Any:
@@ -169,7 +169,7 @@ def _node(inventory: dict[str, Any], apt_conf: str, containerd_env: str | None) 
         raise AssertionError(cmd)
 
     return SimpleNamespace(run=run, figure=lambda k, val: figures.__setitem__(k, val),
-                           inv=SimpleNamespace(fabric=all_vars["gpucluster_fabric"], all_vars=all_vars))
+                           inv=parse_inventory(inventory, "inventory.yml"))
 
 
 def _written(inventory: dict[str, Any]) -> tuple[str, str]:

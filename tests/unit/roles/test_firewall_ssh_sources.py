@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gpucluster.conformance.nodes import parse_inventory
 from gpucluster.inventory import build_inventory
 from gpucluster.outputs import StackOutputs
 from gpucluster.spec import load_spec
@@ -44,7 +45,6 @@ def _suite() -> Any:
 
 
 def _node(inventory: dict[str, Any], loaded: list[str]) -> Any:
-    all_vars = inventory["all"]["vars"]
     ruleset = "table inet gpucluster {\n chain input {\n type filter hook input priority filter; policy drop;\n"
     outputs = {"nft list ruleset 2>&1": ruleset, "nft -j list set inet gpucluster management_v4 2>&1":
                _set_listing(loaded)}
@@ -52,7 +52,7 @@ def _node(inventory: dict[str, Any], loaded: list[str]) -> Any:
     return SimpleNamespace(
         run=lambda cmd: SimpleNamespace(stdout=outputs.get(cmd, "active\n"), rc=0),
         figure=lambda k, v: figures.__setitem__(k, v),
-        inv=SimpleNamespace(fabric=all_vars["gpucluster_fabric"], all_vars=all_vars))
+        inv=parse_inventory(inventory, "inventory.yml"))
 
 
 def test_the_role_admits_ssh_from_admin_cidrs_and_the_check_agrees() -> None:

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from gpucluster.conformance import run_nccl_tests
-from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, parse_inventory
+from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, as_data, parse_inventory
 from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
 from gpucluster.outputs import StackOutputs
 from gpucluster.render import nccl as render_nccl
@@ -140,7 +140,7 @@ def test_the_check_expects_what_the_role_writes(stack: Path, interface: str | No
         assert text.startswith(f"#\n# {ANSIBLE_MANAGED}\n#\n")
         assert "{{" not in text and "{%" not in text
         settings = [line for line in text.splitlines() if line and not line.startswith("#")]
-        want = render_nccl.nccl_settings(inv.fabric, info.platform, info.fabric_interface)
+        want = render_nccl.nccl_settings(as_data(inv.fabric), info.platform, info.fabric_interface)
         assert settings == [f"{k}={v}" for k, v in want.items()], info.name
         CHECK.test_nccl_conf(_Node(info, inv, {render_nccl.NCCL_CONF_PATH: text}))
 
