@@ -1,9 +1,9 @@
 """What the acceptance checks expect, read defensively from the node's platform and inventory.
 
 Every reader returns the expected value, or raises :class:`Unstated` naming what the platform or
-inventory does not state: the check then skips with that reason, never passes. The profile is the
-spec's model (``node.info.profile``, gpucluster.spec.models.HardwareProfile): a figure it leaves
-unset is None there, and the check skips with :func:`stated`.
+inventory does not state: the check then skips with that reason, never passes. The profile and the
+platform are the spec's models (``node.info.profile``, ``node.info.platform``: HardwareProfile,
+Platform): a profile figure left unset is None there, and the check skips with :func:`stated`.
 """
 
 from __future__ import annotations
@@ -11,11 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
-from gpucluster.render.platform import platform_rail_count
 from gpucluster.spec.facts import DCGM_DIAG_LEVELS
-from gpucluster.spec.models import Conformance, Rail
+from gpucluster.spec.models import Conformance, Platform, Rail
 
 # The rails the checks judge are the spec's (the inventory carries them as the spec dumped them).
 __all__ = ["Rail", "Unstated", "compute_rails", "dcgm_level", "efa_count", "rails", "stated"]
@@ -55,22 +52,12 @@ def dcgm_level(host_vars: Mapping[str, Any], conformance: Conformance) -> int:
 
 
 def rails(info: Any) -> list[Rail]:
-    """The platform's rails (``node.info.platform['rails']``) as the spec's model; Unstated when there are
-    none. The inventory model has read them through the same model, so a rail it refused never gets here;
-    one that is not a rail (a platform given by hand) is Unstated, with what is wrong."""
+    """The platform's rails (``node.info.platform``, the spec's model as the inventory model read it);
+    Unstated when there are none."""
     platform = getattr(info, "platform", None)
-    raw = _dig(platform, "rails") if isinstance(platform, dict) else None
-    if not isinstance(raw, list) or not raw:
+    out = list(platform.rails) if isinstance(platform, Platform) else []
+    if not out:
         raise Unstated("the platform states no rails")
-    out = []
-    for i, r in enumerate(raw):
-        try:
-            out.append(Rail.model_validate(r))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise Unstated(f"the platform's rail {i} is not a rail: {where + ': ' if where else ''}{first['msg']}") \
-                from None
     return out
 
 
@@ -85,7 +72,7 @@ def compute_rails(info: Any) -> list[Rail]:
 
 
 def efa_count(info: Any) -> int:
-    """EFA interfaces of the platform: the ``count`` of its EFA rails (0 without)."""
+    """EFA interfaces of the platform: the ``count`` of its EFA rails, whatever their role (0 without)."""
     platform = getattr(info, "platform", None)
-    return platform_rail_count(platform if isinstance(platform, dict) else None, ("efa",), role=None)
+    return platform.efa_interfaces if isinstance(platform, Platform) else 0
 

@@ -546,7 +546,7 @@ class Fabric:
                                                       TaggedRemote(self.remote(a_name), tag),
                                                       str(b.fabric_ip or b.address),
                                                       hcas[a_name][i], hcas[b_name][i], self.options.ib_seconds,
-                                                      gid_index(as_data(self.inv.fabric), a.platform))
+                                                      gid_index(as_data(self.inv.fabric), as_data(a.platform)))
                         kills = kill_measurement([self.remote(x) for x in (a_name, b_name)], tag)
                         parsed["killed_after"] = {k: v for k, v in kills.items() if v != 0}
                         per_hca.append(parsed)

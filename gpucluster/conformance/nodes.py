@@ -19,8 +19,19 @@ from pydantic import BaseModel
 from gpucluster.errors import InputError
 from gpucluster.hostkeys import Jump
 from gpucluster.inventory_model import parse_inventory_text, validate_inventory
-from gpucluster.render.platform import RDMA_KINDS, platform_rail_count
-from gpucluster.spec.models import Bom, Conformance, Fabric, Floors, HardwareProfile, Kubernetes, OsId, Storage
+from gpucluster.spec.cluster import platform_data
+from gpucluster.spec.models import (
+    Bom,
+    Conformance,
+    Fabric,
+    Floors,
+    HardwareProfile,
+    Kubernetes,
+    OsId,
+    Platform,
+    PlatformFloors,
+    Storage,
+)
 
 
 @dataclass(frozen=True)
@@ -35,7 +46,8 @@ class NodeInfo:
     # The node's hardware profile as the inventory model read it (gpucluster.spec.models).
     profile: HardwareProfile
     platform_name: str
-    platform: dict[str, Any]
+    # The node's platform (its network: rails and their floors), as the inventory model read it.
+    platform: Platform
     fabric_ip: str | None
     fabric_interface: str | None
     host_vars: dict[str, Any] = field(repr=False)
@@ -64,7 +76,7 @@ class NodeInfo:
         none where the target states its nodes have no RDMA device."""
         if not self.capabilities.get("rdma_devices", True):
             return 0
-        return platform_rail_count(self.platform, RDMA_KINDS)
+        return self.platform.hca_count
 
     def no_gpu_reason(self) -> str:
         """Why the node has no GPU to check."""
@@ -76,7 +88,7 @@ class NodeInfo:
 
     def no_hca_reason(self) -> str:
         """Why the node has no RDMA device to check."""
-        if platform_rail_count(self.platform, RDMA_KINDS) and not self.capabilities.get("rdma_devices", True):
+        if self.platform.hca_count and not self.capabilities.get("rdma_devices", True):
             return (f"the target states its nodes have no RDMA devices (capabilities.rdma_devices: false), "
                     f"where platform {self.platform_name} lists them on its compute rails")
         return f"platform {self.platform_name} has no HCA on a compute rail"
@@ -90,7 +102,7 @@ class NodeInfo:
         links = self.capabilities.get("link_floors") or {}
         if key in links:
             return links[key]
-        return (self.platform.get("floors") or {}).get(key)
+        return getattr(self.platform.floors, key, None) if key in PlatformFloors.model_fields else None
 
 
 @dataclass(frozen=True)
@@ -144,9 +156,6 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
     """The suite's view of an inventory, read through its typed contract (gpucluster.inventory_model)."""
     inv = validate_inventory(data, source)
     groups = inv.groups()
-    # The platforms as data (the renderers and the checks read mappings); the inventory model has
-    # typed their rails (gpucluster.spec.models.Rail), and expect.rails reads them through it.
-    platforms = data["all"]["vars"]["gpucluster_platforms"]
     raw_hosts = data["all"]["hosts"]
     nodes = [
         NodeInfo(
@@ -159,7 +168,7 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
             profile_name=hv.gpucluster_profile,
             profile=inv.vars.gpucluster_profiles[hv.gpucluster_profile],
             platform_name=hv.gpucluster_platform,
-            platform=dict(platforms[hv.gpucluster_platform]),
+            platform=inv.vars.gpucluster_platforms[hv.gpucluster_platform],
             fabric_ip=hv.gpucluster_fabric_ip,
             fabric_interface=hv.gpucluster_fabric_interface,
             host_vars=dict(raw_hosts[name]),
@@ -190,7 +199,10 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
 
 def as_data(model: BaseModel | None) -> Any:
     """A spec model as the data the inventory file holds (defaults filled; the BOM's ``schema`` by its
-    alias), for the renderers the roles share (gpucluster.render), which read what Ansible passes them."""
+    alias; a platform's device and netdev ranges expanded, as the writer wrote them), for the renderers
+    the roles share (gpucluster.render), which read what Ansible passes them."""
+    if isinstance(model, Platform):
+        return platform_data(model)
     return model.model_dump(mode="json", by_alias=True) if model is not None else None
 
 

@@ -22,7 +22,8 @@ from gpucluster.conformance.remote import Remote, node_folder, quote
 from gpucluster.conformance.run_ib_write_bw import gid_args
 from gpucluster.parsers import parse_run
 from gpucluster.render.platform import RDMA_KINDS, platform_devices
-from gpucluster.spec.models import RoceQos
+from gpucluster.spec.cluster import platform_data
+from gpucluster.spec.models import Platform, RoceQos
 
 __all__ = [
     "IB_COUNTER_DUMP",
@@ -46,25 +47,24 @@ IB_COUNTER_DUMP = (f"for f in {_IB}/*/ports/*/counters/symbol_error {_IB}/*/port
                    'do [ -r "$f" ] && printf "%s=%s\\n" "$f" "$(cat "$f")"; done; true')
 
 
-def compute_hcas(platform: Mapping[str, Any], found: list[str]) -> list[str]:
+def compute_hcas(platform: Platform, found: list[str]) -> list[str]:
     """The devices ib_write_bw measures on a node: those of ``found`` on the platform's compute rails,
     in the platform's order (so device i of one node pairs with device i of another), never its
     storage ports; all of ``found`` where the compute rails name no devices."""
-    named = platform_devices(platform, kinds=RDMA_KINDS)
+    named = platform_devices(platform_data(platform), kinds=RDMA_KINDS)
     return [d for d in named if d in set(found)] if named else list(found)
 
 
-def hca_problems(found: list[str], platform_name: str, platform: Mapping[str, Any]) -> list[str]:
+def hca_problems(found: list[str], platform_name: str, platform: Platform) -> list[str]:
     """What is wrong with the RDMA devices a node shows (``ls /sys/class/infiniband``) against its
     platform: a compute device it lacks, by name; a device no rail of the platform names (where
     every compute rail names its devices), by name; for rails the OS numbers (EFA), the count.
     Devices of the platform's storage and frontend rails are expected and never counted."""
-    rails = list(platform.get("rails") or [])
-    compute = platform_devices(platform, kinds=RDMA_KINDS)
+    data = platform_data(platform)
+    compute = platform_devices(data, kinds=RDMA_KINDS)
     named = {d for role in ("compute", "storage", "frontend")
-             for d in platform_devices(platform, kinds=(*RDMA_KINDS, "ethernet"), role=role)}
-    unnamed = sum(int(r["count"]) for r in rails
-                  if r.get("role") == "compute" and r.get("kind") in RDMA_KINDS and not r.get("devices"))
+             for d in platform_devices(data, kinds=(*RDMA_KINDS, "ethernet"), role=role)}
+    unnamed = sum(r.count for r in platform.compute_rails() if r.kind in RDMA_KINDS and not r.devices)
     present = set(found)
     problems = []
     missing = [d for d in compute if d not in present]

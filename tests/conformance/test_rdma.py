@@ -102,7 +102,7 @@ def test_gpudirect_rdma(node, fabric):
             tag = new_measurement_tag()
             run = run_gdr_pair(TaggedRemote(there, tag), TaggedRemote(here, tag), str(peer.fabric_ip or peer.address),
                                gpu, hca, peer_hca, (dmabuf_peer, dmabuf), GDR_SECONDS,
-                               gid_index(as_data(node.inv.fabric), node.info.platform))
+                               gid_index(as_data(node.inv.fabric), as_data(node.info.platform)))
             kill_measurement([here, there], tag)
             runs.append({**run, "peer": peer.name})
         return {"runs": runs}

@@ -12,16 +12,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import yaml
 
 from gpucluster.conformance import remedies
 from gpucluster.conformance.fabric import interface_on, rail_netdev
 from gpucluster.conformance.pairs import PairResult, find_slow, rail_search
 from gpucluster.conformance.verdict import CheckResult
+from gpucluster.spec.loader import load_platforms
 from gpucluster.spec.models import Fabric as FabricSpec
 
 REPO = Path(__file__).resolve().parents[3]
-PLATFORMS = REPO / "gpucluster" / "data" / "platforms"
 
 # `ip -j -4 addr show` (iproute2 6.1.0) in a network namespace shaped like an AWS twin's GPU node
 # after a fabric address was added: lo, the ENA port enp71s0 (management) and an IPoIB-named port.
@@ -83,8 +82,7 @@ class _Node:
 def test_ports_not_active_at_the_rails_rate_are_recorded_as_device_and_port() -> None:
     """The check's loop prints each port's path, then its sysfs state and rate files (the kernel's
     "4: ACTIVE" and "400 Gb/sec (4X NDR)"): a port down and one at half rate are named."""
-    platform = yaml.safe_load((PLATFORMS / "dgx-h100.yaml").read_text())
-    info = SimpleNamespace(hca_count=8, platform=platform, no_hca_reason=lambda: "")
+    info = SimpleNamespace(hca_count=8, platform=load_platforms()["dgx-h100"], no_hca_reason=lambda: "")
     lines = [f"/sys/class/infiniband/mlx5_{i}/ports/1 4: ACTIVE 400 Gb/sec (4X NDR)" for i in (0, 4, 5, 6, 10, 11)]
     lines += ["/sys/class/infiniband/mlx5_3/ports/1 1: DOWN 10 Gb/sec (4X SDR)",
               "/sys/class/infiniband/mlx5_9/ports/1 4: ACTIVE 200 Gb/sec (2X NDR)"]

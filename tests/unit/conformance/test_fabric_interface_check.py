@@ -10,13 +10,12 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-import yaml
 
+from gpucluster.spec.loader import load_platforms
 from gpucluster.spec.models import Fabric
 
 REPO = Path(__file__).resolve().parents[3]
 SUITE = REPO / "tests" / "conformance" / "test_fabric.py"
-PLATFORMS = REPO / "gpucluster" / "data" / "platforms"
 
 
 def _suite() -> Any:
@@ -28,8 +27,8 @@ def _suite() -> Any:
 
 
 def _node(platform: str, interface: str | None, fabric_ip: str | None) -> Any:
-    data = yaml.safe_load((PLATFORMS / f"{platform}.yaml").read_text())
-    info = SimpleNamespace(fabric_interface=interface, fabric_ip=fabric_ip, platform=data, platform_name=platform)
+    info = SimpleNamespace(fabric_interface=interface, fabric_ip=fabric_ip, platform=load_platforms()[platform],
+                           platform_name=platform)
     ran: list[str] = []
     return SimpleNamespace(info=info, ran=ran, run=lambda cmd: ran.append(cmd))
 

@@ -21,8 +21,8 @@ from gpucluster.conformance.rdma_checks import (
     roce_qos_problems,
 )
 from gpucluster.render.platform import fabric_netdev, platform_devices, platform_rdma_addressed, provider_ports
-from gpucluster.spec.loader import load_profiles
-from gpucluster.spec.models import HardwareProfile, RoceQos
+from gpucluster.spec.loader import load_platforms, load_profiles
+from gpucluster.spec.models import HardwareProfile, Platform, RoceQos
 
 REPO = Path(__file__).resolve().parents[3]
 PLATFORMS = REPO / "gpucluster" / "data" / "platforms"
@@ -30,8 +30,14 @@ PROFILES = REPO / "gpucluster" / "data" / "profiles"
 
 
 def _platform(name: str) -> dict[str, Any]:
+    """The platform file as the roles' filters read it (gpucluster.render.platform takes data)."""
     data: dict[str, Any] = yaml.safe_load((PLATFORMS / f"{name}.yaml").read_text())
     return data
+
+
+def _model(name: str) -> Platform:
+    """The platform as the suite holds it (the spec's model)."""
+    return load_platforms()[name]
 
 
 DGX_COMPUTE = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"]
@@ -71,33 +77,33 @@ def test_ocis_ports_are_the_providers_to_address() -> None:
 
 
 def test_a_dgx_with_its_storage_ports_passes() -> None:
-    assert hca_problems(DGX_ALL, "dgx-h100", _platform("dgx-h100")) == []
+    assert hca_problems(DGX_ALL, "dgx-h100", _model("dgx-h100")) == []
 
 
 def test_a_missing_compute_device_is_named() -> None:
     found = [d for d in DGX_ALL if d != "mlx5_9"]
-    assert hca_problems(found, "dgx-h100", _platform("dgx-h100")) == [
+    assert hca_problems(found, "dgx-h100", _model("dgx-h100")) == [
         "missing compute RDMA device(s) of platform dgx-h100: mlx5_9"]
     # Twelve devices but a compute one absent: a count would have passed this.
     renamed = [*found, "mlx5_12"]
-    problems = hca_problems(renamed, "dgx-h100", _platform("dgx-h100"))
+    problems = hca_problems(renamed, "dgx-h100", _model("dgx-h100"))
     assert "missing compute RDMA device(s) of platform dgx-h100: mlx5_9" in problems
     assert "RDMA device(s) no rail of platform dgx-h100 names: mlx5_12" in problems
 
 
 def test_ib_write_bw_measures_the_compute_devices_only() -> None:
-    assert compute_hcas(_platform("dgx-h100"), sorted(DGX_ALL)) == DGX_COMPUTE
-    assert compute_hcas(_platform("dgx-h100"), ["mlx5_1", "mlx5_0"]) == ["mlx5_0"]
-    assert compute_hcas(_platform("aws-p5-48xlarge"), ["rdmap0s0", "rdmap1s0"]) == ["rdmap0s0", "rdmap1s0"]
+    assert compute_hcas(_model("dgx-h100"), sorted(DGX_ALL)) == DGX_COMPUTE
+    assert compute_hcas(_model("dgx-h100"), ["mlx5_1", "mlx5_0"]) == ["mlx5_0"]
+    assert compute_hcas(_model("aws-p5-48xlarge"), ["rdmap0s0", "rdmap1s0"]) == ["rdmap0s0", "rdmap1s0"]
 
 
 def test_azure_frontend_port_is_expected() -> None:
     found = [f"mlx5_ib{i}" for i in range(8)] + ["mlx5_an0"]
-    assert hca_problems(found, "azure-nd96isr-h100-v5", _platform("azure-nd96isr-h100-v5")) == []
+    assert hca_problems(found, "azure-nd96isr-h100-v5", _model("azure-nd96isr-h100-v5")) == []
 
 
 def test_efa_devices_are_counted() -> None:
-    p5 = _platform("aws-p5-48xlarge")
+    p5 = _model("aws-p5-48xlarge")
     assert hca_problems([f"rdmap{i}s0" for i in range(32)], "aws-p5-48xlarge", p5) == []
     short = hca_problems([f"rdmap{i}s0" for i in range(31)], "aws-p5-48xlarge", p5)
     assert len(short) == 1 and "31 RDMA device(s)" in short[0] and "lists 32" in short[0]
@@ -154,7 +160,7 @@ def test_unreadable_dcb_output_is_an_error_not_a_pass() -> None:
 # --- all-reduce verdict sizes -------------------------------------------------------------------
 
 
-def _node(profile: HardwareProfile, platform: dict[str, Any]) -> NodeInfo:
+def _node(profile: HardwareProfile, platform: Platform) -> NodeInfo:
     return NodeInfo(name="n1", address="10.0.0.1", port=22, user="root", key_file=None, groups=("gpu",),
                     profile_name="p", profile=profile, platform_name="q", platform=platform,
                     fabric_ip=None, fabric_interface=None, host_vars={})
@@ -162,10 +168,10 @@ def _node(profile: HardwareProfile, platform: dict[str, Any]) -> NodeInfo:
 
 def test_verdict_sizes_come_from_profile_and_platform() -> None:
     profile = load_profiles()["h100-sxm-8"]
-    platform = _platform("dgx-h100")
+    platform = _model("dgx-h100")
     node = _node(profile, platform)
     assert verdict_size(node, "intra") == profile.floors.allreduce_intra_verdict_bytes
-    assert verdict_size(node, "inter") == platform["floors"]["allreduce_inter_verdict_bytes"] == 8589934592
+    assert verdict_size(node, "inter") == platform.floors.allreduce_inter_verdict_bytes == 8589934592
 
 
 @pytest.mark.parametrize(("scope", "where"), [("intra", "gpucluster/data/profiles/p.yaml"),
@@ -176,8 +182,10 @@ def test_a_floor_without_its_verdict_size_names_the_file(scope: str, where: str)
     profile = load_profiles()["h100-sxm-8"]
     profile = profile.model_copy(update={"floors": profile.floors.model_copy(
         update={"allreduce_intra_busbw_gbps": 100.0, "allreduce_intra_verdict_bytes": None})})
-    # large_message_bytes was the old fallback: it must no longer be read.
-    node = _node(profile, {"floors": {"allreduce_inter_busbw_gbps": 50.0, "large_message_bytes": 1 << 30}})
+    platform = _model("dgx-h100")
+    platform = platform.model_copy(update={"floors": platform.floors.model_copy(
+        update={"allreduce_inter_busbw_gbps": 50.0, "allreduce_inter_verdict_bytes": None})})
+    node = _node(profile, platform)
     with pytest.raises(ValueError) as err:
         verdict_size(node, scope)
     message = str(err.value)
@@ -237,7 +245,7 @@ def test_mpi_never_waits_for_an_address_efa_does_not_have(tmp_path) -> None:
     assert fabric.data_cidrs(gpus) == "10.77.2.0/24,10.77.3.0/24" and fabric.data_cidrs(gpus, 1) == "10.77.3.0/24"
     # OCI: no fabric address of the spec's (the image's own are on the ports): mpirun's own traffic and,
     # off GPUs, the TCP data go over the management network, as on EFA.
-    oci = [replace(n, fabric_ip=None, rails=(), platform=_platform("oci-bm-gpu-h100-8")) for n in gpus]
+    oci = [replace(n, fabric_ip=None, rails=(), platform=_model("oci-bm-gpu-h100-8")) for n in gpus]
     assert fabric.control_cidr(oci) == lab.fabric.management_cidr and fabric.data_cidrs(oci) is None
 
 

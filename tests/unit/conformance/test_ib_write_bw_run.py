@@ -104,10 +104,11 @@ def test_gc_rdma_001_passes_the_gid_index_nccl_conf_names_on_both_ends(tmp_path:
     inv = load_inventory(repo / "tests" / "golden" / "inventory" / "onprem-h100-roce.yml")
     nodes = [n for n in inv.in_groups(("gpu",)) if n.hca_count > 0]
     assert len(nodes) >= 2 and inv.fabric.type == "roce"
-    nccl = {nccl_settings(as_data(inv.fabric), n.platform, n.fabric_interface).get("NCCL_IB_GID_INDEX") for n in nodes}
+    nccl = {nccl_settings(as_data(inv.fabric), as_data(n.platform), n.fabric_interface).get("NCCL_IB_GID_INDEX")
+            for n in nodes}
     assert len(nccl) == 1 and None not in nccl
     fabric = Fabric(inv, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(inv.target, inv.cluster_name), "")
-    remotes = {n.name: _Node(n.name, platform_devices(n.platform)) for n in inv.nodes}
+    remotes = {n.name: _Node(n.name, platform_devices(as_data(n.platform))) for n in inv.nodes}
     fabric.remote = lambda name: remotes[name]  # type: ignore[method-assign]
     fabric.rdma()
     servers = [c for r in remotes.values() for c in r.commands if "ib_write_bw -d" in c and "&)" in c]

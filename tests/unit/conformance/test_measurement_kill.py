@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpucluster import hostkeys
 from gpucluster.conformance import allreduce_mpi
@@ -29,19 +28,18 @@ from gpucluster.conformance.remote import (
     kill_measurement,
     new_measurement_tag,
 )
-from gpucluster.spec.loader import load_bom, load_profiles
+from gpucluster.spec.loader import load_bom, load_platforms, load_profiles
 from gpucluster.spec.models import Fabric as FabricSpec
 
 # Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
 pytestmark = pytest.mark.process
 
-DATA = Path(__file__).resolve().parents[3] / "gpucluster" / "data"
 
 
 def _inventory() -> ClusterInventory:
     """Two lab nodes: the cpu-lab profile on the lab platform (the floors the lab is held to)."""
     profile = load_profiles()["cpu-lab"]
-    platform = yaml.safe_load((DATA / "platforms" / "lab.yaml").read_text())
+    platform = load_platforms()["lab"]
     nodes = tuple(NodeInfo(name=f"gpu-{i}", address=f"10.77.0.{9 + i}", port=22, user="root", key_file=None,
                            groups=("gpu",), profile_name="cpu-lab", profile=profile, platform_name="lab",
                            platform=platform, fabric_ip=f"10.77.1.{9 + i}", fabric_interface="eth1", host_vars={})

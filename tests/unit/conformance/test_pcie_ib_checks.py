@@ -15,6 +15,7 @@ from gpucluster.conformance import expect
 from gpucluster.conformance.rdma_checks import gdr_args, gdr_pairs, gdr_peer
 from gpucluster.parsers import parse, parse_run, sysfs
 from gpucluster.spec.models import Fabric as FabricSpec
+from gpucluster.spec.models import Platform
 
 # Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
 pytestmark = pytest.mark.process
@@ -278,14 +279,19 @@ def test_gpudirect_rdma_runs_between_the_node_and_its_peer_per_gpu_and_names_a_s
     assert spec and spec.loader
     suite = iu.module_from_spec(spec)
     spec.loader.exec_module(suite)
-    platform = {"rails": [{"name": "compute", "kind": "infiniband", "role": "compute", "count": 2,
-                           "rate_gbps": 200, "devices": ["mlx5_0", "mlx5_1"]}],
-                "floors": {"rdma_write_bw_gbps": 180.0}}
+    platform = Platform.model_validate({
+        "name": "p", "description": "", "targets": ["baremetal"],
+        "rails": [{"name": "compute", "kind": "infiniband", "role": "compute", "count": 2, "rate_gbps": 200,
+                   "devices": ["mlx5_0", "mlx5_1"], "addressing": "none"}],
+        "floors": {"rdma_write_bw_gbps": 180.0, "allreduce_inter_busbw_gbps": None,
+                   "allreduce_inter_verdict_bytes": None}})
+
+    floors = {"rdma_write_bw_gbps": 180.0}  # NodeInfo.floor's answers, raised below
 
     def info(name: str) -> SimpleNamespace:
         return SimpleNamespace(name=name, gpu_count=2, hca_count=2, platform=platform, platform_name="p",
                                fabric_ip=f"10.0.0.{name[-1]}", address=name,
-                               floor=lambda key: platform["floors"].get(key))
+                               floor=lambda key: floors.get(key))
 
     nodes = [info("gpu-1"), info("gpu-2")]
     here = _Remote("gpu-1", _read("ib_write_bw_02.txt"))  # the client: 181.46 Gb/s from GPU memory
@@ -320,7 +326,7 @@ def test_gpudirect_rdma_runs_between_the_node_and_its_peer_per_gpu_and_names_a_s
     assert len(made) == 2 and "/var/tmp/gpucluster-gdr" not in " ".join(there.ran)
     folder = made[0].split("mkdir -m 700 -- ", 1)[1].split()[0]
     assert f"> {folder}/gdr-server.log" in servers[0] and any(f"rm -rf -- {folder}" in c for c in there.ran)
-    platform["floors"]["rdma_write_bw_gbps"] = 380.0
+    floors["rdma_write_bw_gbps"] = 380.0
     with pytest.raises(AssertionError, match=r"GPU 0 / mlx5_0 -> gpu-2 mlx5_0: 181.46 Gb/s under the floor 380"):
         suite.test_gpudirect_rdma(node, fabric)
     here.rc = 1  # a run that printed good rows and then failed is failed

@@ -19,11 +19,10 @@ def test_a_dgx_node_sees_its_platform_and_both_floors() -> None:
     node = inv.node("hgx-01")
     assert (node.profile_name, node.platform_name) == ("h100-sxm-8", "dgx-h100")
     assert node.hca_count == 8  # compute rails only: the 4 storage ports are not HCAs here
-    rails = {r["name"]: r for r in node.platform["rails"]}
-    assert rails["compute"]["devices"] == ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10",
-                                           "mlx5_11"]
-    assert (rails["storage"]["role"], rails["compute"]["pcie_generation"], rails["compute"]["rate_gbps"]) == (
-        "storage", 5, 400)
+    rails = {r.name: r for r in node.platform.rails}
+    assert rails["compute"].devices == ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10",
+                                        "mlx5_11"]
+    assert (rails["storage"].role, rails["compute"].pcie_generation, rails["compute"].rate_gbps) == ("storage", 5, 400)
     # The profile's floors first (the GPUs'), then the platform's (the network's).
     assert node.floor("allreduce_intra_busbw_gbps") == 460.0
     assert node.floor("allreduce_intra_verdict_bytes") == 8 << 30

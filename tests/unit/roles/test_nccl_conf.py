@@ -26,7 +26,6 @@ from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, as_data, pa
 from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
 from gpucluster.outputs import StackOutputs
 from gpucluster.render import nccl as render_nccl
-from gpucluster.render.devices import expand_devices
 from gpucluster.spec import load_spec
 from gpucluster.spec.facts import FABRIC_TYPES
 from tests.unit.example_outputs import example_outputs
@@ -75,12 +74,12 @@ def declared_links(info: NodeInfo) -> list[str]:
     rail's netdevs (the Ethernet rails' devices are netdevs) and the provider's socket interface."""
     platform = info.platform
     names = ["lo", *([info.fabric_interface] if info.fabric_interface else [])]
-    for rail in platform.get("rails") or []:
-        names += expand_devices(list(rail.get("netdevs") or []))
-        if rail.get("kind") == "ethernet":
-            names += [str(d) for d in rail.get("devices") or []]
-    if platform.get("nccl_socket_interface"):
-        names.append(str(platform["nccl_socket_interface"]))
+    for rail in platform.rails:
+        names += rail.netdev_names()
+        if rail.kind == "ethernet":
+            names += rail.device_names()
+    if platform.nccl_socket_interface:
+        names.append(platform.nccl_socket_interface)
     return list(dict.fromkeys(names))
 
 
@@ -140,7 +139,7 @@ def test_the_check_expects_what_the_role_writes(stack: Path, interface: str | No
         assert text.startswith(f"#\n# {ANSIBLE_MANAGED}\n#\n")
         assert "{{" not in text and "{%" not in text
         settings = [line for line in text.splitlines() if line and not line.startswith("#")]
-        want = render_nccl.nccl_settings(as_data(inv.fabric), info.platform, info.fabric_interface)
+        want = render_nccl.nccl_settings(as_data(inv.fabric), as_data(info.platform), info.fabric_interface)
         assert settings == [f"{k}={v}" for k, v in want.items()], info.name
         CHECK.test_nccl_conf(_Node(info, inv, {render_nccl.NCCL_CONF_PATH: text}))
 
