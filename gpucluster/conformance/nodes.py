@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from gpucluster.errors import InputError
 from gpucluster.hostkeys import Jump
 from gpucluster.inventory_model import parse_inventory_text, validate_inventory
+from gpucluster.outputs import Capabilities, LinkFloors
 from gpucluster.spec.cluster import platform_data
 from gpucluster.spec.models import (
     Bom,
@@ -59,7 +60,7 @@ class NodeInfo:
     # What the target's nodes can do (gpucluster.outputs.Capabilities, the inventory's
     # gpucluster_capabilities): a node that cannot have its profile's GPUs or its platform's RDMA
     # devices (a lab, a platform twin) is expected without them, and the checks say why they skip.
-    capabilities: dict[str, Any] = field(default_factory=dict)
+    capabilities: Capabilities = field(default_factory=Capabilities)
     # The bastion the controller reaches the node through (the inventory's gpucluster_access), or None.
     jump: Jump | None = None
     # The OS the spec declares for the node (its host variable gpucluster_os).
@@ -68,27 +69,27 @@ class NodeInfo:
     @property
     def gpu_count(self) -> int:
         """The GPUs the node has: its profile's, or none where the target states its nodes have none."""
-        return self.profile.gpu.count if self.capabilities.get("gpu_devices", True) else 0
+        return self.profile.gpu.count if self.capabilities.gpu_devices else 0
 
     @property
     def hca_count(self) -> int:
         """RDMA devices on the platform's compute rails (EFA included); storage and frontend ports never;
         none where the target states its nodes have no RDMA device."""
-        if not self.capabilities.get("rdma_devices", True):
+        if not self.capabilities.rdma_devices:
             return 0
         return self.platform.hca_count
 
     def no_gpu_reason(self) -> str:
         """Why the node has no GPU to check."""
         listed = self.profile.gpu.count
-        if listed and not self.capabilities.get("gpu_devices", True):
+        if listed and not self.capabilities.gpu_devices:
             return (f"the target states its nodes have no GPU devices (capabilities.gpu_devices: false), "
                     f"where profile {self.profile_name} lists {listed}")
         return f"profile {self.profile_name} has no GPU"
 
     def no_hca_reason(self) -> str:
         """Why the node has no RDMA device to check."""
-        if self.platform.hca_count and not self.capabilities.get("rdma_devices", True):
+        if self.platform.hca_count and not self.capabilities.rdma_devices:
             return (f"the target states its nodes have no RDMA devices (capabilities.rdma_devices: false), "
                     f"where platform {self.platform_name} lists them on its compute rails")
         return f"platform {self.platform_name} has no HCA on a compute rail"
@@ -99,9 +100,9 @@ class NodeInfo:
         own = getattr(self.profile.floors, key, None) if key in Floors.model_fields else None
         if own is not None:
             return own
-        links = self.capabilities.get("link_floors") or {}
-        if key in links:
-            return links[key]
+        links = self.capabilities.link_floors
+        if links is not None and key in LinkFloors.model_fields:
+            return getattr(links, key)
         return getattr(self.platform.floors, key, None) if key in PlatformFloors.model_fields else None
 
 
@@ -174,7 +175,7 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
             host_vars=dict(raw_hosts[name]),
             rails=tuple(r.model_dump() for r in hv.gpucluster_rails),
             management_ip=hv.gpucluster_management_ip,
-            capabilities=inv.vars.gpucluster_capabilities.model_dump(),
+            capabilities=inv.vars.gpucluster_capabilities,
             jump=(Jump(bastion.host, bastion.user, bastion.port, hv.ansible_ssh_private_key_file)
                   if (bastion := inv.vars.gpucluster_access.bastion) is not None else None),
             os=hv.gpucluster_os,

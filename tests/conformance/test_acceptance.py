@@ -155,7 +155,7 @@ def test_dcgm_diag(node, fabric, pytestconfig):
     # DCGM is expected where the roles install and start it: nvidia-dcgm among the node's required
     # services (gpucluster.render.services, from the inventory's gpucluster_capabilities).
     expected = "nvidia-dcgm" in required_services(node.info.groups, as_data(node.info.profile),
-                                                  node.inv.all_vars.get("gpucluster_capabilities"))
+                                                  as_data(node.info.capabilities))
     if node.run("command -v dcgmi >/dev/null 2>&1").rc != 0:
         assert not expected, ("dcgmi is not installed, but the inventory's capabilities (nvidia_repo and "
                               "heavy_packages) make the roles install DCGM on this node")

@@ -18,7 +18,7 @@ def test_os_release(node):
     declared = node.info.os
     if not declared:
         pytest.fail("the inventory gives this node no gpucluster_os: regenerate it with `gpucluster inventory`")
-    runs = node.info.capabilities.get("runs_os")
+    runs = node.info.capabilities.runs_os
     if runs and runs != declared:
         pytest.skip(f"the target states its nodes run {runs} where the spec declares {declared} "
                     "(capabilities.runs_os: a platform twin on the lab's Debian): the spec's OS is not modelled")

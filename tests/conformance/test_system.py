@@ -85,7 +85,7 @@ def test_egress_proxy(node):
 def test_required_service(node, service):
     """Every service the node's roles require MUST be active."""
     if service not in required_services(node.info.groups, as_data(node.info.profile),
-                                        node.inv.all_vars.get("gpucluster_capabilities")):
+                                        as_data(node.info.capabilities)):
         pytest.skip(f"{service} is not required on {node.name} (groups {', '.join(node.info.groups)}, "
                     f"profile {node.info.profile_name})")
     state = node.run(f"systemctl is-active {service} 2>&1").stdout.strip()

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from gpucluster.outputs import Capabilities
 from gpucluster.spec.loader import load_profiles
 from gpucluster.spec.models import Conformance, HardwareProfile
 from tests.unit.loading import load_file
@@ -49,9 +50,8 @@ class _Node:
         self.name = "gpu-1"
         self.profile = _h100(nvswitch)
         self.info = SimpleNamespace(gpu_count=1, profile_name="h100-sxm-8", groups=["gpu"], profile=self.profile,
-                                    host_vars={})
-        self.inv = SimpleNamespace(conformance=Conformance(), all_vars={"gpucluster_capabilities": {"nvidia_repo": True,
-                                                                         "heavy_packages": True}})
+                                    host_vars={}, capabilities=Capabilities(nvidia_repo=True, heavy_packages=True))
+        self.inv = SimpleNamespace(conformance=Conformance())
         self.figures: dict[str, Any] = {}
 
     def require_gpus(self) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from gpucluster.conformance import acceptance as acc
+from gpucluster.outputs import Capabilities
 from gpucluster.parsers import kernel_log
 from gpucluster.spec.loader import load_profiles
 from gpucluster.spec.models import Conformance, HardwareProfile
@@ -74,12 +75,14 @@ class _Node:
 
     def __init__(self, answers: dict[str, tuple[int, str]], *, nvswitch: bool = False,
                  capabilities: dict[str, bool] | None = None) -> None:
+        # None: a target whose nodes get no DCGM (the lab's: no NVIDIA repository, no heavy packages).
+        caps = Capabilities(**(capabilities or {"nvidia_repo": False, "heavy_packages": False}))
         self.answers = answers
         self.name = "gpu-1"
         self.profile = _h100(nvswitch)
         self.info = SimpleNamespace(gpu_count=8, profile_name="h100-sxm-8", groups=["gpu"], profile=self.profile,
-                                    host_vars={})
-        self.inv = SimpleNamespace(conformance=Conformance(), all_vars={"gpucluster_capabilities": capabilities or {}})
+                                    host_vars={}, capabilities=caps)
+        self.inv = SimpleNamespace(conformance=Conformance())
         self.figures: dict[str, Any] = {}
         self.ran: list[str] = []
 
@@ -143,7 +146,7 @@ def test_dcgm_missing_fails_where_expected_and_skips_where_not() -> None:
     expected = _Node({}, capabilities={"nvidia_repo": True, "heavy_packages": True})
     with pytest.raises(AssertionError, match="dcgmi is not installed, but the inventory"):
         suite.test_dcgm_diag(expected, _FABRIC, _CONFIG)
-    for caps in ({"nvidia_repo": True, "heavy_packages": False}, {}):
+    for caps in ({"nvidia_repo": True, "heavy_packages": False}, {"nvidia_repo": False, "heavy_packages": True}):
         with pytest.raises(pytest.skip.Exception, match="does not expect DCGM"):
             suite.test_dcgm_diag(_Node({}, capabilities=caps), _FABRIC, _CONFIG)
 
