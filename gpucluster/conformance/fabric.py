@@ -70,7 +70,7 @@ RAIL_PING_ALL_MAX = 32
 def rail_name(nodes: list[NodeInfo], i: int) -> str:
     """What rail position ``i`` is called in a report: its interface name where every node that has
     it names it alike, else ``rail<i>`` (each node's own interface is in the pair's message)."""
-    names = {n.rails[i]["interface"] for n in nodes if i < len(n.rails)}
+    names = {n.rails[i].interface for n in nodes if i < len(n.rails)}
     return names.pop() if len(names) == 1 else f"rail{i}"
 
 
@@ -80,7 +80,7 @@ def rail_netdev(node: NodeInfo, rails: Sequence[str], rail: str) -> str:
     first node's, or ``rail<i>``). The name itself where the node lists no such rail."""
     names = list(rails)
     i = names.index(rail) if rail in names else -1
-    return str(node.rails[i]["interface"]) if 0 <= i < len(node.rails) else rail
+    return node.rails[i].interface if 0 <= i < len(node.rails) else rail
 
 
 def interface_on(links: Sequence[Mapping[str, Any]], cidrs: str) -> str | None:
@@ -326,7 +326,7 @@ class Fabric:
         if not shared:
             return None
         chosen = shared if rail is None else [rail]
-        return ",".join(dict.fromkeys(nodes[0].rails[i]["cidr"] for i in chosen))
+        return ",".join(dict.fromkeys(nodes[0].rails[i].cidr for i in chosen))
 
     def data_networks(self, nodes: list[NodeInfo]) -> str:
         """The subnets (comma-separated) an all-reduce over all of ``nodes``' fabric runs on: MPI's
@@ -433,7 +433,7 @@ class Fabric:
             runs: list[dict[str, Any]] = []
             chosen: list[int | None] = list(per_rail) or [None]
             for rail in chosen:
-                rail_name = nodes[0].rails[rail]["interface"] if rail is not None else ""
+                rail_name = nodes[0].rails[rail].interface if rail is not None else ""
                 for this_round in rounds(ring_pairs([n.name for n in nodes])):
                     def one(pair: tuple[str, str], rail: int | None = rail,
                             rail_name: str = rail_name) -> tuple[PairResult, AllReduceRun]:
@@ -486,7 +486,7 @@ class Fabric:
 
             def from_node(n: NodeInfo) -> tuple[str, dict[str, bool]]:
                 peers = [by_name[b if a == n.name else a] for a, b in pairs if n.name in (a, b)]
-                lines = [rail_ping_command(n.rails[i]["interface"], peer.rails[i]["address"], mtu, f"{i} {peer.name}")
+                lines = [rail_ping_command(n.rails[i].interface, peer.rails[i].address, mtu, f"{i} {peer.name}")
                          for i in indexes for peer in peers if i < len(n.rails) and i < len(peer.rails)]
                 script = "\n".join(lines) + "\nwait\n"
                 res = self.remote(n.name).run(script, timeout=RAIL_PING_TIMEOUT_S)
@@ -507,8 +507,8 @@ class Fabric:
                         continue
                     there = seen[a_name].get(f"{i} {b_name}", False)
                     back = seen[b_name].get(f"{i} {a_name}", False)
-                    msg = (f"{a_name} {a.rails[i]['interface']} -> {b_name} {'ok' if there else 'lost'}, "
-                           f"{b_name} {b.rails[i]['interface']} -> {a_name} {'ok' if back else 'lost'}")
+                    msg = (f"{a_name} {a.rails[i].interface} -> {b_name} {'ok' if there else 'lost'}, "
+                           f"{b_name} {b.rails[i].interface} -> {a_name} {'ok' if back else 'lost'}")
                     per_rail.setdefault(rail, []).append(PairResult(a_name, b_name, there and back, None, msg))
             search, per = rail_search([n.name for n in nodes], per_rail)
             return {"mtu": mtu, "search": search.to_json(), "rails": {k: v.to_json() for k, v in per.items()}}

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from gpucluster.errors import InputError
 from gpucluster.hostkeys import Jump
 from gpucluster.inventory_model import parse_inventory_text, validate_inventory
-from gpucluster.outputs import Capabilities, LinkFloors
+from gpucluster.outputs import Capabilities, LinkFloors, OutputRail
 from gpucluster.spec.cluster import platform_data
 from gpucluster.spec.models import (
     Bom,
@@ -52,8 +52,8 @@ class NodeInfo:
     fabric_ip: str | None
     fabric_interface: str | None
     host_vars: dict[str, Any] = field(repr=False)
-    # The node's addressed compute rails (interface, address, cidr), as the inventory gives them.
-    rails: tuple[dict[str, str], ...] = ()
+    # The node's addressed compute rails (interface, address, cidr), as the inventory model read them.
+    rails: tuple[OutputRail, ...] = ()
     # Where the other nodes reach it (mpirun's ssh), and the address its own logins to them come
     # from; ``address`` is how the controller reaches it (maybe through a bastion).
     management_ip: str = ""
@@ -173,7 +173,7 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
             fabric_ip=hv.gpucluster_fabric_ip,
             fabric_interface=hv.gpucluster_fabric_interface,
             host_vars=dict(raw_hosts[name]),
-            rails=tuple(r.model_dump() for r in hv.gpucluster_rails),
+            rails=tuple(hv.gpucluster_rails),
             management_ip=hv.gpucluster_management_ip,
             capabilities=inv.vars.gpucluster_capabilities,
             jump=(Jump(bastion.host, bastion.user, bastion.port, hv.ansible_ssh_private_key_file)

@@ -17,6 +17,7 @@ from gpucluster.conformance import remedies
 from gpucluster.conformance.fabric import interface_on, rail_netdev
 from gpucluster.conformance.pairs import PairResult, find_slow, rail_search
 from gpucluster.conformance.verdict import CheckResult
+from gpucluster.outputs import OutputRail
 from gpucluster.spec.loader import load_platforms
 from gpucluster.spec.models import Fabric as FabricSpec
 
@@ -101,8 +102,8 @@ def test_ports_not_active_at_the_rails_rate_are_recorded_as_device_and_port() ->
 # --- GC-RAIL-002 ----------------------------------------------------------------------------------
 
 
-def _rails(*names: str) -> tuple[dict[str, str], ...]:
-    return tuple({"interface": n, "address": f"10.5.{i}.10", "cidr": f"10.5.{i}.0/24"} for i, n in enumerate(names))
+def _rails(*names: str) -> tuple[OutputRail, ...]:
+    return tuple(OutputRail(interface=n, address=f"10.5.{i}.10", cidr=f"10.5.{i}.0/24") for i, n in enumerate(names))
 
 
 def test_a_rail_lost_is_named_by_the_nodes_own_netdev() -> None:
