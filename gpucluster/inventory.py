@@ -33,6 +33,7 @@ from gpucluster.render.proxy import proxy_env
 from gpucluster.render.sources import resolved_sources
 from gpucluster.spec import load_spec
 from gpucluster.spec.cluster import Cluster
+from gpucluster.spec.contract import NodeContract
 from gpucluster.spec.facts import ROLES
 from gpucluster.spec.loader import capped
 from gpucluster.spec.os import ceph_source, pool_os
@@ -208,6 +209,8 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
                                 if cluster.spec.kubernetes is not None and cluster.spec.kubernetes.enabled else "none"),
         "gpucluster_ceph_source": ceph_source(cluster.spec),
         "gpucluster_nodes": [InventoryNode.of(host).model_dump() for host in built],
+        # What the roles make where, and the suite looks for there (gpucluster.spec.contract).
+        "gpucluster_contract": NodeContract.for_capabilities(outputs.capabilities.nvidia_repo).model_dump(),
     }
     return {
         "all": {

@@ -26,6 +26,7 @@ from pydantic_core import InitErrorDetails
 
 from gpucluster.errors import InputError
 from gpucluster.outputs import Capabilities, OutputAccess, OutputEgress, OutputRail
+from gpucluster.spec.contract import NodeContract
 from gpucluster.spec.facts import Role
 from gpucluster.spec.loader import validation_problems
 from gpucluster.spec.models import (
@@ -51,7 +52,10 @@ from gpucluster.spec.models import (
 # 3: the profile holds the GPU part only; the network part is the platform (gpucluster_platforms,
 #    host variable gpucluster_platform); gpucluster_conformance carries how verify judges.
 # 4: gpucluster_capabilities.kubernetes_nodes (whether site.yml deploys Kubernetes on the nodes).
-SCHEMA_VERSION = 4
+# 5: gpucluster_contract (gpucluster.spec.contract.NodeContract): what the roles' defaults and the
+#    suite's checks once each wrote down (the driver's install method, node_exporter's textfile
+#    folder and port, the tools' folders).
+SCHEMA_VERSION = 5
 SCHEMA_VAR = "gpucluster_inventory_schema"
 # The tag the writer puts on a string Ansible must never template (gpucluster.inventory.dump_inventory).
 UNSAFE_TAG = "!unsafe"
@@ -197,7 +201,7 @@ InventoryConformance = Conformance
 
 
 class InventoryVars(_Open):
-    gpucluster_inventory_schema: Literal[4]
+    gpucluster_inventory_schema: Literal[5]
     gpucluster_cluster_name: str
     gpucluster_stack: str
     gpucluster_target: Literal["aws", "azure", "oci", "baremetal", "lab"]
@@ -228,6 +232,10 @@ class InventoryVars(_Open):
     gpucluster_ofed_flavour: Literal["inbox", "doca"]
     gpucluster_gpu_mode: Literal["operator", "device_plugin", "none"]
     gpucluster_ceph_source: Literal["upstream", "distro"]
+    # What the roles make where on a node and the suite looks for there, written once
+    # (gpucluster.spec.contract): the roles' defaults read it, a role variable set in the inventory
+    # still overrides it (NodeContract.overridden).
+    gpucluster_contract: NodeContract
 
     def spec_vars(self) -> dict[str, Any]:
         """The spec's sections as plain data, as the writer wrote them, the models' defaults filled:

@@ -54,7 +54,8 @@ _CHECKS = (
     Check("GC-SYS-003", "SYS", "Required services",
           "Every service the node's roles require MUST be active."),
     Check("GC-SYS-004", "SYS", "node_exporter serving",
-          "node_exporter MUST answer on port 9100 with its metrics, textfile collector included."),
+          "node_exporter MUST answer on its port (the inventory's node contract, 9100 by default) with its "
+          "metrics, textfile collector included."),
     Check("GC-SYS-005", "SYS", "Egress proxy",
           "Where the spec's egress is a proxy, apt's configuration MUST carry it as the roles write it "
           "(gpucluster.render.proxy), and where containerd runs its unit's environment MUST carry it too."),

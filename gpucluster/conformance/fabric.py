@@ -379,8 +379,8 @@ class Fabric:
             if nccl:
                 # No NCCL setting of the node's own: the run reads its deployed /etc/nccl.conf.
                 run, log = run_nccl_tests.run_inter(launcher, names, ips, nodes[0].gpu_count, cidr, 2 * verdict,
-                                                label, min_bytes=sizes[0], ssh_key=key, timeout_s=budget,
-                                                folder=folder)
+                                                label, nodes[0].contract.nccl_tests_bin_dir, min_bytes=sizes[0],
+                                                ssh_key=key, timeout_s=budget, folder=folder)
             else:
                 settings = allreduce_mpi.MpiSettings(sizes=sizes, iters=self.options.mpi_iters,
                                                      budget_s=self.options.mpi_budget_s, timeout_s=budget,

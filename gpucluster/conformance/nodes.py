@@ -21,6 +21,7 @@ from gpucluster.hostkeys import Jump
 from gpucluster.inventory_model import parse_inventory_text, validate_inventory
 from gpucluster.outputs import Capabilities, LinkFloors, OutputRail
 from gpucluster.spec.cluster import platform_data
+from gpucluster.spec.contract import NodeContract
 from gpucluster.spec.models import (
     Bom,
     Conformance,
@@ -65,6 +66,9 @@ class NodeInfo:
     jump: Jump | None = None
     # The OS the spec declares for the node (its host variable gpucluster_os).
     os: OsId | None = None
+    # What the roles made where on the node (the inventory's gpucluster_contract), with the role
+    # variables the inventory sets for it (the host's, then all's) applied as the roles apply them.
+    contract: NodeContract = field(default_factory=lambda: NodeContract.for_capabilities(nvidia_repo=True))
 
     @property
     def gpu_count(self) -> int:
@@ -179,6 +183,7 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
             jump=(Jump(bastion.host, bastion.user, bastion.port, hv.ansible_ssh_private_key_file)
                   if (bastion := inv.vars.gpucluster_access.bastion) is not None else None),
             os=hv.gpucluster_os,
+            contract=inv.vars.gpucluster_contract.overridden(raw_hosts[name], data["all"]["vars"]),
         )
         for name, hv in inv.hosts.items()
     ]

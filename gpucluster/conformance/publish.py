@@ -1,9 +1,10 @@
 """Publishing each node's Prometheus textfile onto that node, for node_exporter's textfile collector.
 
 The folder is the one the monitoring role configured node_exporter with: the host's (or the
-inventory's) ``monitoring_textfile_dir``, else :data:`TEXTFILE_DIR_DEFAULT`, the role's own
-default (a unit test holds ``roles/monitoring/defaults/main.yml`` to it). The package never reads
-its checkout: installed from a wheel, it has none.
+inventory's) ``monitoring_textfile_dir``, else the inventory's node contract (``gpucluster_contract``,
+gpucluster.spec.contract), which the role's default reads too (:attr:`NodeInfo.contract
+<gpucluster.conformance.nodes.NodeInfo.contract>` holds the node's, overrides applied). The package
+never reads its checkout: installed from a wheel, it has none.
 
 node_exporter may read the folder while a file is being written, so the file goes to a hidden
 temporary name in the same folder (same file system: the rename is atomic; the collector reads
@@ -23,10 +24,9 @@ from typing import Any
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo
 from gpucluster.conformance.remote import Remote
 from gpucluster.conformance.reports import PROM_DIR, PROM_FILE
+from gpucluster.spec.contract import ROLE_VARS
 
-TEXTFILE_DIR_VAR = "monitoring_textfile_dir"
-# The monitoring role's default for TEXTFILE_DIR_VAR (Debian's prometheus-node-exporter folder).
-TEXTFILE_DIR_DEFAULT = "/var/lib/prometheus/node-exporter"
+TEXTFILE_DIR_VAR = ROLE_VARS["textfile_dir"]
 # The publish script's exit status for "no such folder" (ssh itself uses 255, timeouts 124).
 _NO_DIR = 3
 
@@ -40,15 +40,6 @@ class PublishResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "path": self.path, "message": self.message}
-
-
-def textfile_dir(node: NodeInfo, inv: ClusterInventory, default: str | None) -> str | None:
-    """Ansible's order for what the inventory can say: host variable, then all.vars, then the role default."""
-    for source in (node.host_vars, inv.all_vars):
-        value = source.get(TEXTFILE_DIR_VAR)
-        if isinstance(value, str) and value and "{{" not in value:
-            return value
-    return default
 
 
 def publish_command(directory: str, user: str) -> str:
@@ -92,9 +83,9 @@ def publish_node(node: NodeInfo, directory: str | None, text: str, remote: Remot
 
 
 def publish(inv: ClusterInventory, nodes: list[str], run_dir: Path, remote_for: Callable[[str], Remote],
-            workers: int = 8, default_dir: str | None = None) -> list[PublishResult]:
-    """Copy each node's textfile from the run folder onto the node, nodes in parallel."""
-    default = default_dir if default_dir is not None else TEXTFILE_DIR_DEFAULT
+            workers: int = 8) -> list[PublishResult]:
+    """Copy each node's textfile from the run folder onto the node, into its contract's textfile
+    folder, nodes in parallel."""
 
     def one(name: str) -> PublishResult:
         try:
@@ -107,7 +98,7 @@ def publish(inv: ClusterInventory, nodes: list[str], run_dir: Path, remote_for: 
         except OSError as exc:
             return PublishResult(name, False, "", f"no textfile in the run folder ({src}): {exc.strerror or exc}")
         try:
-            return publish_node(info, textfile_dir(info, inv, default), text, remote_for(name))
+            return publish_node(info, info.contract.textfile_dir, text, remote_for(name))
         except OSError as exc:  # no ssh client, say: a message in the report, never a crash
             return PublishResult(name, False, "", f"could not run ssh: {exc}")
 

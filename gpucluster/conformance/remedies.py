@@ -206,10 +206,13 @@ _REMEDIES = (
         "its handler restarts the service and waits until it is ready.",
     )),
     Remedy("GC-SYS-004", (
-        "Run `systemctl status prometheus-node-exporter` and `ss -ltnp | grep 9100` on {node}.",
-        "`curl -s http://<the node's management address>:9100/metrics | grep collector=\\\"textfile\\\"`: without "
+        "Run `systemctl status prometheus-node-exporter` and `ss -ltnp | grep node_exporter` on {node}: it listens "
+        "on `monitoring_node_exporter_listen_address`, by default the management address and the inventory's "
+        "`gpucluster_contract.node_exporter_port`.",
+        "`curl -s http://<that address and port>/metrics | grep collector=\\\"textfile\\\"`: without "
         "the textfile collector, "
-        "check `--collector.textfile.directory` against `monitoring_textfile_dir`.",
+        "check `--collector.textfile.directory` against `monitoring_textfile_dir` (by default the inventory's "
+        "`gpucluster_contract.textfile_dir`).",
         f"Rerun `{_converge('monitoring')}`.",
     )),
     Remedy("GC-SYS-005", (
@@ -371,7 +374,8 @@ _REMEDIES = (
     Remedy("GC-AR-001", (
         "Open the check's log for the per-size figures. Check `nvidia-smi topo -m` and `nvidia-smi nvlink -s` "
         "(GC-GPU-008) on {node}.",
-        "Rerun nccl-tests by hand: `/opt/nccl-tests/build/all_reduce_perf -b 8 -e 512M -f 2 -g <GPUs per node>` with "
+        "Rerun nccl-tests by hand: `<nccl_tests_install_dir>/build/all_reduce_perf -b 8 -e 512M -f 2 -g <GPUs per "
+        "node>` (the folder: by default the inventory's `gpucluster_contract.nccl_tests_dir`) with "
         "`NCCL_DEBUG=INFO` to see the transport chosen.",
         "Wrong results: drain the node and burn its GPUs (GC-BURN-001).",
     )),

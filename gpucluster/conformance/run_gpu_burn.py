@@ -16,7 +16,6 @@ from gpucluster.conformance import progress
 from gpucluster.conformance.remote import Remote, node_folder, quote
 from gpucluster.parsers import parse
 
-DEFAULT_DIR = "/opt/gpu-burn"
 # The sampler's file, in a private folder of the run on the node (remote.node_folder).
 SAMPLES_NAME = "burn-smi.csv"
 XID_COUNT = "journalctl -k -b --no-pager 2>/dev/null | grep -c 'NVRM: Xid' || true"
@@ -67,11 +66,11 @@ def xid_count(remote: Remote) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def run_gpu_burn(remote: Remote, seconds: int, install_dir: str = DEFAULT_DIR) -> tuple[dict[str, Any], Telemetry, str]:
+def run_gpu_burn(remote: Remote, seconds: int, install_dir: str) -> tuple[dict[str, Any], Telemetry, str]:
     """Run gpu-burn (FP32) for ``seconds``; returns the parsed result, telemetry and the raw log."""
     progress.note(f"gpu-burn on {getattr(remote, 'name', 'a node')} for {int(seconds)} s", budget_s=seconds + 180)
     with node_folder([remote]) as folder:
-        cmd = f"{sampler_command(seconds, folder)} cd {install_dir} && ./gpu_burn {int(seconds)} 2>&1"
+        cmd = f"{sampler_command(seconds, folder)} cd {quote([install_dir])} && ./gpu_burn {int(seconds)} 2>&1"
         res = remote.run(cmd, timeout=seconds + 180)
         parsed = parse("gpu-burn", res.stdout)
         tel = parse_samples(remote.run(f"cat {quote([samples_path(folder)])}", timeout=30).stdout)

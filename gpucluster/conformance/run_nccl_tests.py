@@ -14,7 +14,6 @@ from gpucluster.conformance.bandwidth import AllReduceRun, from_nccl_result
 from gpucluster.conformance.remote import Remote, node_folder, quote
 from gpucluster.parsers import NotToolOutput, parse
 
-DEFAULT_DIR = "/opt/nccl-tests/build"
 # -J's file, in a private folder of the run on the node (remote.node_folder): never a fixed name in
 # /var/tmp, which another local user could make a link first.
 JSON_NAME = "nccl-tests.json"
@@ -61,7 +60,8 @@ def json_path(folder: str) -> str:
     return f"{folder}/{JSON_NAME}"
 
 
-def binary(install_dir: str = DEFAULT_DIR) -> str:
+def binary(install_dir: str) -> str:
+    """all_reduce_perf in ``install_dir``, the node's nccl-tests binaries (NodeContract.nccl_tests_bin_dir)."""
     return f"{install_dir}/all_reduce_perf"
 
 
@@ -76,7 +76,7 @@ def perf_args(max_bytes: int, gpus_per_rank: int, json_out: str | None, min_byte
     return args
 
 
-def supports_json(remote: Remote, install_dir: str = DEFAULT_DIR) -> bool:
+def supports_json(remote: Remote, install_dir: str) -> bool:
     res = remote.run(f"{quote([binary(install_dir)])} -h 2>&1", timeout=30)
     return "-J" in res.stdout or "--output_file" in res.stdout
 
@@ -90,7 +90,7 @@ def _parse(log: str, label: str, nodes: tuple[str, ...], json_text: str | None) 
     return from_nccl_result(parsed, "nccl-tests", label, nodes)
 
 
-def run_intra(remote: Remote, gpus: int, max_bytes: int, install_dir: str = DEFAULT_DIR,
+def run_intra(remote: Remote, gpus: int, max_bytes: int, install_dir: str,
               timeout_s: float = 600) -> tuple[AllReduceRun, str]:
     """All GPUs of one node in one process (``-g gpus``); its JSON in a private folder of the run."""
     use_json = supports_json(remote, install_dir)
@@ -129,7 +129,7 @@ def mpirun_argv(launch_ips: list[str], gpus_per_node: int, fabric_cidr: str,
 
 def run_inter(launcher: Remote, nodes: tuple[str, ...], launch_ips: list[str], gpus_per_node: int,
               fabric_cidr: str, max_bytes: int, label: str,
-              install_dir: str = DEFAULT_DIR, timeout_s: float = 600, min_bytes: int = 8,
+              install_dir: str, timeout_s: float = 600, min_bytes: int = 8,
               ssh_key: str | None = None, folder: str | None = None) -> tuple[AllReduceRun, str]:
     """``folder``: the measurement's private folder on its nodes, where -J writes (none: no JSON,
     the table is read)."""

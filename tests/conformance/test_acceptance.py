@@ -12,10 +12,10 @@ import shlex
 import pytest
 
 from gpucluster.conformance import acceptance as acc
-from gpucluster.conformance import expect, run_gpu_burn, run_nccl_tests
+from gpucluster.conformance import expect, run_nccl_tests
 from gpucluster.conformance.gpu_checks import verdict_problems
 from gpucluster.conformance.nodes import as_data
-from gpucluster.conformance.remote import SshRemote
+from gpucluster.conformance.remote import SshRemote, quote
 from gpucluster.parsers import libfabric, parse_run, sysfs
 from gpucluster.render.services import required_services
 
@@ -73,8 +73,10 @@ COPY_RUN = _links_sampled_during(
     "timeout 600 nvbandwidth -t host_to_device_memcpy_ce -t device_to_host_memcpy_ce 2>&1", 660, 250)
 # Without nvbandwidth, gpu-burn (the gpu_validation role builds it) is the load: a GPU in its
 # highest performance state runs its link at the generation it trained to. About 10 s, bounded.
-BURN_LOAD_RUN = f"cd {run_gpu_burn.DEFAULT_DIR} && " + _links_sampled_during(
-    "sleep 2; timeout -k 5 20 ./gpu_burn 8 >/dev/null 2>&1", 30, 500)
+def burn_load_run(burn_dir: str) -> str:
+    """The shell line that samples the links while gpu_burn (in ``burn_dir``, the node's contract) loads the GPUs."""
+    return f"cd {quote([burn_dir])} && " + _links_sampled_during(
+        "sleep 2; timeout -k 5 20 ./gpu_burn 8 >/dev/null 2>&1", 30, 500)
 
 
 def _copy_run(node, fabric) -> tuple[str, str, int]:
@@ -185,9 +187,10 @@ def test_gpu_pcie_link(node, fabric):
         # An idle link runs below its generation: read it while nvbandwidth copies to and from each GPU.
         _out, samples, rc = _copy_run(node, fabric)
         rows, loaded = _pcie_rows(samples), rc == 0
-    if not loaded and node.run(f"test -x {run_gpu_burn.DEFAULT_DIR}/gpu_burn").rc == 0:
+    burn_dir = node.info.contract.gpu_burn_dir
+    if not loaded and node.run(f"test -x {quote([burn_dir + '/gpu_burn'])}").rc == 0:
         with fabric.gpus_held([node.name]):
-            res = node.run(BURN_LOAD_RUN, timeout=60)
+            res = node.run(burn_load_run(burn_dir), timeout=60)
         rows, loaded = _pcie_rows(res.stdout.partition(_SAMPLES_MARK)[2]), res.rc == 0
     if not loaded:
         res = node.run(f"timeout 30 nvidia-smi --query-gpu={','.join(acc.PCIE_QUERY)} --format=csv 2>&1", timeout=60)
@@ -198,7 +201,7 @@ def test_gpu_pcie_link(node, fabric):
         # pcie.link.gen.max is what the GPU and its slot allow, not what the link trained to: a link
         # that trained lower (a riser, a bad seat) shows only under load.
         pytest.skip(f"widths x{width} and the slots' Gen{gen} are right, but the trained generation is read only "
-                    f"under load: neither nvbandwidth nor {run_gpu_burn.DEFAULT_DIR}/gpu_burn ran on the node")
+                    f"under load: neither nvbandwidth nor {burn_dir}/gpu_burn ran on the node")
 
 
 @pytest.mark.check("GC-PCIE-002")
@@ -293,8 +296,8 @@ def test_nccl_uses_ofi(node, fabric):
     node.require_gpus()
     if not expect.efa_count(node.info):
         pytest.skip(f"platform {node.info.platform_name} states no EFA interfaces")
-    binary = "/opt/nccl-tests/build/all_reduce_perf"
-    if node.run(f"test -x {binary}").rc != 0:
+    binary = run_nccl_tests.binary(node.info.contract.nccl_tests_bin_dir)
+    if node.run(f"test -x {quote([binary])}").rc != 0:
         pytest.skip(f"{binary} is not installed on the node")
     # Without P2P and shared memory NCCL moves even intra-node traffic through its network plugin; the
     # provider (FI_PROVIDER) and the rest are the node's /etc/nccl.conf, never set here.
@@ -302,7 +305,7 @@ def test_nccl_uses_ofi(node, fabric):
                                                           run_nccl_tests.OFI_PROBE_PINNED))
     with fabric.gpus_held([node.name]):
         res = node.run(f"{run_nccl_tests.env_prefix(run_nccl_tests.OFI_PROBE_ENV)}"
-                       f"{binary} -b 8M -e 8M -g {node.info.gpu_count} 2>&1", timeout=600)
+                       f"{quote([binary])} -b 8M -e 8M -g {node.info.gpu_count} 2>&1", timeout=600)
     net = libfabric.nccl_net(res.stdout)
     problems = acc.ofi_problems(net) + ([] if res.rc == 0 else [f"all_reduce_perf exited {res.rc}"])
     assert not problems, "; ".join(problems)

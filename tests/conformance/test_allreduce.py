@@ -17,6 +17,7 @@ from gpucluster.conformance.fabric import (
     verdict_size,
 )
 from gpucluster.conformance.pairs import PairSearch, node_on_rails, rail_status_text
+from gpucluster.conformance.remote import quote
 
 pytestmark = pytest.mark.gpu
 
@@ -58,11 +59,12 @@ def test_allreduce_intra(node, fabric):
     floor = node.info.floor("allreduce_intra_busbw_gbps")
     if floor is None:
         pytest.skip(f"profile {node.info.profile_name} sets no intra-node all-reduce floor")
-    if node.run(f"test -x {run_nccl_tests.binary()}").rc != 0:
-        pytest.fail(f"nccl-tests is not installed ({run_nccl_tests.binary()} missing)")
+    bin_dir = node.info.contract.nccl_tests_bin_dir
+    if node.run(f"test -x {quote([run_nccl_tests.binary(bin_dir)])}").rc != 0:
+        pytest.fail(f"nccl-tests is not installed ({run_nccl_tests.binary(bin_dir)} missing)")
     large = verdict_size(node.info, "intra")
     with fabric.gpus_held([node.name]):  # no burn, DCGM or peer's GPUDirect run on these GPUs meanwhile
-        run, _ = run_nccl_tests.run_intra(node.remote(), node.info.gpu_count, 2 * large)
+        run, _ = run_nccl_tests.run_intra(node.remote(), node.info.gpu_count, 2 * large, bin_dir)
     v = judge(run, float(floor), large)
     node.figure("busbw_gbps", v.busbw_gbps)
     node.figure("floor_gbps", v.floor_gbps)

@@ -31,9 +31,10 @@ def test_gpu_burn(node, burn_options, fabric):
         rows: list[dict] = []
         problems: list[str] = []
         engines = []
-        if node.run(f"test -x {run_gpu_burn.DEFAULT_DIR}/gpu_burn").rc == 0:
+        burn_dir = node.info.contract.gpu_burn_dir
+        if node.run(f"test -x {quote([burn_dir + '/gpu_burn'])}").rc == 0:
             engines.append("gpu-burn")
-            parsed, tel, _ = run_gpu_burn.run_gpu_burn(remote, seconds)
+            parsed, tel, _ = run_gpu_burn.run_gpu_burn(remote, seconds, burn_dir)
             r, p = gpu_burn_rows(parsed)
             rows += [dict(x, engine="gpu-burn") for x in r]
             problems += p
@@ -61,7 +62,7 @@ def test_gpu_burn(node, burn_options, fabric):
             node.figure("burn_torch_max_temp_c", max(tel.max_temp_c.values(), default=None))
             problems += [f"GPU {i} throttled: {', '.join(t)}" for i, t in tel.throttle.items() if t]
         if not engines:
-            pytest.fail(f"no burn engine on the node: neither {run_gpu_burn.DEFAULT_DIR}/gpu_burn nor PyTorch "
+            pytest.fail(f"no burn engine on the node: neither {burn_dir}/gpu_burn nor PyTorch "
                         "with CUDA")
         xid_after = run_gpu_burn.xid_count(remote)
     if xid_before is not None and xid_after is not None and xid_after > xid_before:

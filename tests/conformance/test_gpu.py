@@ -24,9 +24,10 @@ def _query(node):
 
 
 def _expected_driver(node):
+    # The method the nvidia_driver role installed by: the inventory's node contract (decided from the
+    # target's capabilities), or the role variable the inventory sets for the node.
     pins = node.bom.nvidia_driver
-    method = node.info.host_vars.get("nvidia_driver_install_method")
-    return pins.debian_version if method == "distro" else pins.version
+    return pins.debian_version if node.info.contract.nvidia_driver_install_method == "distro" else pins.version
 
 
 @pytest.mark.check("GC-GPU-001")

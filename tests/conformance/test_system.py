@@ -102,13 +102,15 @@ def test_required_service(node, service):
 
 @pytest.mark.check("GC-SYS-004")
 def test_node_exporter_serving(node):
-    """node_exporter MUST answer on port 9100 with its metrics, textfile collector included."""
+    """node_exporter MUST answer on its port (the inventory's node contract, 9100 by default) with its metrics, textfile collector included."""  # noqa: E501
+    port = node.info.contract.node_exporter_port
     res = node.run("python3 -c \"import urllib.request as u; "
-                   "print(u.urlopen('http://127.0.0.1:9100/metrics', timeout=5).read().decode())\" 2>&1")
+                   f"print(u.urlopen('http://127.0.0.1:{port}/metrics', timeout=5).read().decode())\" 2>&1")
     if res.rc != 0:  # the monitoring role may bind node_exporter to the management address only
         res = node.run("python3 -c \"import urllib.request as u; "
-                       f"print(u.urlopen('http://{node.info.address}:9100/metrics', timeout=5).read().decode())\" 2>&1")
-    assert res.rc == 0, ("nothing answers on port 9100 (127.0.0.1 nor the management address): "
+                       f"print(u.urlopen('http://{node.info.address}:{port}/metrics', timeout=5).read().decode())"
+                       "\" 2>&1")
+    assert res.rc == 0, (f"nothing answers on port {port} (127.0.0.1 nor the management address): "
                          + (res.stdout.strip().splitlines() or ["no output"])[-1])
-    assert "node_exporter_build_info" in res.stdout, "port 9100 answers but not with node_exporter's metrics"
+    assert "node_exporter_build_info" in res.stdout, f"port {port} answers but not with node_exporter's metrics"
     assert 'collector="textfile"' in res.stdout, "node_exporter runs without its textfile collector"

@@ -132,7 +132,7 @@ def test_burn_load_samples_links_while_gpu_burn_runs_and_ends_the_sampler(tmp_pa
     for f in (bin_dir / "nvidia-smi", burn_dir / "gpu_burn"):
         f.chmod(0o755)
     suite = _suite()
-    script = suite.BURN_LOAD_RUN.replace(f"cd {suite.run_gpu_burn.DEFAULT_DIR}", f"cd {burn_dir}")
+    script = suite.burn_load_run(str(burn_dir))
     script = script.replace("sleep 2", "sleep 0.3")
     res = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30,
                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"})

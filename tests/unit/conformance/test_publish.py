@@ -15,7 +15,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpucluster import verify
@@ -88,14 +87,6 @@ def _inventory_with(tmp_path: Path, host_dir: str | None = None, all_dir: str | 
     return parse_inventory(data, str(tmp_path / "inv.yml"))
 
 
-def test_the_folder_is_the_monitoring_roles_own():
-    role = yaml.safe_load((REPO / "roles" / "monitoring" / "defaults" / "main.yml").read_text())
-    assert role[publish.TEXTFILE_DIR_VAR] == publish.TEXTFILE_DIR_DEFAULT == "/var/lib/prometheus/node-exporter"
-    # node_exporter is pointed at that same variable, so the two cannot drift apart.
-    template = (REPO / "roles" / "monitoring" / "templates" / "prometheus-node-exporter.default.j2").read_text()
-    assert "--collector.textfile.directory={{ monitoring_textfile_dir }}" in template
-
-
 def test_the_default_folder_needs_no_checkout(tmp_path, monkeypatch):
     # Installed from a wheel there is no roles/ folder beside the package: nothing may read one.
     inv = load_inventory(GOLDEN)
@@ -110,17 +101,21 @@ def test_the_default_folder_needs_no_checkout(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "read_text", read_text)
     remote = Recorder("gpu-1")  # records the command line: nothing is written on this machine
     [done] = publish.publish(inv, ["gpu-1"], tmp_path / "run", lambda _: remote)
-    assert done.path == f"{publish.TEXTFILE_DIR_DEFAULT}/{PROM_FILE}"
-    assert f"mktemp {publish.TEXTFILE_DIR_DEFAULT}/." in remote.commands[0]
+    # The inventory's node contract (Debian's prometheus-node-exporter folder, as the role's default reads it).
+    assert done.path == f"/var/lib/prometheus/node-exporter/{PROM_FILE}"
+    assert "mktemp /var/lib/prometheus/node-exporter/." in remote.commands[0]
     assert opened and not [p for p in opened if p.is_relative_to(REPO / "roles")]
 
 
-def test_the_inventory_overrides_the_role_default_host_first(tmp_path):
+def test_the_inventory_overrides_the_contract_host_first(tmp_path):
     inv = _inventory_with(tmp_path, host_dir="/srv/host", all_dir="/srv/all")
-    assert publish.textfile_dir(inv.node("gpu-1"), inv, "/default") == "/srv/host"
-    assert publish.textfile_dir(inv.node("gpu-2"), inv, "/default") == "/srv/all"
+    assert inv.node("gpu-1").contract.textfile_dir == "/srv/host"
+    assert inv.node("gpu-2").contract.textfile_dir == "/srv/all"
     plain = load_inventory(GOLDEN)
-    assert publish.textfile_dir(plain.node("gpu-2"), plain, "/default") == "/default"
+    assert plain.node("gpu-2").contract.textfile_dir == plain.all_vars["gpucluster_contract"]["textfile_dir"]
+    # A template is Ansible's to resolve: the contract's folder stands.
+    templated = _inventory_with(tmp_path, host_dir="{{ other }}")
+    assert templated.node("gpu-1").contract.textfile_dir == plain.node("gpu-1").contract.textfile_dir
 
 
 def test_writes_atomically_into_the_folder(tmp_path):
@@ -168,13 +163,12 @@ def test_a_non_root_user_writes_through_sudo():
 
 
 def test_publish_reads_each_nodes_file_from_the_run_folder(tmp_path):
-    inv = load_inventory(GOLDEN)
-    write_all(_report(), tmp_path / "run")
     folder = tmp_path / "textfile"
     folder.mkdir()
+    inv = _inventory_with(tmp_path, all_dir=str(folder))
+    write_all(_report(), tmp_path / "run")
     remotes = {"gpu-1": LocalRemote("gpu-1"), "gpu-2": Unreachable("gpu-2")}
-    done = publish.publish(inv, ["gpu-1", "gpu-2", "ghost"], tmp_path / "run", remotes.__getitem__,
-                           default_dir=str(folder))
+    done = publish.publish(inv, ["gpu-1", "gpu-2", "ghost"], tmp_path / "run", remotes.__getitem__)
     by = {r.node: r for r in done}
     assert by["gpu-1"].ok
     families = {f.name: f for f in text_string_to_metric_families((folder / PROM_FILE).read_text())}
@@ -185,13 +179,12 @@ def test_publish_reads_each_nodes_file_from_the_run_folder(tmp_path):
 
 
 def test_verify_records_the_outcome_and_keeps_the_verdicts(tmp_path, monkeypatch):
-    inv = load_inventory(GOLDEN)
+    folder = tmp_path / "textfile"
+    folder.mkdir()
+    inv = _inventory_with(tmp_path, all_dir=str(folder))
     run_dir = tmp_path / "run"
     write_all(_report(), run_dir)
     before = json.loads((run_dir / "results.json").read_text())
-    folder = tmp_path / "textfile"
-    folder.mkdir()
-    monkeypatch.setattr(publish, "TEXTFILE_DIR_DEFAULT", str(folder))
     monkeypatch.setattr(verify, "SshRemote", lambda name, cfg: LocalRemote(name) if name != "stor-1"
                         else Unreachable(name))
     report = Report.from_json(before)

@@ -157,7 +157,7 @@ def test_the_play_refuses_a_host_from_another_inventory_source(tmp_path: Path) -
 
 def test_the_play_refuses_an_overridden_schema(tmp_path: Path) -> None:
     proc = _play(tmp_path, "-e", "gpucluster_inventory_schema=1")
-    assert proc.returncode != 0 and "gpucluster_inventory_schema is 1, not 4" in proc.stdout
+    assert proc.returncode != 0 and f"gpucluster_inventory_schema is 1, not {SCHEMA_VERSION}" in proc.stdout
 
 
 def test_the_play_refuses_heavy_packages_that_are_no_boolean(tmp_path: Path) -> None:

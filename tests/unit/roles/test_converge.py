@@ -192,7 +192,7 @@ def test_heavy_sets_the_extra_var(tmp_path: Path, inventory_file: Path) -> None:
 
 def test_load_inventory_names_each_problem(tmp_path: Path) -> None:
     path = tmp_path / "inv.yml"
-    path.write_text(yaml.safe_dump({"all": {"vars": {"gpucluster_inventory_schema": 4, "gpucluster_target": "lab",
+    path.write_text(yaml.safe_dump({"all": {"vars": {"gpucluster_inventory_schema": 5, "gpucluster_target": "lab",
                                                      "gpucluster_profiles": {"cpu-lab": {}}},
                                             "hosts": {"n1": {"gpucluster_profile": "nope"}}}}))
     with pytest.raises(InputError) as err:
@@ -208,7 +208,7 @@ def test_an_inventory_of_another_schema_is_refused_with_the_remedy(tmp_path: Pat
     data["all"]["vars"]["gpucluster_inventory_schema"] = 1
     path = tmp_path / "inv.yml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(InputError, match="reads version 4; write the inventory again"):
+    with pytest.raises(InputError, match="reads version 5; write the inventory again"):
         load_inventory(path)
 
 

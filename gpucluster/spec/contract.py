@@ -1,0 +1,94 @@
+"""The node contract: what the roles make on a node and the conformance suite then looks for there.
+
+Each value here was once a role's internal default and, again, a literal in a check; it is now
+stated once. The inventory writer (gpucluster/inventory.py) writes it as ``gpucluster_contract``,
+the roles' defaults read that variable (``monitoring_textfile_dir: "{{ gpucluster_contract.textfile_dir }}"``),
+and the suite reads it back through this model (gpucluster.inventory_model, gpucluster.conformance.nodes).
+
+A role variable set in the inventory (a host's ``monitoring_textfile_dir``, an ``-e``) still wins
+over the contract's value in the role, as any Ansible default does; the suite honours the same
+variables in Ansible's order (host, then all) through :meth:`NodeContract.overridden`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# An absolute path of plain components (it reaches a shell on the node and the role's templates).
+NodePath = Annotated[str, Field(pattern=r"^(/[A-Za-z0-9_+-][A-Za-z0-9._+-]*)+$", max_length=255,
+                                description="an absolute path")]
+DriverInstallMethod = Literal["distro", "cuda_repo", "runfile"]
+
+# The role variable that overrides each field on a node, as the roles name them.
+ROLE_VARS: dict[str, str] = {
+    "nvidia_driver_install_method": "nvidia_driver_install_method",
+    "textfile_dir": "monitoring_textfile_dir",
+    "gpu_burn_dir": "gpu_validation_gpu_burn_install_dir",
+    "nccl_tests_dir": "nccl_tests_install_dir",
+}
+
+LISTEN_ADDRESS_VAR = "monitoring_node_exporter_listen_address"
+
+
+class NodeContract(BaseModel):
+    """What the roles install where, and how, as the conformance suite expects to find it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    # Where the NVIDIA driver comes from, as the nvidia_driver role decides it from the target's
+    # capabilities (:meth:`for_capabilities`): NVIDIA's CUDA repository where the nodes reach it,
+    # else Debian's packages. GC-GPU-001 compares the loaded driver with the pin of that method
+    # (the BOM's nvidia_driver.version, or its debian_version for distro).
+    nvidia_driver_install_method: DriverInstallMethod
+    # node_exporter's textfile collector folder: Debian's prometheus-node-exporter package reads
+    # /var/lib/prometheus/node-exporter (its /etc/default/prometheus-node-exporter and
+    # prometheus-node-exporter-collectors use it). The monitoring role points the collector at it;
+    # verify writes each node's results there (gpucluster.conformance.publish).
+    textfile_dir: NodePath = "/var/lib/prometheus/node-exporter"
+    # node_exporter's port: 9100, its default (--web.listen-address=":9100") and the one Prometheus'
+    # port allocations list for it (github.com/prometheus/prometheus/wiki/Default-port-allocations).
+    # The monitoring role listens there; GC-SYS-004 reads the metrics there.
+    node_exporter_port: int = Field(9100, ge=1, le=65535)
+    # gpu-burn's folder (gpu_validation builds each release into <dir>-<version> and links it here);
+    # the gpu_burn binary sits in it. GC-BURN and GC-PCIE-002's load run it.
+    gpu_burn_dir: NodePath = "/opt/gpu-burn"
+    # nccl-tests' folder (the nccl role builds each release into <dir>-<version> and links it here);
+    # its binaries sit under build/ (nccl-tests' Makefile's BUILDDIR). GC-AR and GC-EFA run them.
+    nccl_tests_dir: NodePath = "/opt/nccl-tests"
+
+    @classmethod
+    def for_capabilities(cls, nvidia_repo: bool) -> NodeContract:
+        """The contract of a target whose nodes do (``nvidia_repo``) or do not reach NVIDIA's repositories
+        (the stack outputs' ``capabilities.nvidia_repo``)."""
+        return cls(nvidia_driver_install_method="cuda_repo" if nvidia_repo else "distro")
+
+    @property
+    def nccl_tests_bin_dir(self) -> str:
+        """Where nccl-tests' binaries are (all_reduce_perf)."""
+        return f"{self.nccl_tests_dir}/build"
+
+    def overridden(self, *sources: Mapping[str, Any]) -> NodeContract:
+        """The contract as a node's roles applied it: each field's role variable (:data:`ROLE_VARS`)
+        from the first of ``sources`` (Ansible's order: host variables, then all.vars) that sets it to
+        a plain string, else the contract's value. A template (``{{ ... }}``) is Ansible's to resolve
+        and is passed over. The values are taken as set, unchecked: the check that uses one says what
+        is wrong with it (publish: "no textfile folder known ...")."""
+        update: dict[str, Any] = {}
+        for field, var in ROLE_VARS.items():
+            for source in sources:
+                value = source.get(var)
+                if isinstance(value, str) and value and "{{" not in value:
+                    update[field] = value
+                    break
+        for source in sources:
+            # The monitoring role's listen address ("<address>:<port>") carries the port.
+            value = source.get(LISTEN_ADDRESS_VAR)
+            if isinstance(value, str) and "{{" not in value:
+                port = value.rpartition(":")[2]
+                if port.isdigit():
+                    update["node_exporter_port"] = int(port)
+                break
+        return self.model_copy(update=update) if update else self
