@@ -5,12 +5,14 @@ The dpkg output comes from this host's real dpkg-query (the format the action as
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +106,18 @@ module.exit_json(changed=False, stand_in_apt=module.params["name"])
 """
 
 
+def _node_tmp(tmp_path: Path) -> Path:
+    """The play's TMPDIR, short: ansible-playbook's controller makes its RPC socket under TMPDIR, and
+    a Unix socket's path holds at most 107 bytes (under pytest-xdist, tmp_path alone is ~80)."""
+    return Path("/tmp") / f"gcapt-{hashlib.sha256(str(tmp_path).encode()).hexdigest()[:12]}"
+
+
+@pytest.fixture(autouse=True)
+def _remove_node_tmp(tmp_path: Path) -> Iterator[None]:
+    yield
+    shutil.rmtree(_node_tmp(tmp_path), ignore_errors=True)
+
+
 def _converge(tmp_path: Path, apt_get: str, bindings: bool = False, module: str = _APT_MODULE,
               extra_vars: dict[str, Any] | None = None) -> tuple[subprocess.CompletedProcess[str], Path]:
     """One ``gpucluster.cluster.apt`` task for a package dpkg lacks, in a play whose environment is
@@ -129,9 +143,9 @@ def _converge(tmp_path: Path, apt_get: str, bindings: bool = False, module: str 
     playbook.write_text(yaml.safe_dump(play))
     env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy") and not k.startswith("ANSIBLE_")}
     # Where the node's watchdog keeps its folder (the apt configuration), to see it go.
-    (tmp_path / "node-tmp").mkdir()
+    _node_tmp(tmp_path).mkdir()
     env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", BINDINGS="1" if bindings else "",
-               TMPDIR=str(tmp_path / "node-tmp"),
+               TMPDIR=str(_node_tmp(tmp_path)),
                ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"), ANSIBLE_LIBRARY=str(library),
                ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
     extra = ["-e", json.dumps(extra_vars)] if extra_vars else []
@@ -212,9 +226,9 @@ def test_apt_runs_with_its_stall_timeout_and_marked_for_the_watchdog(tmp_path: P
         'Acquire::http::Timeout "75";', 'Acquire::https::Timeout "75";', 'Acquire::Retries "2";']
     # apt done first: the watchdog was ended and took its folder with it.
     deadline = time.monotonic() + 10
-    while list((tmp_path / "node-tmp").iterdir()) and time.monotonic() < deadline:
+    while list(_node_tmp(tmp_path).iterdir()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not list((tmp_path / "node-tmp").iterdir())
+    assert not list(_node_tmp(tmp_path).iterdir())
 
 
 def _alive(pid: int) -> bool:
@@ -249,9 +263,9 @@ def test_a_hung_apt_is_ended_at_the_limit_and_the_failure_says_what_to_raise(tmp
     # The watchdog ends too, after its grace for what ignored SIGTERM, and removes its folder.
     # (The module's own AnsiballZ payload folder stays: SIGTERM ends Python before its cleanup.)
     deadline = time.monotonic() + apt.KILL_GRACE_S + 10
-    while list((tmp_path / "node-tmp").glob("gpucluster-apt.*")) and time.monotonic() < deadline:
+    while list(_node_tmp(tmp_path).glob("gpucluster-apt.*")) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not list((tmp_path / "node-tmp").glob("gpucluster-apt.*"))
+    assert not list(_node_tmp(tmp_path).glob("gpucluster-apt.*"))
 
 
 @pytest.mark.parametrize("value", [0, -5, "soon"])
@@ -261,3 +275,37 @@ def test_a_limit_that_is_not_a_number_of_seconds_fails_the_task_saying_so(tmp_pa
     result = _task_result(tmp_path)
     assert result["failed"] is True and "stand_in_apt" not in result
     assert result["msg"] == f"gpucluster_apt_timeout_s must be a whole number of seconds above 0, not {value!r}"
+
+
+def _under_a_terminal(command: str) -> str:
+    """``command`` run by sh as the session leader of a pseudo-terminal (util-linux's script), the way
+    ssh -tt or sudo's use_pty runs it: the session ends when that shell does."""
+    done = subprocess.run(["script", "-qec", command, "/dev/null"], capture_output=True, text=True, timeout=30)
+    return done.stdout.replace("\r", "")
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="util-linux's script (a pseudo-terminal) is not installed")
+@pytest.mark.parametrize("limit_s", [30, 1])
+def test_the_watchdog_outlives_a_terminal_session_and_says_whether_it_fired(limit_s: int) -> None:
+    """Under a terminal the session's end sends SIGHUP to its foreground process group, which the
+    watchdog is in until setsid runs: it must survive that, answer in the foreground, and after apt
+    say 'fired' exactly when its limit was reached (a review's finding: over ssh -tt the watchdog's
+    answer was lost and the watchdog killed)."""
+    started = apt.parse_watchdog(_under_a_terminal(apt.watchdog_command(limit_s, "GPUCLUSTER_APT_TASK=pty", 120)))
+    assert started is not None
+    pid, folder = started
+    time.sleep(2.5 if limit_s == 1 else 0.5)
+    with open(f"/proc/{pid}/stat") as stat:
+        assert stat.read().split()[2] in "RS", "the watchdog did not survive the session's end"
+    ended = _under_a_terminal(apt.end_command(pid, folder)).strip()
+    if limit_s == 1:
+        assert ended == "fired"
+        deadline = time.monotonic() + apt.KILL_GRACE_S + 5
+        while Path(folder).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    else:
+        assert ended == ""
+        deadline = time.monotonic() + 5
+        while Path(folder).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert not Path(folder).exists(), "the watchdog left its folder"

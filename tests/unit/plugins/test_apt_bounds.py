@@ -43,10 +43,28 @@ def test_apt_is_given_its_stall_timeout_for_http_and_https() -> None:
 
 
 def test_the_watchdog_is_given_the_limit_the_marker_and_apts_configuration() -> None:
-    argv = shlex.split(apt.watchdog_command(1800, "GPUCLUSTER_APT_TASK=abc123", 120).removesuffix(" &"))
-    assert argv[:3] == ["setsid", "sh", "-c"] and argv[3] == apt.WATCHDOG
-    assert argv[4:] == ["gpucluster-apt-watchdog", "1800", str(apt.KILL_GRACE_S), "GPUCLUSTER_APT_TASK=abc123",
-                        apt.apt_config(120)]
+    argv = shlex.split(apt.watchdog_command(1800, "GPUCLUSTER_APT_TASK=abc123", 120))
+    assert argv[:3] == ["sh", "-c", apt.START]
+    assert argv[3:] == ["gpucluster-apt-start", "1800", str(apt.KILL_GRACE_S), "GPUCLUSTER_APT_TASK=abc123",
+                        apt.apt_config(120), apt.WATCHDOG]
+
+
+def test_the_answer_is_printed_in_the_foreground_and_only_the_watchdog_is_left_behind() -> None:
+    """Under a terminal (ssh -tt, sudo's use_pty) the session ends with its shell: what the action
+    reads must come from that shell, never from the process it leaves running (a review's finding)."""
+    lines = apt.START.strip().splitlines()
+    assert lines[-1] == 'echo "$! $d"'
+    background = [line for line in lines if line.rstrip().endswith("&")]
+    assert len(background) == 1 and background[0].startswith("setsid ")
+    assert "</dev/null >/dev/null 2>&1 &" in background[0]
+
+
+def test_after_apt_the_nodes_watchdog_says_whether_it_fired() -> None:
+    """The node's clock decides, not the controller's: 'fired' where the watchdog marked its folder
+    (or had already removed it), else the watchdog is ended."""
+    cmd = apt.end_command(4242, "/tmp/gpucluster-apt.Ab3dEf9h")
+    assert cmd == ("if [ -e /tmp/gpucluster-apt.Ab3dEf9h/fired ] || [ ! -d /tmp/gpucluster-apt.Ab3dEf9h ]; "
+                   "then echo fired; else kill -TERM 4242 2>/dev/null; fi")
 
 
 @pytest.mark.parametrize(("stdout", "expected"), [

@@ -40,7 +40,6 @@ import fnmatch
 import os
 import re
 import shlex
-import time
 import uuid
 from typing import Any
 
@@ -76,29 +75,38 @@ KILL_GRACE_S = 10
 # In the environment of every process the task starts on the node: what the watchdog ends.
 MARKER_VAR = "GPUCLUSTER_APT_TASK"
 _WATCHDOG_DIR = re.compile(r"/\S*/gpucluster-apt\.[A-Za-z0-9]+")
-# The node's watchdog, run as `setsid sh -c WATCHDOG gpucluster-apt-watchdog LIMIT GRACE MARKER CONF`
-# (a session of its own: the connection's end does not end it): it prints its pid and its folder
-# (the apt configuration), lets go of the connection, and at LIMIT ends the marked processes, then
-# removes its folder. SIGTERM before LIMIT ends it and its sleep and removes the folder (dash's
-# kill, the node's /bin/sh, cannot signal a process group).
-WATCHDOG = r"""d=$(mktemp -d "${TMPDIR:-/tmp}/gpucluster-apt.XXXXXXXX") || exit 1
-printf '%s\n' "$4" > "$d/apt.conf" || exit 1
-echo "$$ $d"
-exec </dev/null >/dev/null 2>&1
-sleep "$1" &
+# The node's watchdog. START runs in the connection's shell, in the foreground: it makes the
+# watchdog's folder (the apt configuration), starts WATCHDOG in a session of its own (the
+# connection's end does not end it) with no hold on the connection, and prints "<pid> <folder>"
+# itself, so the answer never depends on a background process outliving the session (under a
+# terminal, ssh -tt or sudo's use_pty, the session ends when its shell does). WATCHDOG sleeps to
+# LIMIT; SIGTERM before then ends it and its sleep and removes the folder (dash's kill, the node's
+# /bin/sh, cannot signal a process group). At LIMIT it ignores SIGTERM from then on, marks the
+# folder `fired`, ends the marked processes (SIGTERM, then SIGKILL after GRACE) and removes the folder.
+WATCHDOG = r"""sleep "$1" &
 s=$!
-trap 'kill "$s" 2>/dev/null; rm -rf -- "$d"; exit 0' TERM
+trap 'kill "$s" 2>/dev/null; rm -rf -- "$4"; exit 0' TERM
 wait "$s"
-trap - TERM
+trap '' TERM
+: > "$4/fired"
 sweep() {
   for p in /proc/[0-9]*; do
-    tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qxF "$3" && kill "-$1" "${p#/proc/}" 2>/dev/null
+    tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qxF "$2" && kill "-$1" "${p#/proc/}" 2>/dev/null
   done
 }
-sweep TERM "$1" "$3"
+sweep TERM "$3"
 sleep "$2"
-sweep KILL "$1" "$3"
-rm -rf -- "$d"
+sweep KILL "$3"
+rm -rf -- "$4"
+"""
+# START's arguments: LIMIT GRACE MARKER APT_CONF WATCHDOG. SIGHUP is ignored first, and so by the
+# watchdog (an ignored signal stays ignored across exec): under a terminal, the session's end sends
+# it to the foreground process group, which the watchdog is still in until setsid has run.
+START = r"""trap '' HUP
+d=$(mktemp -d "${TMPDIR:-/tmp}/gpucluster-apt.XXXXXXXX") || exit 1
+printf '%s\n' "$4" > "$d/apt.conf" || { rm -rf -- "$d"; exit 1; }
+setsid sh -c "$5" gpucluster-apt-watchdog "$1" "$2" "$3" "$d" </dev/null >/dev/null 2>&1 &
+echo "$! $d"
 """
 
 
@@ -130,10 +138,17 @@ def apt_config(stall_s: int) -> str:
 
 
 def watchdog_command(limit_s: int, marker: str, stall_s: int) -> str:
-    """The command that starts the node's watchdog (see WATCHDOG); it prints "<pid> <folder>"."""
-    argv = ["setsid", "sh", "-c", WATCHDOG, "gpucluster-apt-watchdog", str(limit_s), str(KILL_GRACE_S),
-            marker, apt_config(stall_s)]
-    return " ".join(shlex.quote(a) for a in argv) + " &"
+    """The command that starts the node's watchdog (START, WATCHDOG); it prints "<pid> <folder>"."""
+    argv = ["sh", "-c", START, "gpucluster-apt-start", str(limit_s), str(KILL_GRACE_S), marker,
+            apt_config(stall_s), WATCHDOG]
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def end_command(pid: int, folder: str) -> str:
+    """After apt: "fired" when the watchdog reached its limit (its mark, or its folder already gone
+    with it), else the watchdog is ended (it removes its folder)."""
+    f = shlex.quote(folder)
+    return f'if [ -e {f}/fired ] || [ ! -d {f} ]; then echo fired; else kill -TERM {pid} 2>/dev/null; fi'
 
 
 def parse_watchdog(stdout: str) -> tuple[int, str] | None:
@@ -231,7 +246,6 @@ class ActionModule(ActionBase):  # type: ignore[misc]
                                            f"{str(said).strip()[-400:]}")
             return result
         pid, folder = watchdog
-        begun = time.monotonic()
         # Ansible's own ActionBase adds to the task's environment for a module run the same way
         # (ANSIBLE_ASYNC_DIR) and takes it out after.
         self._task.environment.append({"APT_CONFIG": f"{folder}/apt.conf", MARKER_VAR: marker.split("=", 1)[1]})
@@ -239,10 +253,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]
             self._run_apt(result, args, installed, task_vars)
         finally:
             self._task.environment.pop()
-            if time.monotonic() - begun < limit_s:
-                self._low_level_execute_command(f"kill -TERM {pid}", sudoable=True)
-            # else the watchdog is ending the task's processes; it then removes its folder and ends.
-        if time.monotonic() - begun >= limit_s:
+            # The node's own clock decides: the watchdog's mark, not the controller's count.
+            ended = self._low_level_execute_command(end_command(pid, folder), sudoable=True)
+        if ended.get("stdout", "").strip() == "fired":
             host = str((task_vars or {}).get("inventory_hostname", "?"))
             apt_said = {k: result[k] for k in ("msg", "rc", "stderr") if k in result}
             for k in ("msg", "rc", "stdout", "stderr", "stdout_lines", "stderr_lines", "module_stdout",
