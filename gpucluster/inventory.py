@@ -197,9 +197,8 @@ def build_inventory(cluster: Cluster, outputs: StackOutputs, *, source: str = "o
         # process the roles run takes it (the playbooks' environment), and each download's URL.
         "gpucluster_access": outputs.access.model_dump(),
         "gpucluster_egress": outputs.egress.model_dump(),
-        "gpucluster_proxy_env": proxy_env(outputs.egress.model_dump(), spec["fabric"], spec["kubernetes"]),
-        "gpucluster_sources": resolved_sources({str(k): v for k, v in outputs.egress.mirrors.items()},
-                                               resolved["software"]),
+        "gpucluster_proxy_env": proxy_env(outputs.egress, cluster.spec.fabric, cluster.spec.kubernetes),
+        "gpucluster_sources": resolved_sources({str(k): v for k, v in outputs.egress.mirrors.items()}, cluster.bom),
         "gpucluster_capabilities": outputs.capabilities.model_dump(),
         # fabric.ofed: the RDMA stack rdma_fabric installs and nvidia_driver's peermem follows.
         "gpucluster_ofed_flavour": cluster.spec.fabric.ofed,

@@ -49,7 +49,7 @@ from gpucluster.lab.layout import (
 from gpucluster.lab.rootfs import rootfs_key
 from gpucluster.outputs import LAB_CAPABILITIES, Capabilities, LinkFloors
 from gpucluster.render.platform import provider_ports
-from gpucluster.spec.cluster import Cluster, platform_data
+from gpucluster.spec.cluster import Cluster
 from gpucluster.spec.loader import load_twins
 from gpucluster.spec.models import BaremetalTarget, LabTarget, TwinBootService, TwinFile
 from gpucluster.spec.rules import twin_bastion_address
@@ -115,7 +115,7 @@ def provider_port_addresses(cluster: Cluster, node_name: str, management_ip: str
     rail: port i, host h (the management address's last octet) takes the first range's address
     i*256 + h, 192.168.<i>.<h> for OCI's 192.168.0.0/16, the pattern an OCI GPU node shows; its
     prefix length ``prefixlen``, else the range's."""
-    platform = platform_data(cluster.platform_of(cluster.node(node_name)))
+    platform = cluster.platform_of(cluster.node(node_name))
     host = int(ipaddress.IPv4Address(management_ip)) & 0xFF
     out = []
     for i, (netdev, cidrs) in enumerate(provider_ports(platform)):
@@ -392,7 +392,7 @@ def fault_command(cluster: Cluster, twin: TwinFile, outputs: dict[str, Any]) -> 
     name = first_gpu_node(cluster)
     node = next(n for n in outputs["nodes"] if n["name"] == name)
     if twin.fault.kind == "remove_fabric_address":
-        provided = provider_ports(platform_data(cluster.platform_of(cluster.node(name))))
+        provided = provider_ports(cluster.platform_of(cluster.node(name)))
         if provided and not node.get("fabric_ip"):
             # The provider addresses the ports (OCI): its address taken off the node's first one.
             return ["ip", "-4", "addr", "flush", "dev", provided[0][0]]

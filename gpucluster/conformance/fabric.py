@@ -28,7 +28,7 @@ from typing import Any
 
 from gpucluster.conformance import allreduce_mpi, progress, run_ib_write_bw, run_nccl_tests
 from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, budget_s, judge
-from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, as_data
+from gpucluster.conformance.nodes import ClusterInventory, NodeInfo
 from gpucluster.conformance.pairs import PairResult, PairSearch, find_slow, rail_search, ring_pairs, rounds
 from gpucluster.conformance.rdma_checks import IB_COUNTER_DUMP, compute_hcas
 from gpucluster.conformance.remote import (
@@ -546,7 +546,7 @@ class Fabric:
                                                       TaggedRemote(self.remote(a_name), tag),
                                                       str(b.fabric_ip or b.address),
                                                       hcas[a_name][i], hcas[b_name][i], self.options.ib_seconds,
-                                                      gid_index(as_data(self.inv.fabric), as_data(a.platform)))
+                                                      gid_index(self.inv.fabric, a.platform))
                         kills = kill_measurement([self.remote(x) for x in (a_name, b_name)], tag)
                         parsed["killed_after"] = {k: v for k, v in kills.items() if v != 0}
                         per_hca.append(parsed)

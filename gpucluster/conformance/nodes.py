@@ -14,13 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel
 
 from gpucluster.errors import InputError
 from gpucluster.hostkeys import Jump
 from gpucluster.inventory_model import parse_inventory_text, validate_inventory
-from gpucluster.outputs import Capabilities, LinkFloors, OutputRail
-from gpucluster.spec.cluster import platform_data
+from gpucluster.outputs import Capabilities, LinkFloors, OutputAccess, OutputEgress, OutputRail
 from gpucluster.spec.contract import NodeContract
 from gpucluster.spec.models import (
     Bom,
@@ -115,15 +113,17 @@ class ClusterInventory:
     path: str
     cluster_name: str
     target: str
-    # The spec's sections as the inventory model read them (gpucluster.spec.models): the checks read
-    # their attributes; a renderer the roles share takes them as data (:func:`as_data`).
+    # The spec's sections as the inventory model read them (gpucluster.spec.models): the checks and
+    # the renderers the roles share (gpucluster.render) read their attributes.
     fabric: Fabric
     bom: Bom
     nodes: tuple[NodeInfo, ...]
     groups: dict[str, tuple[str, ...]]
-    # The inventory's cluster-wide variables as the file holds them: what no spec model types
-    # (the target's outputs: access, egress, capabilities; variables the roles add by hand).
+    # The inventory's cluster-wide variables as the file holds them (variables the roles add by hand).
     all_vars: dict[str, Any] = field(repr=False)
+    # The target's way in and out, as the inventory model read them (gpucluster.outputs).
+    access: OutputAccess = field(default_factory=OutputAccess)
+    egress: OutputEgress | None = None
     # How verify judges (``gpucluster_conformance``: dcgm_diag_level, fleet_margin).
     conformance: Conformance = field(default_factory=Conformance)
     storage: Storage | None = None
@@ -200,16 +200,9 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
         storage=inv.vars.gpucluster_storage,
         kubernetes=inv.vars.gpucluster_kubernetes,
         stack=inv.vars.gpucluster_stack,
+        access=inv.vars.gpucluster_access,
+        egress=inv.vars.gpucluster_egress,
     )
-
-
-def as_data(model: BaseModel | None) -> Any:
-    """A spec model as the data the inventory file holds (defaults filled; the BOM's ``schema`` by its
-    alias; a platform's device and netdev ranges expanded, as the writer wrote them), for the renderers
-    the roles share (gpucluster.render), which read what Ansible passes them."""
-    if isinstance(model, Platform):
-        return platform_data(model)
-    return model.model_dump(mode="json", by_alias=True) if model is not None else None
 
 
 def load_inventory(path: str | Path) -> ClusterInventory:

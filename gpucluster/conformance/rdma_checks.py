@@ -22,7 +22,6 @@ from gpucluster.conformance.remote import Remote, node_folder, quote
 from gpucluster.conformance.run_ib_write_bw import gid_args
 from gpucluster.parsers import parse_run
 from gpucluster.render.platform import RDMA_KINDS, platform_devices
-from gpucluster.spec.cluster import platform_data
 from gpucluster.spec.models import Platform, RoceQos
 
 __all__ = [
@@ -51,7 +50,7 @@ def compute_hcas(platform: Platform, found: list[str]) -> list[str]:
     """The devices ib_write_bw measures on a node: those of ``found`` on the platform's compute rails,
     in the platform's order (so device i of one node pairs with device i of another), never its
     storage ports; all of ``found`` where the compute rails name no devices."""
-    named = platform_devices(platform_data(platform), kinds=RDMA_KINDS)
+    named = platform_devices(platform, kinds=RDMA_KINDS)
     return [d for d in named if d in set(found)] if named else list(found)
 
 
@@ -60,10 +59,9 @@ def hca_problems(found: list[str], platform_name: str, platform: Platform) -> li
     platform: a compute device it lacks, by name; a device no rail of the platform names (where
     every compute rail names its devices), by name; for rails the OS numbers (EFA), the count.
     Devices of the platform's storage and frontend rails are expected and never counted."""
-    data = platform_data(platform)
-    compute = platform_devices(data, kinds=RDMA_KINDS)
+    compute = platform_devices(platform, kinds=RDMA_KINDS)
     named = {d for role in ("compute", "storage", "frontend")
-             for d in platform_devices(data, kinds=(*RDMA_KINDS, "ethernet"), role=role)}
+             for d in platform_devices(platform, kinds=(*RDMA_KINDS, "ethernet"), role=role)}
     unnamed = sum(r.count for r in platform.compute_rails() if r.kind in RDMA_KINDS and not r.devices)
     present = set(found)
     problems = []

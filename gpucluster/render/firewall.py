@@ -12,23 +12,28 @@ rules let in is dropped by the node's own firewall in the middle of a run.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # Types only: the roles' filters import this module in every Ansible worker (render/devices.py).
+    from gpucluster.outputs import OutputAccess
+    from gpucluster.spec.models import Fabric
 
 __all__ = ["ssh_sources"]
 
 
-def ssh_sources(fabric: Mapping[str, Any], admin_cidrs: Sequence[str] | None = None,
-                access: Mapping[str, Any] | None = None) -> list[str]:
+def ssh_sources(fabric: Fabric, admin_cidrs: Sequence[str] | None = None,
+                access: OutputAccess | None = None) -> list[str]:
     """The CIDRs admitted to SSH: the management network, and ``admin_cidrs`` (reached directly)
     or the bastion's source (``access``: the inventory's gpucluster_access), collapsed (a network
     inside another, or two adjacent halves, once), in address order: nftables refuses an interval
     set whose elements overlap ("conflicting intervals specified"), as a bastion's source inside
     the management network would."""
-    bastion = (access or {}).get("bastion") if (access or {}).get("mode") == "bastion" else None
+    bastion = access.bastion if access is not None and access.mode == "bastion" else None
     if bastion is not None:
-        extra = [str(bastion["source_cidr"])] if bastion.get("source_cidr") else []
+        extra = [str(bastion.source_cidr)] if bastion.source_cidr else []
     else:
         extra = [str(c) for c in admin_cidrs or []]
-    nets = [ipaddress.IPv4Network(c) for c in [str(fabric["management_cidr"]), *extra]]
+    nets = [ipaddress.IPv4Network(c) for c in [str(fabric.management_cidr), *extra]]
     return [str(n) for n in ipaddress.collapse_addresses(nets)]

@@ -25,10 +25,15 @@ libfabric variables reach the plugin from the same file.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
+from gpucluster.render.devices import expand_devices
 from gpucluster.spec.facts import FABRIC_TYPES
+
+if TYPE_CHECKING:
+    # Types only: the roles' filters import this module in every Ansible worker (render/devices.py).
+    from gpucluster.spec.models import Fabric, Platform
 
 NCCL_CONF_PATH = "/etc/nccl.conf"
 
@@ -76,7 +81,7 @@ _DEVICE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_]{0,31}$")
 _IFNAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$")
 
 
-def compute_hcas(platform: Mapping[str, Any]) -> list[str]:
+def compute_hcas(platform: Platform) -> list[str]:
     """The RDMA devices NCCL uses on a node of ``platform``: its compute rails' devices, in order.
 
     Only InfiniBand and RoCE rails with the compute role: a storage or frontend port (a DGX's
@@ -84,12 +89,12 @@ def compute_hcas(platform: Mapping[str, Any]) -> list[str]:
     carries each rail's devices as exact names (the platform's ranges expanded when it was written).
     """
     out: list[str] = []
-    for rail in platform.get("rails") or []:
-        if rail.get("role") != "compute" or rail.get("kind") not in ("infiniband", "roce"):
+    for rail in platform.rails:
+        if rail.role != "compute" or rail.kind not in ("infiniband", "roce"):
             continue
-        devices = list(rail.get("devices") or [])
-        if len(devices) != int(rail.get("count", 0)):
-            raise ValueError(f"rail {rail.get('name')!r}: {rail.get('count')} ports but {len(devices)} device name(s)")
+        devices = expand_devices(rail.devices or [])
+        if len(devices) != rail.count:
+            raise ValueError(f"rail {rail.name!r}: {rail.count} ports but {len(devices)} device name(s)")
         out += [str(d) for d in devices]
     return out
 
@@ -156,42 +161,40 @@ def socket_ifname_problem(value: str, interfaces: Sequence[str]) -> str | None:
     return f"NCCL_SOCKET_IFNAME={value} {how} of the node's ({', '.join(interfaces) or 'none'})"
 
 
-def socket_rails(platform: Mapping[str, Any]) -> list[str]:
+def socket_rails(platform: Platform) -> list[str]:
     """The interfaces of the platform's compute Ethernet rails (the lab's), in rail order: NCCL's
     socket transport carries its data over them. RDMA rails are reached through NCCL's IB or OFI
     transport instead, and a storage or frontend port never carries NCCL's traffic."""
     out: list[str] = []
-    for rail in platform.get("rails") or []:
-        if rail.get("role") == "compute" and rail.get("kind") == "ethernet":
-            out += [str(d) for d in rail.get("devices") or []]
+    for rail in platform.rails:
+        if rail.role == "compute" and rail.kind == "ethernet":
+            out += [str(d) for d in expand_devices(rail.devices or [])]
     return out
 
 
-def efa_device_rdma(platform: Mapping[str, Any]) -> bool:
+def efa_device_rdma(platform: Platform) -> bool:
     """Whether the platform's AWS instance type has EFA RDMA read (see EFA_RDMA_READ_INSTANCE_TYPES)."""
-    instance_type = (platform.get("instance_types") or {}).get("aws")
+    instance_type = platform.instance_types.get("aws")
     return instance_type in EFA_RDMA_READ_INSTANCE_TYPES
 
 
-def gid_index(fabric: Mapping[str, Any], platform: Mapping[str, Any] | None = None) -> int | None:
+def gid_index(fabric: Fabric, platform: Platform | None = None) -> int | None:
     """The RoCE GID index NCCL is set to use (``NCCL_IB_GID_INDEX`` in /etc/nccl.conf): the
     provider's where the platform's QoS is the provider's (OCI: 3), else the spec's
     ``fabric.gid_index``; None where NCCL picks its own. The perftest runs (GC-RDMA-001,
     GC-RDMA-002) pass the same index (``-x``), so what they measure is the GID NCCL's traffic takes."""
-    if fabric.get("type") != "roce":
+    if fabric.type != "roce":
         # NCCL reads NCCL_IB_GID_INDEX in RoCE mode only (NCCL's environment variables, NCCL_IB_GID_INDEX:
         # "used in RoCE mode"); on InfiniBand it routes by LID, and perftest's -x would send it
         # through a GRH path NCCL never takes (an empty index fails outright).
         return None
-    provider = (platform or {}).get("provider_qos")
-    if provider:
-        return int(provider["gid_index"])
-    value = fabric.get("gid_index")
-    return None if value is None else int(value)
+    provider = platform.provider_qos if platform is not None else None
+    if provider is not None:
+        return provider.gid_index
+    return fabric.gid_index
 
 
-def nccl_settings(fabric: Mapping[str, Any], platform: Mapping[str, Any],
-                  fabric_interface: str | None) -> dict[str, str]:
+def nccl_settings(fabric: Fabric, platform: Platform, fabric_interface: str | None) -> dict[str, str]:
     """The NCCL settings, in file order, for a node of ``platform`` on ``fabric``.
 
     ``fabric_interface`` is the node's fabric interface from the inventory; the spec's
@@ -199,13 +202,13 @@ def nccl_settings(fabric: Mapping[str, Any], platform: Mapping[str, Any],
     ``nccl_socket_interface`` (the provider's own choice: OCI's eth0). Socket traffic (NCCL's
     bootstrap, and the data path on Ethernet) is pinned to that interface where one is known.
     """
-    kind = fabric.get("type")
+    kind = fabric.type
     if kind not in FABRIC_TYPES:
         raise ValueError(f"fabric type {kind!r} is not one of {', '.join(FABRIC_TYPES)}")
     settings: dict[str, str] = {}
     rails = socket_rails(platform) if kind == "ethernet" else []
-    ifname = fabric.get("socket_ifname") or fabric_interface or platform.get("nccl_socket_interface")
-    if fabric.get("socket_ifname") or not rails:
+    ifname = fabric.socket_ifname or fabric_interface or platform.nccl_socket_interface
+    if fabric.socket_ifname or not rails:
         if ifname:
             settings["NCCL_SOCKET_IFNAME"] = socket_ifname_value(str(ifname))
     else:
@@ -217,8 +220,8 @@ def nccl_settings(fabric: Mapping[str, Any], platform: Mapping[str, Any],
         # A provider that owns the network's QoS (the platform's provider_qos: OCI) publishes the
         # timeout, GID, traffic class and service level its network expects; the spec's own
         # values serve elsewhere.
-        provider = platform.get("provider_qos") or {}
-        settings["NCCL_IB_TIMEOUT"] = str(int(provider.get("ib_timeout", fabric.get("ib_timeout", 20))))
+        provider = platform.provider_qos
+        settings["NCCL_IB_TIMEOUT"] = str(provider.ib_timeout if provider is not None else fabric.ib_timeout)
         # Only when the spec (or the provider) names one: left unset, NCCL (2.21 and later; the
         # BOM pins 2.27) selects the GID itself for the address family NCCL_IB_ADDR_FAMILY,
         # default AF_INET (NCCL_IB_GID_INDEX "The default value is -1", NCCL_IB_ADDR_FAMILY,
@@ -226,12 +229,12 @@ def nccl_settings(fabric: Mapping[str, Any], platform: Mapping[str, Any],
         gid = gid_index(fabric, platform)
         if gid is not None:
             settings["NCCL_IB_GID_INDEX"] = str(gid)
-        qos = fabric.get("roce_qos")
-        if kind == "roce" and provider:
-            settings["NCCL_IB_TC"] = str(int(provider["traffic_class"]))
-            settings["NCCL_IB_SL"] = str(int(provider["service_level"]))
-        elif kind == "roce" and qos:
-            settings["NCCL_IB_TC"] = str(int(qos.get("traffic_class", 106)))
+        qos = fabric.roce_qos
+        if kind == "roce" and provider is not None:
+            settings["NCCL_IB_TC"] = str(provider.traffic_class)
+            settings["NCCL_IB_SL"] = str(provider.service_level)
+        elif kind == "roce" and qos is not None:
+            settings["NCCL_IB_TC"] = str(qos.traffic_class)
     elif kind == "efa":
         # "FI_PROVIDER="efa" - specifies the fabric interface provider. This must be set to
         # "efa"" (AWS, Get started with EFA and NCCL, base AMI:
@@ -253,7 +256,7 @@ def nccl_settings(fabric: Mapping[str, Any], platform: Mapping[str, Any],
             settings["NCCL_CROSS_NIC"] = "0"
     # What the provider's image writes for the shape (Azure's topology file...): kept beside ours,
     # so that its boot-time rewrite and this file agree (the nccl role restores this file after it).
-    for key, value in (platform.get("image_nccl") or {}).items():
+    for key, value in platform.image_nccl.items():
         settings.setdefault(str(key), str(value))
     return settings
 

@@ -16,7 +16,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # Types only: the roles' filters import this module in every Ansible worker (render/devices.py).
+    from gpucluster.spec.models import Bom, _OsRelease
 
 ROLES = ("common", "nvidia_cuda_repo", "nvidia_driver", "cuda_toolkit", "nccl", "gpu_validation", "container_runtime",
          "rdma_fabric", "monitoring", "kubernetes_node", "kubernetes_control_plane", "ceph_common")
@@ -96,21 +100,20 @@ OS_TRAITS: dict[str, OsTraits] = {
 }
 
 
-def cuda_major(bom: Mapping[str, Any]) -> str:
+def cuda_major(bom: Bom) -> str:
     """The BOM's CUDA major version ("12.8.1" -> "12"): which DCGM CUDA package a node gets."""
-    major = str(bom["cuda"]["version"]).split(".", 1)[0]
+    major = str(bom.cuda.version).split(".", 1)[0]
     if not major.isdigit():
-        raise ValueError(f"cuda.version: {bom['cuda']['version']!r} does not start with a major version number")
+        raise ValueError(f"cuda.version: {bom.cuda.version!r} does not start with a major version number")
     return major
 
 
-def _release(bom: Mapping[str, Any], os_id: str) -> Mapping[str, Any]:
-    table = bom.get("os") or {}
-    if os_id not in table or os_id not in OS_TRAITS:
+def _release(bom: Bom, os_id: str) -> _OsRelease:
+    release = next((rel for key, rel in bom.os.items() if key == os_id), None)
+    if release is None or os_id not in OS_TRAITS:
         known = ", ".join(sorted(OS_TRAITS))
         raise ValueError(f"gpucluster_os: {os_id!r} is not a supported OS (one of {known}); "
                          "set target.os or node_pools[].os in the stack file and run `gpucluster inventory`")
-    release: Mapping[str, Any] = table[os_id]
     return release
 
 
@@ -148,19 +151,19 @@ def kernel_hold(os_id: str, kernel: str, arch: str) -> list[str]:
             f"linux-headers-{_deb_arch(arch)}"]
 
 
-def ceph_release(bom: Mapping[str, Any], os_id: str, source: str) -> dict[str, str]:
+def ceph_release(bom: Bom, os_id: str, source: str) -> dict[str, str]:
     """The Ceph release and version a node of ``os_id`` installs from ``source`` (upstream | distro)."""
-    ceph = bom["ceph"]
+    ceph = bom.ceph
     if source == "upstream":
-        return {"release": ceph["release"], "version": ceph["version"]}
-    distro = (ceph.get("distro") or {}).get(os_id)
+        return {"release": ceph.release, "version": ceph.version}
+    distro = next((rel for key, rel in ceph.distro.items() if key == os_id), None)
     if distro is None:
         raise ValueError(f"ceph.distro: the bill of materials names no {os_id} archive Ceph; "
                          "this OS installs Ceph from download.ceph.com (ceph source upstream)")
-    return {"release": distro["release"], "version": distro["version"]}
+    return {"release": distro.release, "version": distro.version}
 
 
-def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "", arch: str = "x86_64",
+def os_packages(os_id: str, role: str, bom: Bom, kernel: str = "", arch: str = "x86_64",
                 ceph_source: str = "upstream", ceph_mirror_url: str = "",
                 names: Sequence[str] | None = None) -> dict[str, Any]:
     """One role's repositories, pinned packages, kernel headers and held kernel packages on ``os_id``.
@@ -175,7 +178,7 @@ def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "",
     cuda_uri = f"{CUDA_REPO_URL}/{traits.nvidia_repo_dist}/{_nvidia_arch(arch)}/"
     cuda_repo = _repo("gpucluster-cuda", cuda_uri, ["/"], f"{cuda_uri}{CUDA_REPO_KEY_ID}.pub")
     out: dict[str, Any] = {
-        "os": {"id": rel["id"], "version_id": rel["version_id"], "codename": rel["codename"]},
+        "os": {"id": rel.id, "version_id": rel.version_id, "codename": rel.codename},
         "repositories": [],
         "packages": [],
         "kernel_headers": [f"linux-headers-{kernel}"] if kernel else [],
@@ -190,32 +193,32 @@ def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "",
         # The common role owns the kernel: it holds out["kernel_hold"] (common_kernel_hold_enabled).
         out["packages"] = list(names or ("chrony", "nftables", "openssh-server"))
     elif role == "nvidia_driver":
-        drv = bom["nvidia_driver"]
-        out["packages"] = [f"nvidia-open-{drv['branch']}={drv['version']}-*", "dkms", *out["kernel_headers"]]
+        drv = bom.nvidia_driver
+        out["packages"] = [f"nvidia-open-{drv.branch}={drv.version}-*", "dkms", *out["kernel_headers"]]
         out["distro_method"] = traits.distro_nvidia
-        out["distro_version"] = drv["debian_version"] if traits.distro_nvidia else None
+        out["distro_version"] = drv.debian_version if traits.distro_nvidia else None
     elif role == "cuda_toolkit":
-        cuda = bom["cuda"]
-        out["packages"] = [f"cuda-toolkit-{cuda['package_suffix']}={cuda['version']}-*"]
+        cuda = bom.cuda
+        out["packages"] = [f"cuda-toolkit-{cuda.package_suffix}={cuda.version}-*"]
         out["distro_method"] = traits.distro_nvidia
     elif role == "nccl":
-        nccl = bom["nccl"]
-        pin = f"{nccl['version']}-1+cuda{nccl['cuda_build']}"
+        nccl = bom.nccl
+        pin = f"{nccl.version}-1+cuda{nccl.cuda_build}"
         out["packages"] = [f"libnccl2={pin}", f"libnccl-dev={pin}"]
     elif role == "gpu_validation":
         # DCGM 4 splits into a CUDA-agnostic core (nv-hostengine, dcgmi) and one package per CUDA
         # major (the diagnostic's CUDA plugins); the major is the BOM's CUDA, the one the driver
         # branch serves. Both carry the epoch DCGM_EPOCH. NSCQ is for NVSwitch systems only; its
         # branch and version are the driver's.
-        dcgm = f"{DCGM_EPOCH}:{bom['dcgm']['version']}-*"
-        drv = bom["nvidia_driver"]
+        dcgm = f"{DCGM_EPOCH}:{bom.dcgm.version}-*"
+        drv = bom.nvidia_driver
         out["dcgm_packages"] = [f"{DCGM_CORE_PACKAGE}={dcgm}",
                                 f"{DCGM_CUDA_PACKAGE.format(major=cuda_major(bom))}={dcgm}"]
-        out["nscq_packages"] = [f"{NSCQ_PACKAGE.format(branch=drv['branch'])}={drv['version']}-*"]
+        out["nscq_packages"] = [f"{NSCQ_PACKAGE.format(branch=drv.branch)}={drv.version}-*"]
         out["dcgm_service"] = DCGM_SERVICE
         out["packages"] = [*out["dcgm_packages"], *out["nscq_packages"]]
     elif role == "container_runtime":
-        v = bom["container_toolkit"]["version"]
+        v = bom.container_toolkit.version
         out["repositories"] = [_repo("gpucluster-nvidia-container-toolkit", f"{TOOLKIT_REPO_URL}/$(ARCH)", ["/"],
                                      TOOLKIT_REPO_URL.removesuffix("/stable/deb") + "/gpgkey")]
         # containerd from the OS archive (Debian 12 and both Ubuntu releases name it `containerd`).
@@ -230,7 +233,7 @@ def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "",
     elif role == "rdma_fabric":
         out["packages"] = list(names or ("rdma-core", "ibverbs-providers", "ibverbs-utils", "perftest",
                                          "infiniband-diags", "iproute2"))
-        doca = (bom.get("doca_ofed") or {}).get("version", "")
+        doca = bom.doca_ofed.version
         out["doca_version"] = doca
         out["doca_dist"] = traits.doca_dist
         if traits.doca_dist and doca:
@@ -244,13 +247,13 @@ def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "",
         out["packages"] = ["prometheus-node-exporter"]
         out["dcgm_hostengine"] = DCGM_HOSTENGINE
     elif role == "kubernetes_node":
-        kube = bom["kubernetes"]
-        uri = f"{KUBERNETES_REPO_URL}/v{kube['minor']}/deb/"
+        kube = bom.kubernetes
+        uri = f"{KUBERNETES_REPO_URL}/v{kube.minor}/deb/"
         # pkgs.k8s.io: one repository per minor, the same line on every OS
         # (https://kubernetes.io/docs/setup/production-environment/tools/kubeadm/install-kubeadm/).
         out["repositories"] = [_repo("gpucluster-kubernetes", uri, ["/"], f"{uri}Release.key")]
         out["hold"] = ["kubelet", "kubeadm", "kubectl"]
-        out["packages"] = [*(f"{p}={kube['version']}-*" for p in out["hold"]), "cri-tools", "kubernetes-cni"]
+        out["packages"] = [*(f"{p}={kube.version}-*" for p in out["hold"]), "cri-tools", "kubernetes-cni"]
         # What kubeadm's preflight and kube-proxy need, from the OS archive.
         out["prerequisites"] = list(names or ("conntrack", "socat", "ebtables", "ethtool", "iptables", "ipset",
                                               "curl", "ca-certificates"))
@@ -259,9 +262,9 @@ def os_packages(os_id: str, role: str, bom: Mapping[str, Any], kernel: str = "",
         out["packages"] = ["keepalived"]
     elif role == "ceph_common":
         ceph = ceph_release(bom, os_id, ceph_source)
-        mirror = (ceph_mirror_url or bom["ceph"]["mirror_url"]).rstrip("/")
+        mirror = (ceph_mirror_url or bom.ceph.mirror_url).rstrip("/")
         if ceph_source == "upstream":
-            out["repositories"] = [_repo("gpucluster-ceph", f"{mirror}/debian-{ceph['release']}/", [rel["codename"]],
+            out["repositories"] = [_repo("gpucluster-ceph", f"{mirror}/debian-{ceph['release']}/", [rel.codename],
                                          f"{mirror}/keys/release.asc", ["main"])]
         out["ceph"] = {"source": ceph_source, **ceph}
         out["packages"] = [f"{n}={ceph['version']}*" for n in (names or ("ceph-common",))]

@@ -6,10 +6,14 @@ nvidia-peermem, the RoCE QoS script, GC-NET-003 and GC-NET-005 name the same dev
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from gpucluster.render.devices import RDMA_KINDS, expand_devices
+
+if TYPE_CHECKING:
+    # Types only: the roles' filters import this module in every Ansible worker (render/devices.py).
+    from gpucluster.spec.models import Platform, Rail
 
 __all__ = ["RDMA_KINDS", "fabric_netdev", "platform_devices", "platform_rail_count", "platform_rdma_addressed",
            "provider_ports"]
@@ -20,57 +24,55 @@ __all__ = ["RDMA_KINDS", "fabric_netdev", "platform_devices", "platform_rail_cou
 CLUSTER_ADDRESSED = ("shared_subnet", "subnet_per_rail")
 
 
-def _rails(platform: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
-    return list((platform or {}).get("rails") or [])
+def _rails(platform: Platform | None) -> list[Rail]:
+    return list(platform.rails) if platform is not None else []
 
 
-def platform_devices(platform: Mapping[str, Any] | None, kinds: Sequence[str] = ("infiniband", "roce"),
+def platform_devices(platform: Platform | None, kinds: Sequence[str] = ("infiniband", "roce"),
                      role: str = "compute") -> list[str]:
     """The exact RDMA device names (mlx5_0, ...) of the platform's ``role`` rails of ``kinds``, in
     rail order. EFA rails name no devices (the OS numbers them), so they add none."""
     out: list[str] = []
     for rail in _rails(platform):
-        if rail.get("role") == role and rail.get("kind") in kinds:
-            out += expand_devices(list(rail.get("devices") or []))
+        if rail.role == role and rail.kind in kinds:
+            out += expand_devices(rail.devices or [])
     return out
 
 
-def platform_rail_count(platform: Mapping[str, Any] | None, kinds: Sequence[str],
+def platform_rail_count(platform: Platform | None, kinds: Sequence[str],
                         role: str | None = "compute") -> int:
     """Ports on the platform's rails of ``kinds`` (of ``role``; any role when None): the sum of the
     rails' ``count``."""
-    return sum(int(r.get("count") or 0) for r in _rails(platform)
-               if r.get("kind") in kinds and (role is None or r.get("role") == role))
+    return sum(r.count for r in _rails(platform) if r.kind in kinds and (role is None or r.role == role))
 
 
-def platform_rdma_addressed(platform: Mapping[str, Any] | None) -> bool:
+def platform_rdma_addressed(platform: Platform | None) -> bool:
     """Whether a node of the platform carries the cluster's fabric address: it has an RDMA rail
     (InfiniBand, RoCE, EFA) the cluster addresses. A storage VM with no RDMA rail, EFA (addressing
     none: libfabric needs no IP on it) and ports the provider addresses (OCI) carry none of it."""
-    return any(r.get("kind") in RDMA_KINDS and r.get("addressing", "none") in CLUSTER_ADDRESSED
-               for r in _rails(platform))
+    return any(r.kind in RDMA_KINDS and r.addressing in CLUSTER_ADDRESSED for r in _rails(platform))
 
 
-def provider_ports(platform: Mapping[str, Any] | None) -> list[tuple[str, list[str]]]:
+def provider_ports(platform: Platform | None) -> list[tuple[str, list[str]]]:
     """(netdev, the provider's ranges) of every port of the platform's compute RDMA rails whose
     addresses the provider's image sets (``addressing: provider``: OCI's 16 RDMA ports), in rail
     order: the node adopts what they carry, GC-NET-001/002 judge each and the all-reduce's data
     goes over those ranges. Empty where the cluster, or nobody, addresses the fabric."""
     out: list[tuple[str, list[str]]] = []
     for rail in _rails(platform):
-        if rail.get("role") == "compute" and rail.get("kind") in RDMA_KINDS and rail.get("addressing") == "provider":
-            cidrs = [str(c) for c in rail.get("provider_cidrs") or []]
-            out += [(str(d), cidrs) for d in expand_devices(list(rail.get("netdevs") or []))]
+        if rail.role == "compute" and rail.kind in RDMA_KINDS and rail.addressing == "provider":
+            cidrs = [str(c) for c in rail.provider_cidrs]
+            out += [(str(d), cidrs) for d in expand_devices(rail.netdevs or [])]
     return out
 
 
-def fabric_netdev(platform: Mapping[str, Any] | None) -> str | None:
+def fabric_netdev(platform: Platform | None) -> str | None:
     """The interface that carries a node's fabric address, as its platform names it: the first
     netdev of its first addressed RDMA rail, compute rails before storage ones (DGX H100: ibp24s0,
     mlx5_0's IPoIB port). None where the platform names no netdev (EFA, a generic server)."""
     for role in ("compute", "storage"):
         for rail in _rails(platform):
-            if (rail.get("role") == role and rail.get("kind") in RDMA_KINDS
-                    and rail.get("addressing", "none") in CLUSTER_ADDRESSED and rail.get("netdevs")):
-                return expand_devices(list(rail["netdevs"]))[0]
+            if (rail.role == role and rail.kind in RDMA_KINDS and rail.addressing in CLUSTER_ADDRESSED
+                    and rail.netdevs):
+                return expand_devices(rail.netdevs)[0]
     return None

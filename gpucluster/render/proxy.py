@@ -23,8 +23,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # Types only: the roles' filters import this module in every Ansible worker (render/devices.py).
+    from gpucluster.outputs import OutputEgress
+    from gpucluster.spec.models import Fabric, Kubernetes
 
 __all__ = ["METADATA_ADDRESSES", "no_proxy", "proxy_env", "proxy_settings"]
 
@@ -38,12 +43,11 @@ KUBERNETES_NAMES = (".svc", ".cluster.local")
 _HOST = re.compile(r"^https?://([A-Za-z0-9.-]+)")
 
 
-def _active(egress: Mapping[str, Any] | None) -> bool:
-    return bool(egress) and (egress or {}).get("mode") == "proxy"
+def _active(egress: OutputEgress | None) -> bool:
+    return egress is not None and egress.mode == "proxy"
 
 
-def no_proxy(egress: Mapping[str, Any] | None, fabric: Mapping[str, Any],
-             kubernetes: Mapping[str, Any] | None = None) -> list[str]:
+def no_proxy(egress: OutputEgress | None, fabric: Fabric, kubernetes: Kubernetes | None = None) -> list[str]:
     """What goes around the proxy, each once, in order: localhost, the metadata addresses, the
     management and fabric networks, Kubernetes' networks and names, the mirrors' hosts, then the
     spec's entries."""
@@ -51,25 +55,24 @@ def no_proxy(egress: Mapping[str, Any] | None, fabric: Mapping[str, Any],
         return []
     assert egress is not None
     out: list[str] = ["localhost", "127.0.0.1", *METADATA_ADDRESSES,
-                      str(fabric["management_cidr"]), str(fabric["fabric_cidr"])]
-    if kubernetes and kubernetes.get("enabled", True):
-        out += [str(kubernetes["pod_cidr"]), str(kubernetes["service_cidr"]), *KUBERNETES_NAMES]
-    for url in (egress.get("mirrors") or {}).values():
+                      str(fabric.management_cidr), str(fabric.fabric_cidr)]
+    if kubernetes is not None and kubernetes.enabled:
+        out += [str(kubernetes.pod_cidr), str(kubernetes.service_cidr), *KUBERNETES_NAMES]
+    for url in egress.mirrors.values():
         found = _HOST.match(str(url))
         if found:
             out.append(found.group(1))
-    out += [str(entry) for entry in egress.get("no_proxy") or []]
+    out += [str(entry) for entry in egress.no_proxy]
     return list(dict.fromkeys(out))
 
 
-def proxy_env(egress: Mapping[str, Any] | None, fabric: Mapping[str, Any],
-              kubernetes: Mapping[str, Any] | None = None) -> dict[str, str]:
+def proxy_env(egress: OutputEgress | None, fabric: Fabric, kubernetes: Kubernetes | None = None) -> dict[str, str]:
     """The environment a process takes the proxy from, in both spellings (curl and apt read the
     lower-case names, Go programs such as containerd either); ``{}`` outside ``mode: proxy``."""
     if not _active(egress):
         return {}
     assert egress is not None
-    values = {"http_proxy": str(egress["http_proxy"]), "https_proxy": str(egress["https_proxy"]),
+    values = {"http_proxy": str(egress.http_proxy), "https_proxy": str(egress.https_proxy),
               "no_proxy": ",".join(no_proxy(egress, fabric, kubernetes))}
     return {**values, **{k.upper(): v for k, v in values.items()}}
 
@@ -88,8 +91,8 @@ def _direct_hosts(entries: Sequence[str]) -> list[str]:
     return out
 
 
-def proxy_settings(egress: Mapping[str, Any] | None, fabric: Mapping[str, Any],
-                   kubernetes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def proxy_settings(egress: OutputEgress | None, fabric: Fabric,
+                   kubernetes: Kubernetes | None = None) -> dict[str, Any]:
     """Every client's form of the proxy: ``enabled``, ``env``, ``apt`` (option -> value, in
     order), ``pip`` (pip.conf's ``[global]`` keys) and ``systemd_environment`` (``KEY=value``)."""
     env = proxy_env(egress, fabric, kubernetes)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from gpucluster.spec.facts import MTU_MAX, MTU_MIN
 
@@ -34,11 +34,25 @@ RAIL_SYSCTLS: dict[str, str] = {"accept_local": "1", "arp_announce": "2", "arp_i
 # The most rails a node's rail list may hold (a platform rail has at most 64 ports).
 MAX_RAILS = 64
 
+
+
+class AddressedRail(Protocol):
+    """An addressed compute rail: the outputs' OutputRail (the inventory's ``gpucluster_rails``), or
+    the spec's planned NodeRail on a bare-metal target."""
+
+    @property
+    def interface(self) -> str: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def cidr(self) -> str: ...
+
+
 # A Linux interface name (at most 15 bytes); dots allowed: VLAN rails (enp16s0np0.100) are named so.
 _IFNAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$")
 
 
-def rail_settings(rails: Sequence[Mapping[str, Any]] | None, mtu: int) -> list[dict[str, Any]]:
+def rail_settings(rails: Sequence[AddressedRail] | None, mtu: int) -> list[dict[str, Any]]:
     """Per rail, in order: interface, address, prefix length, subnet, MTU, table and rule priority,
     and the per-interface sysctls. Raises ValueError on a rail that cannot be configured."""
     out: list[dict[str, Any]] = []
@@ -49,14 +63,14 @@ def rail_settings(rails: Sequence[Mapping[str, Any]] | None, mtu: int) -> list[d
         raise ValueError(f"MTU {mtu} is outside {MTU_MIN}-{MTU_MAX}")
     seen: set[str] = set()
     for i, rail in enumerate(items):
-        name = str(rail.get("interface", ""))
+        name = str(rail.interface)
         if not _IFNAME.match(name):
             raise ValueError(f"rail {i}: not an interface name: {name!r}")
         if name in seen:
             raise ValueError(f"rail {i}: interface {name} is named twice")
         seen.add(name)
-        net = ipaddress.IPv4Network(str(rail.get("cidr", "")))
-        address = ipaddress.IPv4Address(str(rail.get("address", "")))
+        net = ipaddress.IPv4Network(str(rail.cidr))
+        address = ipaddress.IPv4Address(str(rail.address))
         if address not in net or address in (net.network_address, net.broadcast_address):
             raise ValueError(f"rail {i} ({name}): {address} is not a host address of {net}")
         out.append({
@@ -75,7 +89,7 @@ def rail_settings(rails: Sequence[Mapping[str, Any]] | None, mtu: int) -> list[d
     return out
 
 
-def rail_sysctl_lines(rails: Sequence[Mapping[str, Any]] | None, mtu: int) -> list[str]:
+def rail_sysctl_lines(rails: Sequence[AddressedRail] | None, mtu: int) -> list[str]:
     """The sysctl.d lines for every rail, ``net/ipv4/conf/<interface>/<key> = <value>``: the slash
     form, in which a dot in an interface name (a VLAN's) stays part of the name (sysctl.d(5): when
     the first separator is a slash, remaining dots are left intact)."""

@@ -7,8 +7,13 @@ services and the check that expects them read one answer (filter
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    # Types only: the roles' filters import this module in every Ansible worker (render/devices.py).
+    from gpucluster.outputs import Capabilities
+    from gpucluster.spec.models import HardwareProfile
 
 # common: sshd, chrony (time), nftables (firewall); monitoring: node_exporter.
 BASE_SERVICES = ("ssh", "chrony", "nftables", "prometheus-node-exporter")
@@ -20,17 +25,17 @@ GPU_SERVICES = ("nvidia-persistenced", "nvidia-fabricmanager", "nvidia-dcgm")
 ALL_SERVICES = BASE_SERVICES + GPU_SERVICES
 
 
-def required_services(groups: Sequence[str], profile: Mapping[str, Any],
-                      capabilities: Mapping[str, Any] | None = None) -> list[str]:
-    """The services a node in ``groups`` with ``profile`` must run, in ALL_SERVICES order.
-    ``capabilities`` (the inventory's gpucluster_capabilities) decides DCGM's; without it, none."""
+def required_services(groups: Sequence[str], profile: HardwareProfile | None,
+                      capabilities: Capabilities | None = None) -> list[str]:
+    """The services a node in ``groups`` with ``profile`` (None: none named, so no GPU) must run, in
+    ALL_SERVICES order. ``capabilities`` (the inventory's gpucluster_capabilities) decides DCGM's;
+    without it, none."""
     services = list(BASE_SERVICES)
-    gpu = profile.get("gpu") or {}
-    if "gpu" in groups and int(gpu.get("count", 0)) > 0:
+    gpu = profile.gpu if profile is not None else None
+    if "gpu" in groups and gpu is not None and gpu.count > 0:
         services.append("nvidia-persistenced")
-        if gpu.get("fabric_manager"):
+        if gpu.fabric_manager:
             services.append("nvidia-fabricmanager")
-        caps = capabilities or {}
-        if caps.get("nvidia_repo") and caps.get("heavy_packages"):
+        if capabilities is not None and capabilities.nvidia_repo and capabilities.heavy_packages:
             services.append("nvidia-dcgm")
     return services

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpucluster.render.os_packages import CUDA_REPO_URL, DOCA_REPO_URL, TOOLKIT_REPO_URL
+
+if TYPE_CHECKING:
+    # Types only: the roles' filters import this module in every Ansible worker (render/devices.py).
+    from gpucluster.spec.models import Bom
 
 __all__ = ["EFA_INSTALLER_URL", "GITHUB", "SOURCES", "Needs", "Source", "needed_sources", "resolved_sources"]
 
@@ -86,7 +90,7 @@ def _github(url: str, mirror: str) -> str:
     return mirror.rstrip("/") + url[len(GITHUB):] if mirror and url.startswith(GITHUB + "/") else url
 
 
-def resolved_sources(mirrors: Mapping[str, str], bom: Mapping[str, Any]) -> dict[str, str]:
+def resolved_sources(mirrors: Mapping[str, str], bom: Bom) -> dict[str, str]:
     """The URL each source is fetched from: the mirror where the spec names one, else upstream.
 
     ``""`` where the roles' own default is upstream's several places (``kubernetes``: each
@@ -105,9 +109,9 @@ def resolved_sources(mirrors: Mapping[str, str], bom: Mapping[str, Any]) -> dict
         "efa_installer": mirrors.get("efa_installer", EFA_INSTALLER_URL),
         "kubernetes": mirrors.get("kubernetes", ""),
         "container_registry": mirrors.get("container_registry", ""),
-        "ceph": mirrors.get("ceph", str((bom.get("ceph") or {}).get("mirror_url", ""))),
+        "ceph": mirrors.get("ceph", str(bom.ceph.mirror_url)),
     }
+    tarballs = {"nccl_tests": bom.nccl_tests, "gpu_burn": bom.gpu_burn, "nvbandwidth": bom.nvbandwidth}
     for name in BOM_TARBALLS:
-        entry = bom.get(name) or {}
-        out[name] = _github(str(entry.get("source_url", "")), mirrors.get("sources", ""))
+        out[name] = _github(str(tarballs[name].source_url), mirrors.get("sources", ""))
     return {k: v.rstrip("/") for k, v in out.items()}

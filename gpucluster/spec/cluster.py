@@ -304,7 +304,7 @@ def fabric_interface(spec: ClusterSpec, pool: NodePool, platform: Platform, fabr
     nothing names one."""
     if pool.fabric_interface:
         return pool.fabric_interface
-    netdev = fabric_netdev(platform_data(platform))
+    netdev = fabric_netdev(platform)
     if netdev:
         return netdev
     if fabric_macs and spec.fabric.type != "infiniband":

@@ -20,7 +20,7 @@ BASTION_SIZE = "Standard_B1s"
 
 def ipoib_interface(cluster: Cluster, node: str) -> str | None:
     """The node's IPoIB interface as its platform names it (ib0 on ND H100 v5), or None."""
-    return fabric_netdev(cluster.platform_of(cluster.node(node)).model_dump())
+    return fabric_netdev(cluster.platform_of(cluster.node(node)))
 
 
 def deploy(cluster: Cluster) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def node_data(cluster: Cluster, node: Node, declared: BareMetalNode) -> NodeData
     # rendering the fabric_rails role writes and GC-NET-001/GC-RAIL-001 check. Port 0 carries the
     # node's fabric address (gpucluster.spec.cluster.rail_cidrs).
     rails = tuple(Interface(r["interface"], f"{r['address']}/{r['prefixlen']}", r["mtu"], match_name=r["interface"])
-                  for r in rail_settings([r.as_dict() for r in node.rails], fabric.mtu))
+                  for r in rail_settings(node.rails, fabric.mtu))
     if name == FABRIC_INTERFACE and declared.fabric_macs:
         fab_ifaces = (Interface(FABRIC_INTERFACE, address, fabric.mtu, mac=declared.fabric_macs[0]),)
     elif name and name not in {r.interface for r in node.rails}:

@@ -9,7 +9,6 @@ import pulumi_oci as oci
 
 from gpucluster.render.platform import platform_rdma_addressed
 from gpucluster.spec import Cluster
-from gpucluster.spec.cluster import platform_data
 from gpucluster.spec.models import OciTarget
 
 from ..components import oci as comp
@@ -103,7 +102,7 @@ def deploy(cluster: Cluster) -> dict[str, Any]:
             # from its own range), not the VCN and not the roles: the node adopts what they carry,
             # so no spec address is exported for a port nobody would put it on. A platform whose
             # RDMA rail the cluster addresses gets the spec's planned address.
-            addressed = platform_rdma_addressed(platform_data(cluster.platform_of(node)))
+            addressed = platform_rdma_addressed(cluster.platform_of(node))
             fab = node.fabric_ip if plan.kind == "gpu" and roce and addressed else None
             addresses[node.name] = (inst.private_ip, fab)
             ids[node.name] = inst.id

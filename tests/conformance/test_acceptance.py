@@ -14,7 +14,6 @@ import pytest
 from gpucluster.conformance import acceptance as acc
 from gpucluster.conformance import expect, run_nccl_tests
 from gpucluster.conformance.gpu_checks import verdict_problems
-from gpucluster.conformance.nodes import as_data
 from gpucluster.conformance.remote import SshRemote, quote
 from gpucluster.parsers import libfabric, parse_run, sysfs
 from gpucluster.render.services import required_services
@@ -156,8 +155,7 @@ def test_dcgm_diag(node, fabric, pytestconfig):
     node.require_gpus()
     # DCGM is expected where the roles install and start it: nvidia-dcgm among the node's required
     # services (gpucluster.render.services, from the inventory's gpucluster_capabilities).
-    expected = "nvidia-dcgm" in required_services(node.info.groups, as_data(node.info.profile),
-                                                  as_data(node.info.capabilities))
+    expected = "nvidia-dcgm" in required_services(node.info.groups, node.info.profile, node.info.capabilities)
     if node.run("command -v dcgmi >/dev/null 2>&1").rc != 0:
         assert not expected, ("dcgmi is not installed, but the inventory's capabilities (nvidia_repo and "
                               "heavy_packages) make the roles install DCGM on this node")

@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-from gpucluster.conformance.nodes import as_data
 from gpucluster.conformance.provider_ports import provider_mtu_problems, provider_port_problems
 from gpucluster.conformance.rdma_checks import hca_problems, roce_qos_problems
 from gpucluster.render.nccl import NCCL_CONF_PATH, nccl_settings, parse_nccl_conf, socket_ifname_problem
@@ -16,7 +15,7 @@ from gpucluster.render.platform import platform_devices, platform_rdma_addressed
 
 def _iface(node):
     iface = node.info.fabric_interface
-    if not node.info.fabric_ip and not platform_rdma_addressed(as_data(node.info.platform)):
+    if not node.info.fabric_ip and not platform_rdma_addressed(node.info.platform):
         # EFA-only interfaces carry no IP (libfabric needs none); a storage VM has no RDMA rail.
         pytest.skip(f"platform {node.info.platform_name} gives this node's fabric no interface address "
                     "(no addressed RDMA rail): nothing to check")
@@ -36,7 +35,7 @@ def _link(node, iface):
 def _provider_links(node):
     """The node's links (``ip -j addr show``) where its platform's provider addresses its compute
     ports (OCI), with the ports; None where the cluster addresses the fabric."""
-    ports = provider_ports(as_data(node.info.platform))
+    ports = provider_ports(node.info.platform)
     if not ports:
         return None
     res = node.run("ip -j addr show")
@@ -105,7 +104,7 @@ def test_hca_ports_active(node):
     want = max(r.rate_gbps for r in node.info.platform.compute_rails())
     # Storage and frontend ports run at their own rates: only the compute devices are judged
     # (all devices where the OS names them, EFA).
-    named = platform_devices(as_data(node.info.platform), kinds=("infiniband", "roce"))
+    named = platform_devices(node.info.platform, kinds=("infiniband", "roce"))
     glob = " ".join(f"/sys/class/infiniband/{d}/ports/*" for d in named) or "/sys/class/infiniband/*/ports/*"
     res = node.run(f"for p in {glob}; do [ -e \"$p\" ] && echo \"$p $(cat $p/state) $(cat $p/rate)\"; done; true")
     ports = [x for x in res.stdout.splitlines() if x.strip()]
@@ -135,7 +134,7 @@ def test_roce_qos(node):
         pytest.skip(f"platform {node.info.platform_name}'s network QoS is the provider's: the node sets none")
     if fabric.type != "roce" or fabric.roce_qos is None:
         pytest.skip(f"fabric type {fabric.type} without RoCE QoS in the spec")
-    devices = platform_devices(as_data(node.info.platform), kinds=("roce",))
+    devices = platform_devices(node.info.platform, kinds=("roce",))
     if not devices:
         pytest.skip(f"platform {node.info.platform_name} has no compute RoCE rail")
     problems = []
@@ -164,7 +163,7 @@ def test_nccl_conf(node):
     """/etc/nccl.conf MUST hold exactly the settings the spec renders for the node, and its NCCL_SOCKET_IFNAME MUST name an interface the node has."""  # noqa: E501
     # The nccl role writes the file on every node it runs on, GPUs or not (the lab's nodes have
     # none), from the same function: what is expected here is what the role wrote.
-    want = nccl_settings(as_data(node.inv.fabric), as_data(node.info.platform), node.info.fabric_interface)
+    want = nccl_settings(node.inv.fabric, node.info.platform, node.info.fabric_interface)
     res = node.run(f"cat {NCCL_CONF_PATH}")
     assert res.rc == 0, f"{NCCL_CONF_PATH} is missing"
     got = parse_nccl_conf(res.stdout)

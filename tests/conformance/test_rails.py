@@ -9,7 +9,6 @@ import json
 import pytest
 
 from gpucluster.conformance.fabric import rail_netdev
-from gpucluster.conformance.nodes import as_data
 from gpucluster.conformance.pairs import PairSearch, node_on_rails, rail_status_text
 from gpucluster.render.rails import rail_problems, rail_settings
 
@@ -25,7 +24,7 @@ def test_rails_configured(node):
     """Every addressed compute rail MUST be up at the fabric MTU with its address, its own routing table and source rule, and the multi-NIC ARP and reverse-path settings."""  # noqa: E501
     if not node.info.rails:
         pytest.skip(_no_rails(node))
-    want = rail_settings([as_data(r) for r in node.info.rails], node.inv.fabric.mtu)
+    want = rail_settings(node.info.rails, node.inv.fabric.mtu)
     rules = node.run("ip -j -4 rule show")
     assert rules.rc == 0, f"ip rule: {rules.stderr.strip()}"
     problems = []

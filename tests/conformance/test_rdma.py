@@ -9,7 +9,6 @@ import pytest
 from gpucluster.conformance import acceptance as acc
 from gpucluster.conformance import expect, run_ib_write_bw
 from gpucluster.conformance.fabric import PAIR_STATUS_REASON, fault_key
-from gpucluster.conformance.nodes import as_data
 from gpucluster.conformance.pairs import PairSearch
 from gpucluster.conformance.rdma_checks import IB_COUNTER_DUMP, compute_hcas, gdr_pairs, gdr_peer, run_gdr_pair
 from gpucluster.conformance.remote import TaggedRemote, kill_measurement, new_measurement_tag
@@ -102,7 +101,7 @@ def test_gpudirect_rdma(node, fabric):
             tag = new_measurement_tag()
             run = run_gdr_pair(TaggedRemote(there, tag), TaggedRemote(here, tag), str(peer.fabric_ip or peer.address),
                                gpu, hca, peer_hca, (dmabuf_peer, dmabuf), GDR_SECONDS,
-                               gid_index(as_data(node.inv.fabric), as_data(node.info.platform)))
+                               gid_index(node.inv.fabric, node.info.platform))
             kill_measurement([here, there], tag)
             runs.append({**run, "peer": peer.name})
         return {"runs": runs}

@@ -7,7 +7,6 @@ import re
 
 import pytest
 
-from gpucluster.conformance.nodes import as_data
 from gpucluster.parsers.nft import set_networks
 from gpucluster.render.firewall import ssh_sources
 from gpucluster.render.proxy import proxy_settings
@@ -52,11 +51,11 @@ def test_firewall_active(node):
         admitted = set_networks(node.run("nft -j list set inet gpucluster management_v4 2>&1").stdout)
     except ValueError as exc:
         pytest.fail(f"the cluster's table has no readable SSH source set management_v4: {exc}")
-    access = node.inv.all_vars.get("gpucluster_access")
-    sources = ssh_sources(as_data(node.inv.fabric), node.inv.all_vars.get("gpucluster_admin_cidrs"), access)
+    access = node.inv.access
+    sources = ssh_sources(node.inv.fabric, node.inv.all_vars.get("gpucluster_admin_cidrs"), access)
     want = [ipaddress.IPv4Network(c) for c in sources]
     node.figure("ssh_sources", ", ".join(str(n) for n in admitted))
-    way_in = "the bastion's source" if (access or {}).get("mode") == "bastion" else "admin_cidrs"
+    way_in = "the bastion's source" if access.mode == "bastion" else "admin_cidrs"
     assert admitted == want, (f"SSH is admitted from {', '.join(map(str, admitted)) or 'nowhere'}; the stack admits it "
                               f"from {', '.join(map(str, want))} (management network and {way_in})")
 
@@ -64,10 +63,10 @@ def test_firewall_active(node):
 @pytest.mark.check("GC-SYS-005")
 def test_egress_proxy(node):
     """Where the spec's egress is a proxy, apt's configuration MUST carry it as the roles write it (gpucluster.render.proxy), and where containerd runs its unit's environment MUST carry it too."""  # noqa: E501
-    egress = node.inv.all_vars.get("gpucluster_egress")
-    want = proxy_settings(egress, as_data(node.inv.fabric), as_data(node.inv.kubernetes))
+    egress = node.inv.egress
+    want = proxy_settings(egress, node.inv.fabric, node.inv.kubernetes)
     if not want["enabled"]:
-        pytest.skip(f"the cluster's egress is {(egress or {}).get('mode', 'nat')}, not a proxy")
+        pytest.skip(f"the cluster's egress is {egress.mode if egress is not None else 'nat'}, not a proxy")
     dump = node.run("apt-config dump 2>&1").stdout
     apt = dict(re.findall(r'^(Acquire::https?::Proxy(?:::\S+)?) "([^"]*)";$', dump, re.MULTILINE))
     node.figure("apt_http_proxy", apt.get("Acquire::http::Proxy"))
@@ -84,8 +83,7 @@ def test_egress_proxy(node):
 @pytest.mark.parametrize("service", ALL_SERVICES)
 def test_required_service(node, service):
     """Every service the node's roles require MUST be active."""
-    if service not in required_services(node.info.groups, as_data(node.info.profile),
-                                        as_data(node.info.capabilities)):
+    if service not in required_services(node.info.groups, node.info.profile, node.info.capabilities):
         pytest.skip(f"{service} is not required on {node.name} (groups {', '.join(node.info.groups)}, "
                     f"profile {node.info.profile_name})")
     state = node.run(f"systemctl is-active {service} 2>&1").stdout.strip()

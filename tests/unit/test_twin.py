@@ -351,12 +351,13 @@ def test_the_aws_twin_is_reached_through_the_bastion_its_stack_creates() -> None
     assert inputs.outputs["access"] == {"mode": "bastion", "created": True, "bastion": {
         "host": "198.18.84.2", "user": "root", "port": 22, "source_cidr": "10.84.32.1/32"}}
     from gpucluster.inventory import build_inventory
-    from gpucluster.outputs import StackOutputs
+    from gpucluster.outputs import OutputAccess, StackOutputs
     from gpucluster.render.firewall import ssh_sources
+    from gpucluster.spec.models import Fabric
 
     all_vars = build_inventory(cluster, StackOutputs.model_validate(inputs.outputs))["all"]["vars"]
-    sources = ssh_sources(all_vars["gpucluster_fabric"], all_vars["gpucluster_admin_cidrs"],
-                          all_vars["gpucluster_access"])
+    sources = ssh_sources(Fabric.model_validate(all_vars["gpucluster_fabric"]), all_vars["gpucluster_admin_cidrs"],
+                          OutputAccess.model_validate(all_vars["gpucluster_access"]))
     assert sources == ["10.84.0.0/24", "10.84.32.1/32"]  # the nodes admit the bastion by the access path
     # The stored plan names only what the lab makes, the bastion's links too, and round-trips.
     assert _plan_problem(plan, plan.lab_dir) is None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -29,10 +28,9 @@ PLATFORMS = REPO / "gpucluster" / "data" / "platforms"
 PROFILES = REPO / "gpucluster" / "data" / "profiles"
 
 
-def _platform(name: str) -> dict[str, Any]:
-    """The platform file as the roles' filters read it (gpucluster.render.platform takes data)."""
-    data: dict[str, Any] = yaml.safe_load((PLATFORMS / f"{name}.yaml").read_text())
-    return data
+def _platform(name: str) -> Platform:
+    """The platform file as the renderers take it (gpucluster.render.platform takes the spec's model)."""
+    return Platform.model_validate(yaml.safe_load((PLATFORMS / f"{name}.yaml").read_text()))
 
 
 def _model(name: str) -> Platform:

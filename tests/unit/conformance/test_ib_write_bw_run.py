@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from gpucluster.conformance import run_ib_write_bw
 from gpucluster.conformance.remote import CommandResult
+from gpucluster.spec.models import Fabric, Platform
 
 SAMPLE = (Path(__file__).resolve().parents[2] / "data" / "samples" / "ib_write_bw_01.txt").read_text()
 
@@ -42,21 +44,34 @@ def test_no_output_at_all_says_so() -> None:
     assert r["status"] == "failed" and r["rows"] == [] and any("command not found" in n for n in r["notes"])
 
 
+def _fabric(data: dict[str, Any]) -> Fabric:
+    return Fabric.model_validate({"management_cidr": "10.0.0.0/24", "fabric_cidr": "10.1.0.0/24", **data})
+
+
+def _platform(kind: str) -> Platform:
+    """A platform of one compute port, mlx5_0, of ``kind``."""
+    return Platform.model_validate({
+        "name": "test", "description": "", "targets": ["baremetal"],
+        "floors": {"rdma_write_bw_gbps": None, "allreduce_inter_busbw_gbps": None,
+                   "allreduce_inter_verdict_bytes": None},
+        "rails": [{"name": "compute", "kind": kind, "role": "compute", "count": 1, "rate_gbps": 400,
+                   "devices": ["mlx5_0"], "addressing": "shared_subnet"}]})
+
+
 def test_perftest_takes_the_gid_index_nccl_is_set_to_use() -> None:
     """One judge: the GID index in /etc/nccl.conf (NCCL_IB_GID_INDEX) is the one ib_write_bw and
     the GPUDirect run pass (-x), so the figure is the GID NCCL's traffic takes."""
     from gpucluster.conformance.rdma_checks import gdr_args
     from gpucluster.render.nccl import gid_index, nccl_settings
 
-    roce = {"type": "roce", "mtu": 9000, "gid_index": 3, "ib_timeout": 22,
-            "roce_qos": {"traffic_class": 41}, "socket_ifname": None}
-    platform = {"rails": [{"name": "compute", "kind": "roce", "role": "compute", "count": 1, "rate_gbps": 400,
-                           "devices": ["mlx5_0"], "addressing": "shared_subnet"}]}
+    roce = _fabric({"type": "roce", "mtu": 9000, "gid_index": 3, "ib_timeout": 22,
+                    "roce_qos": {"traffic_class": 41}})
+    platform = _platform("roce")
     nccl = nccl_settings(roce, platform, "enp24s0np0")["NCCL_IB_GID_INDEX"]
     for argv in (run_ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(roce)),
                  gdr_args("mlx5_0", 0, False, 5, gid_index=gid_index(roce))):
         assert argv[argv.index("-x") + 1] == nccl == "3"
-    unset = {**roce, "gid_index": None}
+    unset = roce.model_copy(update={"gid_index": None})
     assert "NCCL_IB_GID_INDEX" not in nccl_settings(unset, platform, "enp24s0np0")
     assert "-x" not in run_ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(unset))
 
@@ -66,9 +81,8 @@ def test_no_gid_index_on_infiniband() -> None:
     GRH path NCCL never uses (an empty index fails a healthy fabric)."""
     from gpucluster.render.nccl import gid_index, nccl_settings
 
-    ib = {"type": "infiniband", "mtu": 4092, "gid_index": 3, "ib_timeout": 20, "socket_ifname": None}
-    platform = {"rails": [{"name": "compute", "kind": "infiniband", "role": "compute", "count": 1,
-                           "rate_gbps": 400, "devices": ["mlx5_0"], "addressing": "shared_subnet"}]}
+    ib = _fabric({"type": "infiniband", "mtu": 4092, "gid_index": 3, "ib_timeout": 20})
+    platform = _platform("infiniband")
     assert gid_index(ib, platform) is None
     assert "-x" not in run_ib_write_bw.args("mlx5_0", 5, gid_index=gid_index(ib, platform))
     assert "NCCL_IB_GID_INDEX" not in nccl_settings(ib, platform, "ibp24s0")
@@ -96,7 +110,7 @@ def test_gc_rdma_001_passes_the_gid_index_nccl_conf_names_on_both_ends(tmp_path:
     /etc/nccl.conf carries for the node (gpucluster.render.nccl, the one judge)."""
     from gpucluster import hostkeys
     from gpucluster.conformance.fabric import Fabric
-    from gpucluster.conformance.nodes import as_data, load_inventory
+    from gpucluster.conformance.nodes import load_inventory
     from gpucluster.render.nccl import nccl_settings
     from gpucluster.render.platform import platform_devices
 
@@ -104,11 +118,11 @@ def test_gc_rdma_001_passes_the_gid_index_nccl_conf_names_on_both_ends(tmp_path:
     inv = load_inventory(repo / "tests" / "golden" / "inventory" / "onprem-h100-roce.yml")
     nodes = [n for n in inv.in_groups(("gpu",)) if n.hca_count > 0]
     assert len(nodes) >= 2 and inv.fabric.type == "roce"
-    nccl = {nccl_settings(as_data(inv.fabric), as_data(n.platform), n.fabric_interface).get("NCCL_IB_GID_INDEX")
+    nccl = {nccl_settings(inv.fabric, n.platform, n.fabric_interface).get("NCCL_IB_GID_INDEX")
             for n in nodes}
     assert len(nccl) == 1 and None not in nccl
     fabric = Fabric(inv, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(inv.target, inv.cluster_name), "")
-    remotes = {n.name: _Node(n.name, platform_devices(as_data(n.platform))) for n in inv.nodes}
+    remotes = {n.name: _Node(n.name, platform_devices(n.platform)) for n in inv.nodes}
     fabric.remote = lambda name: remotes[name]  # type: ignore[method-assign]
     fabric.rdma()
     servers = [c for r in remotes.values() for c in r.commands if "ib_write_bw -d" in c and "&)" in c]

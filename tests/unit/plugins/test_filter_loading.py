@@ -54,3 +54,41 @@ def test_the_kube_filter_file_names_every_kube_filter_and_calls_it() -> None:
              {"name": "stor-1", "management_ip": "10.0.0.3", "roles": ["storage"]}]
     assert filters["kube_nodes"](nodes, {"gpu-1": {"gpucluster_pool": "gpu"}}) == [
         {"name": "gpu-1", "address": "10.0.0.2", "control_plane": False, "gpu": True, "pool": "gpu", "profile": ""}]
+
+
+def test_the_models_vars_plugin_loads_the_models_in_the_main_process() -> None:
+    """The render filters validate through the spec's models, which no filter file imports when loaded:
+    the vars plugin gpucluster.cluster.models, enabled in ansible.cfg, has Ansible's main process import
+    them before it forks its workers, which then find them in sys.modules."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "ansible.cfg")
+    enabled = [p.strip() for p in cfg["defaults"]["vars_plugins_enabled"].split(",")]
+    assert enabled == ["host_group_vars", "gpucluster.cluster.models"]
+    plugin = FILTER_DIR.parent / "vars" / "models.py"
+    out = subprocess.run([sys.executable, "-c", _PROBE.replace("mod.FilterModule().filters()",
+                                                               "assert mod.VarsModule().get_vars(None, '', []) == {}"),
+                          str(plugin)], capture_output=True, text=True, check=True, cwd=REPO)
+    modules = set(json.loads(out.stdout))
+    assert {"gpucluster.spec.models", "gpucluster.outputs"} <= modules
+
+
+def test_the_render_filters_take_ansibles_own_string_and_container_types() -> None:
+    """What a role hands a filter is Ansible's: str and dict subclasses the strict models refuse as
+    they are. The filter file hands them on as plain data, and renders what the plain dicts render."""
+    mod = load_file(FILTER_DIR / "render.py", "gc_render_filter_types")
+    filters = mod.FilterModule().filters()
+
+    class Tagged(str):
+        pass
+
+    class Lazy(dict):  # type: ignore[type-arg]
+        pass
+
+    fabric = {"type": "ethernet", "mtu": 9000, "management_cidr": "10.0.0.0/24", "fabric_cidr": "10.0.1.0/24"}
+    tagged = Lazy({Tagged(k): Tagged(v) if isinstance(v, str) else v for k, v in fabric.items()})
+    assert filters["ssh_sources"](tagged, [Tagged("10.9.0.0/24")]) == filters["ssh_sources"](fabric, ["10.9.0.0/24"])
+    assert filters["ssh_sources"](fabric) == ["10.0.0.0/24"]
+    assert filters["platform_devices"]({}) == [] and filters["platform_rdma_addressed"]({}) is False
+    assert filters["required_services"](["gpu"], {}) == ["ssh", "chrony", "nftables", "prometheus-node-exporter"]

@@ -18,20 +18,28 @@ from gpucluster.render.nccl import (
     socket_ifname_selects,
     socket_ifname_value,
 )
-from gpucluster.spec.cluster import platform_data
 from gpucluster.spec.loader import load_platforms
+from gpucluster.spec.models import Fabric, Platform
+
+_FLOORS = {"rdma_write_bw_gbps": None, "allreduce_inter_busbw_gbps": None, "allreduce_inter_verdict_bytes": None}
 
 
-def _profile(hcas: int, aws: str | None = None) -> dict[str, Any]:
+def _profile(hcas: int, aws: str | None = None) -> Platform:
     """A platform as the inventory carries it: ``hcas`` compute ports named mlx5_0.. (exact names)."""
     rails = [{"name": "compute", "kind": "infiniband", "role": "compute", "count": hcas, "rate_gbps": 400,
               "devices": [f"mlx5_{i}" for i in range(hcas)], "addressing": "shared_subnet"}] if hcas else []
-    return {"rails": rails, "instance_types": {"aws": aws} if aws else {}}
+    return Platform.model_validate({"name": "test", "description": "", "targets": ["aws" if aws else "baremetal"],
+                                    "rails": rails, "instance_types": {"aws": aws} if aws else {},
+                                    "floors": _FLOORS})
 
 
-def _fabric(kind: str, **extra: Any) -> dict[str, Any]:
-    return {"type": kind, "mtu": 4092, "ib_timeout": 20, "gid_index": None, "roce_qos": None,
-            "socket_ifname": None, **extra}
+def _fabric(kind: str, **extra: Any) -> Fabric:
+    data = {"type": kind, "mtu": 4092, "management_cidr": "10.0.0.0/24", "fabric_cidr": "10.1.0.0/24",
+            "ib_timeout": 20, "gid_index": None, "roce_qos": None, "socket_ifname": None, **extra}
+    if kind not in ("infiniband", "roce", "efa", "ethernet"):
+        # A type the model refuses, for the renderer's own refusal.
+        return Fabric.model_construct(**data)
+    return Fabric.model_validate(data)
 
 
 def _selects(value: str, device: str, port: int = 1) -> bool:
@@ -104,12 +112,11 @@ def test_every_platform_names_its_compute_rails_only_and_exactly(name: str) -> N
     """On every platform, NCCL_IB_HCA lists exactly its IB/RoCE compute devices, never a storage or
     frontend one, and no name in it selects another device by prefix (mlx5_1 and mlx5_10)."""
     platform = load_platforms()[name]
-    data = platform_data(platform)
     every = [d for r in platform.rails for d in r.device_names()]
     compute = [d for r in platform.compute_rails() if r.kind in ("infiniband", "roce") for d in r.device_names()]
     kinds = {r.kind for r in platform.compute_rails()} & {"infiniband", "roce", "efa"} or {"ethernet"}
     for kind in kinds:
-        got = nccl_settings(_fabric(kind), data, None)
+        got = nccl_settings(_fabric(kind), platform, None)
         if kind == "efa":
             assert got["FI_PROVIDER"] == "efa" and "NCCL_IB_HCA" not in got
             continue
@@ -140,7 +147,7 @@ def test_no_interface_known_leaves_nccl_to_choose() -> None:
     (_fabric("omnipath"), _profile(1), "ib0", "fabric type 'omnipath'"),
     (_fabric("infiniband"), _profile(1), "ib0; rm -rf /", "not an interface name"),
 ])
-def test_bad_input_is_refused(fabric: dict[str, Any], profile: dict[str, Any], iface: str, message: str) -> None:
+def test_bad_input_is_refused(fabric: Fabric, profile: Platform, iface: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         nccl_settings(fabric, profile, iface)
 

@@ -33,7 +33,8 @@ from tests.unit.example_outputs import example_outputs
 # so that no in-process test below starts that process, whichever tests a worker ran before.
 from tests.unit.roles.render import FACTS, REPO, host_context, role_vars
 
-BOM = load_bom().model_dump(by_alias=True)
+BOM_MODEL = load_bom()
+BOM = BOM_MODEL.model_dump(by_alias=True)
 TARGET_CLASSES = {"lab": LabTarget, "aws": AwsTarget, "azure": AzureTarget, "oci": OciTarget,
                   "baremetal": BaremetalTarget}
 
@@ -75,7 +76,7 @@ def _expected_pins() -> dict[str, str]:
 @pytest.mark.parametrize("role", ROLES)
 def test_every_role_resolves_with_the_boms_versions(kind: str, os_id: str, role: str) -> None:
     source = "distro" if kind == "lab" else "upstream"
-    out = os_packages(os_id, role, BOM, kernel="6.1.0-28-amd64", ceph_source=source,
+    out = os_packages(os_id, role, BOM_MODEL, kernel="6.1.0-28-amd64", ceph_source=source,
                       names=["ceph-common", "ceph-mon"] if role == "ceph_common" else None)
     rel = BOM["os"][os_id]
     assert out["os"] == {"id": rel["id"], "version_id": rel["version_id"], "codename": rel["codename"]}
@@ -85,7 +86,7 @@ def test_every_role_resolves_with_the_boms_versions(kind: str, os_id: str, role:
         name, _, version = pkg.partition("=")
         assert re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", name), pkg
         if role == "ceph_common":
-            assert version == ceph_release(BOM, os_id, source)["version"] + "*", pkg
+            assert version == ceph_release(BOM_MODEL, os_id, source)["version"] + "*", pkg
         elif version:
             assert pins[name] == version, f"{pkg}: the BOM pins {name} at {pins[name]}"
     for repo in out["repositories"] + out.get("doca_repositories", []):
@@ -101,7 +102,7 @@ def test_every_role_resolves_with_the_boms_versions(kind: str, os_id: str, role:
 
 @pytest.mark.parametrize("os_id", ["ubuntu-22.04", "ubuntu-24.04", "debian-12"])
 def test_upstream_ceph_is_the_boms_release_for_the_os_codename(os_id: str) -> None:
-    out = os_packages(os_id, "ceph_common", BOM, ceph_source="upstream")
+    out = os_packages(os_id, "ceph_common", BOM_MODEL, ceph_source="upstream")
     codename = BOM["os"][os_id]["codename"]
     assert out["ceph"] == {"source": "upstream", "release": BOM["ceph"]["release"], "version": BOM["ceph"]["version"]}
     assert out["repositories"] == [{
@@ -118,40 +119,40 @@ def test_ceph_is_a_supported_release_not_pacific() -> None:
 def test_ubuntu_never_gets_debians_ceph() -> None:
     for os_id in ("ubuntu-22.04", "ubuntu-24.04"):
         with pytest.raises(ValueError, match=r"ceph\.distro"):
-            os_packages(os_id, "ceph_common", BOM, ceph_source="distro")
-        assert "16.2" not in str(os_packages(os_id, "ceph_common", BOM, ceph_source="upstream"))
+            os_packages(os_id, "ceph_common", BOM_MODEL, ceph_source="distro")
+        assert "16.2" not in str(os_packages(os_id, "ceph_common", BOM_MODEL, ceph_source="upstream"))
 
 
 def test_the_lab_exception_is_bookworms_own_ceph_without_a_repository() -> None:
-    out = os_packages("debian-12", "ceph_common", BOM, ceph_source="distro")
+    out = os_packages("debian-12", "ceph_common", BOM_MODEL, ceph_source="distro")
     assert out["ceph"] == {"source": "distro", "release": "pacific", "version": "16.2.15"}
     assert out["repositories"] == []
 
 
 def test_the_ceph_mirror_is_configurable() -> None:
-    out = os_packages("ubuntu-24.04", "ceph_common", BOM, ceph_mirror_url="http://mirror.example:8080/ceph/")
+    out = os_packages("ubuntu-24.04", "ceph_common", BOM_MODEL, ceph_mirror_url="http://mirror.example:8080/ceph/")
     assert out["repositories"][0]["uris"] == [f"http://mirror.example:8080/ceph/debian-{BOM['ceph']['release']}/"]
     assert out["repositories"][0]["signed_by"] == "http://mirror.example:8080/ceph/keys/release.asc"
 
 
 def test_doca_follows_the_bom_pin_and_the_os() -> None:
-    out = os_packages("ubuntu-22.04", "rdma_fabric", BOM)
+    out = os_packages("ubuntu-22.04", "rdma_fabric", BOM_MODEL)
     v = BOM["doca_ofed"]["version"]
     assert out["doca_version"] == v
     assert out["doca_repositories"][0]["uris"] == [f"https://linux.mellanox.com/public/repo/doca/{v}/ubuntu22.04/x86_64/"]
-    assert os_packages("debian-12", "rdma_fabric", BOM)["doca_repositories"] == []
+    assert os_packages("debian-12", "rdma_fabric", BOM_MODEL)["doca_repositories"] == []
 
 
 def test_distro_nvidia_packages_are_debian_only() -> None:
-    assert os_packages("debian-12", "nvidia_driver", BOM)["distro_method"] is True
-    assert os_packages("ubuntu-22.04", "nvidia_driver", BOM)["distro_method"] is False
+    assert os_packages("debian-12", "nvidia_driver", BOM_MODEL)["distro_method"] is True
+    assert os_packages("ubuntu-22.04", "nvidia_driver", BOM_MODEL)["distro_method"] is False
 
 
 def test_unknown_os_and_role_are_one_line_errors() -> None:
     with pytest.raises(ValueError, match="gpucluster_os: 'rhel-9'"):
-        os_packages("rhel-9", "common", BOM)
+        os_packages("rhel-9", "common", BOM_MODEL)
     with pytest.raises(ValueError, match="no table for role 'nope'"):
-        os_packages("debian-12", "nope", BOM)
+        os_packages("debian-12", "nope", BOM_MODEL)
 
 
 def test_kernel_hold_per_os() -> None:
@@ -291,7 +292,7 @@ def test_kubernetes_node_takes_its_repository_pins_and_holds_from_the_table(kind
 
 @pytest.mark.parametrize("os_id", OS_IDS)
 def test_kubernetes_control_plane_takes_keepalived_from_the_table(os_id: str) -> None:
-    assert os_packages(os_id, "kubernetes_control_plane", BOM)["packages"] == ["keepalived"]
+    assert os_packages(os_id, "kubernetes_control_plane", BOM_MODEL)["packages"] == ["keepalived"]
     vip = (Path(__file__).resolve().parents[3] / "roles/kubernetes_control_plane/tasks/vip.yml").read_text()
     assert "os_packages('kubernetes_control_plane'" in vip
 

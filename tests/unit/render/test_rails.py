@@ -10,9 +10,14 @@ import json
 import pytest
 
 from gpucluster.render.rails import RAIL_SYSCTLS, rail_problems, rail_settings, rail_sysctl_lines
+from gpucluster.spec.cluster import NodeRail
 
-RAILS = [{"interface": "enp16s0np0", "address": "10.5.2.10", "cidr": "10.5.2.0/24"},
-         {"interface": "enp32s0np0", "address": "10.5.3.10", "cidr": "10.5.3.0/24"}]
+RAILS = [NodeRail("enp16s0np0", "10.5.2.10", "10.5.2.0/24"), NodeRail("enp32s0np0", "10.5.3.10", "10.5.3.0/24")]
+
+
+def _rail(interface: str = "enp16s0np0", address: str = "10.5.2.10", cidr: str = "10.5.2.0/24") -> NodeRail:
+    """A rail the renderer gets unchecked (the spec's plain NodeRail), for its own refusals."""
+    return NodeRail(interface, address, cidr)
 
 # `ip -j -4 rule show`, `ip -j -4 route show table 1000`, `ip -j addr show dev enp16s0np0`.
 RULES = json.loads('[{"priority":0,"src":"all","table":"local"},{"priority":1000,"src":"10.5.2.10","table":"1000",'
@@ -40,16 +45,16 @@ def test_sysctl_lines_name_each_rail() -> None:
     assert len(lines) == 2 * len(RAIL_SYSCTLS)
     assert "net/ipv4/conf/enp32s0np0/rp_filter = 2" in lines and "net/ipv4/conf/enp16s0np0/arp_ignore = 2" in lines
     # A VLAN rail keeps its dot: the slash form does not read it as a separator.
-    vlan = rail_sysctl_lines([{**RAILS[0], "interface": "enp16s0np0.100"}], 9000)
+    vlan = rail_sysctl_lines([_rail(interface="enp16s0np0.100")], 9000)
     assert "net/ipv4/conf/enp16s0np0.100/rp_filter = 2" in vlan
 
 
 @pytest.mark.parametrize(("rails", "match"), [
-    ([{"interface": "bad/name", "address": "10.5.2.10", "cidr": "10.5.2.0/24"}], "not an interface name"),
-    ([{"interface": "enp16s0np0.1000x", "address": "10.5.2.10", "cidr": "10.5.2.0/24"}], "not an interface name"),
-    ([{"interface": "r0", "address": "10.5.9.10", "cidr": "10.5.2.0/24"}], "not a host address"),
-    ([{"interface": "r0", "address": "10.5.2.0", "cidr": "10.5.2.0/24"}], "not a host address"),
-    ([RAILS[0], {**RAILS[1], "interface": "enp16s0np0"}], "named twice"),
+    ([_rail(interface="bad/name")], "not an interface name"),
+    ([_rail(interface="enp16s0np0.1000x")], "not an interface name"),
+    ([_rail(interface="r0", address="10.5.9.10")], "not a host address"),
+    ([_rail(interface="r0", address="10.5.2.0")], "not a host address"),
+    ([RAILS[0], _rail(address="10.5.3.10", cidr="10.5.3.0/24")], "named twice"),
 ])
 def test_a_rail_that_cannot_be_configured_is_refused(rails, match) -> None:
     with pytest.raises(ValueError, match=match):
@@ -97,7 +102,7 @@ def test_the_kernels_way_out_from_a_rail_address_is_the_rail() -> None:
 
 
 def test_the_probe_is_never_the_nodes_own_address() -> None:
-    assert rail_settings([{**RAILS[0], "address": "10.5.2.1"}], 9000)[0]["probe"] == "10.5.2.2"
+    assert rail_settings([_rail(address="10.5.2.1")], 9000)[0]["probe"] == "10.5.2.2"
 
 
 def test_a_missing_interface_is_named() -> None:

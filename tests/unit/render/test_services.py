@@ -10,7 +10,7 @@ import pytest
 
 from gpucluster.conformance import nodes as suite_nodes
 from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
-from gpucluster.outputs import StackOutputs
+from gpucluster.outputs import Capabilities, StackOutputs
 from gpucluster.render.services import ALL_SERVICES, BASE_SERVICES, required_services
 from gpucluster.spec import load_spec
 from gpucluster.spec.loader import load_profiles
@@ -43,7 +43,7 @@ def test_the_filter_the_roles_call_and_the_check_agree(stack: Path) -> None:
     expr = env.compile_expression(
         "group_names | gpucluster.cluster.required_services(gpucluster_profiles[gpucluster_profile])")
     for info in inv.nodes:
-        want = required_services(info.groups, suite_nodes.as_data(info.profile))
+        want = required_services(info.groups, info.profile)
         roles_side = expr(group_names=list(info.groups), gpucluster_profiles=data["all"]["vars"]["gpucluster_profiles"],
                           gpucluster_profile=data["all"]["hosts"][info.name]["gpucluster_profile"])
         assert roles_side == want, info.name
@@ -67,17 +67,18 @@ def test_nvidia_driver_starts_the_fabric_manager_exactly_where_the_check_require
         rendered = template.render(group_names=list(info.groups),
                                    gpucluster_profiles=data["all"]["vars"]["gpucluster_profiles"],
                                    gpucluster_profile=data["all"]["hosts"][info.name]["gpucluster_profile"])
-        required = required_services(info.groups, suite_nodes.as_data(info.profile))
+        required = required_services(info.groups, info.profile)
         assert (rendered.strip() == "True") == ("nvidia-fabricmanager" in required)
 
 
 def test_what_each_kind_of_node_runs() -> None:
-    profiles = {name: p.model_dump(mode="json") for name, p in load_profiles().items()}
-    real = {"nvidia_repo": True, "heavy_packages": True}
+    profiles = load_profiles()
+    real = Capabilities(nvidia_repo=True, heavy_packages=True)
     assert required_services(["gpu", "pool_gpu"], profiles["h100-sxm-8"], real) == list(ALL_SERVICES)
     # Without the capabilities to install DCGM (the lab's, or none given), no host engine is required.
     assert "nvidia-dcgm" not in required_services(["gpu"], profiles["h100-sxm-8"])
-    assert "nvidia-dcgm" not in required_services(["gpu"], profiles["h100-sxm-8"], {**real, "nvidia_repo": False})
+    no_repo = real.model_copy(update={"nvidia_repo": False})
+    assert "nvidia-dcgm" not in required_services(["gpu"], profiles["h100-sxm-8"], no_repo)
     assert required_services(["gpu"], profiles["l40s-pcie"]) == [*BASE_SERVICES, "nvidia-persistenced"]
     assert required_services(["gpu"], profiles["cpu-lab"]) == list(BASE_SERVICES)
     assert required_services(["storage", "ceph_osd"], profiles["cpu-server"]) == list(BASE_SERVICES)
@@ -89,13 +90,13 @@ def test_what_each_kind_of_node_runs() -> None:
 def test_gpu_validation_installs_dcgm_exactly_where_the_check_requires_its_service(stack: Path) -> None:
     data = _inventory(stack)
     inv = suite_nodes.parse_inventory(data, str(stack))
-    caps = data["all"]["vars"]["gpucluster_capabilities"]
+    caps = Capabilities.model_validate(data["all"]["vars"]["gpucluster_capabilities"])
     checked = 0
     for info in inv.nodes:
         if "gpu" not in info.groups or info.profile.gpu.count == 0:
             continue
         installed = role_vars("gpu_validation", host_context(data, info.name))["gpu_validation_dcgm_enabled"]
         checked += 1
-        required = required_services(info.groups, suite_nodes.as_data(info.profile), caps)
+        required = required_services(info.groups, info.profile, caps)
         assert installed == ("nvidia-dcgm" in required), info.name
     assert checked or "lab" in stack.name

@@ -65,7 +65,7 @@ def test_the_doca_key_comes_from_the_repository_root_as_nvidia_documents() -> No
     assert NATIVE.from_string(repo["vars"]["__rdma_fabric_doca_key"]).render(local) == (
         f"file://{v['__rdma_fabric_doca_repo_dir']}/GPG-KEY-Mellanox.pub")
     # The OS table says the same.
-    table = os_packages("ubuntu-22.04", "rdma_fabric", load_bom().model_dump(by_alias=True))
+    table = os_packages("ubuntu-22.04", "rdma_fabric", load_bom())
     assert table["doca_repositories"][0]["signed_by"] == DOCA_KEY
 
 

@@ -18,9 +18,10 @@ import yaml
 
 from gpucluster.conformance.nodes import parse_inventory
 from gpucluster.inventory import build_inventory
-from gpucluster.outputs import StackOutputs
+from gpucluster.outputs import OutputEgress, StackOutputs
 from gpucluster.render.proxy import METADATA_ADDRESSES, no_proxy, proxy_env, proxy_settings
 from gpucluster.spec import load_spec
+from gpucluster.spec.models import Fabric, Kubernetes
 from tests.unit.example_outputs import example_outputs
 from tests.unit.roles.render import REPO, ROLES, file_entries, host_context, render_template, role_vars
 
@@ -45,13 +46,15 @@ def _gpu(inventory: dict[str, Any]) -> dict[str, Any]:
 def test_no_proxy_keeps_the_cluster_and_its_mirrors_off_the_proxy() -> None:
     inv = _inventory(mirrors={"nvidia": f"{MIRROR}/cuda"})
     v = inv["all"]["vars"]
-    bypass = no_proxy(v["gpucluster_egress"], v["gpucluster_fabric"], v["gpucluster_kubernetes"])
+    egress, fabric = OutputEgress.model_validate(v["gpucluster_egress"]), Fabric.model_validate(v["gpucluster_fabric"])
+    kubernetes = Kubernetes.model_validate(v["gpucluster_kubernetes"])
+    bypass = no_proxy(egress, fabric, kubernetes)
     assert bypass == ["localhost", "127.0.0.1", *METADATA_ADDRESSES, "10.50.0.0/20", "10.51.0.0/20",
                       "10.244.0.0/16", "10.96.0.0/12", ".svc", ".cluster.local", "mirror.example.internal",
                       ".example.internal"]
     # The play's environment is the renderer's, in both spellings.
     env = v["gpucluster_proxy_env"]
-    assert env == proxy_env(v["gpucluster_egress"], v["gpucluster_fabric"], v["gpucluster_kubernetes"])
+    assert env == proxy_env(egress, fabric, kubernetes)
     assert env["http_proxy"] == env["HTTP_PROXY"] == PROXY and env["no_proxy"] == ",".join(bypass) == env["NO_PROXY"]
 
 
@@ -201,10 +204,10 @@ def test_gc_sys_005_skips_where_the_egress_is_no_proxy() -> None:
 
 
 def test_the_renderer_is_empty_without_a_proxy() -> None:
-    fabric = {"management_cidr": "10.0.0.0/24", "fabric_cidr": "10.0.1.0/24"}
+    fabric = Fabric(type="ethernet", mtu=1500, management_cidr="10.0.0.0/24", fabric_cidr="10.0.1.0/24")
     assert proxy_settings(None, fabric)["enabled"] is False
-    assert proxy_env({"mode": "none", "mirrors": {}}, fabric) == {}
-    assert no_proxy({"mode": "nat"}, fabric) == []
+    assert proxy_env(OutputEgress(mode="none"), fabric) == {}
+    assert no_proxy(OutputEgress(mode="nat"), fabric) == []
 
 
 def test_role_readmes_name_the_egress_inputs() -> None:

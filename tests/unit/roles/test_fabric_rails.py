@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from gpucluster.outputs import OutputRail
 from gpucluster.render.rails import rail_settings, rail_sysctl_lines
 from tests.unit.roles.render import REPO, ROLES, host_context, render_template, role_vars
 from tests.unit.roles.test_nccl_conf import _inventory
@@ -24,7 +25,8 @@ def test_every_rail_file_holds_the_renderers_values() -> None:
     inventory = _inventory(REPO / "Pulumi.lab.yaml", "eth1")
     for host in ("gpu-1", "gpu-2"):
         ctx = role_vars("fabric_rails", host_context(inventory, host))
-        want = rail_settings(inventory["all"]["hosts"][host]["gpucluster_rails"], 9000)
+        rails = [OutputRail.model_validate(r) for r in inventory["all"]["hosts"][host]["gpucluster_rails"]]
+        want = rail_settings(rails, 9000)
         assert len(want) == 2
         for item in want:
             got = _network(render_template("fabric_rails", "rail.network.j2", {**ctx, "item": item}))
@@ -37,7 +39,7 @@ def test_every_rail_file_holds_the_renderers_values() -> None:
                                                 "Priority": str(item["priority"])}
         sysctl = render_template("fabric_rails", "sysctl-rails.conf.j2", ctx)
         lines = [x for x in sysctl.splitlines() if x and not x.startswith("#")]
-        assert lines == rail_sysctl_lines(inventory["all"]["hosts"][host]["gpucluster_rails"], 9000)
+        assert lines == rail_sysctl_lines(rails, 9000)
 
 
 def test_the_storage_node_has_no_rails_and_the_playbook_skips_it() -> None:

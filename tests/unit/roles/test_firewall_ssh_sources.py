@@ -106,12 +106,18 @@ def test_a_bastion_inside_the_management_network_is_admitted_once() -> None:
     """nftables refuses an interval set whose elements overlap ("conflicting intervals specified"):
     the AWS twin's bastion, whose leg is on the management network, stopped every node's converge at
     the firewall's `nft -c` until the sources were collapsed. The check reads the same list."""
+    from gpucluster.outputs import OutputAccess
     from gpucluster.render.firewall import ssh_sources
+    from gpucluster.spec.models import Fabric
 
-    fabric = {"management_cidr": "10.84.0.0/24"}
-    bastion = {"mode": "bastion", "bastion": {"host": "198.18.84.2", "user": "root", "source_cidr": "10.84.0.254/32"}}
-    assert ssh_sources(fabric, None, bastion) == ["10.84.0.0/24"]
+    def fabric(management: str) -> Fabric:
+        return Fabric(type="ethernet", mtu=1500, management_cidr=management, fabric_cidr="10.99.0.0/24")
+
+    def bastion(source: str) -> OutputAccess:
+        return OutputAccess.model_validate({"mode": "bastion", "bastion": {"host": "198.18.84.2", "user": "root",
+                                                                           "source_cidr": source}})
+
+    assert ssh_sources(fabric("10.84.0.0/24"), None, bastion("10.84.0.254/32")) == ["10.84.0.0/24"]
     # Outside it, both, in address order; two adjacent halves are one network.
-    bastion["bastion"]["source_cidr"] = "10.60.0.0/28"
-    assert ssh_sources({"management_cidr": "10.50.0.0/20"}, None, bastion) == ["10.50.0.0/20", "10.60.0.0/28"]
-    assert ssh_sources({"management_cidr": "10.0.1.0/24"}, ["10.0.0.0/24"]) == ["10.0.0.0/23"]
+    assert ssh_sources(fabric("10.50.0.0/20"), None, bastion("10.60.0.0/28")) == ["10.50.0.0/20", "10.60.0.0/28"]
+    assert ssh_sources(fabric("10.0.1.0/24"), ["10.0.0.0/24"]) == ["10.0.0.0/23"]

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from gpucluster.render import os_packages as table
+from gpucluster.spec import load_bom
 from tests.unit.roles.render import REPO, ROLES, first_host, host_context, inventory_for, role_vars
 
 BOM = yaml.safe_load((REPO / "gpucluster" / "data" / "bom.yaml").read_text())
@@ -126,7 +127,8 @@ def test_the_os_table_names_are_nvidias() -> None:
     assert table.NSCQ_PACKAGE.format(branch="580") == NSCQ_580
     assert table.DCGM_EPOCH == "1"
     with pytest.raises(ValueError, match=r"cuda\.version"):
-        table.cuda_major({"cuda": {"version": "x.1"}})
+        bom = load_bom()
+        table.cuda_major(bom.model_copy(update={"cuda": bom.cuda.model_copy(update={"version": "x.1"})}))
 
 
 def test_nvbandwidth_is_built_at_the_boms_pin_against_the_nodes_cuda_where_gpu_burn_is() -> None:

@@ -22,12 +22,13 @@ import pytest
 import yaml
 
 from gpucluster.conformance import run_nccl_tests
-from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, as_data, parse_inventory
+from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, parse_inventory
 from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
 from gpucluster.outputs import StackOutputs
 from gpucluster.render import nccl as render_nccl
 from gpucluster.spec import load_spec
 from gpucluster.spec.facts import FABRIC_TYPES
+from gpucluster.spec.models import Fabric, Platform
 from tests.unit.example_outputs import example_outputs
 from tests.unit.loading import load_file
 from tests.unit.roles.render import ANSIBLE_MANAGED, REPO, ROLES, TEXT, file_entries, host_context, role_vars
@@ -139,7 +140,7 @@ def test_the_check_expects_what_the_role_writes(stack: Path, interface: str | No
         assert text.startswith(f"#\n# {ANSIBLE_MANAGED}\n#\n")
         assert "{{" not in text and "{%" not in text
         settings = [line for line in text.splitlines() if line and not line.startswith("#")]
-        want = render_nccl.nccl_settings(as_data(inv.fabric), as_data(info.platform), info.fabric_interface)
+        want = render_nccl.nccl_settings(inv.fabric, info.platform, info.fabric_interface)
         assert settings == [f"{k}={v}" for k, v in want.items()], info.name
         CHECK.test_nccl_conf(_Node(info, inv, {render_nccl.NCCL_CONF_PATH: text}))
 
@@ -211,8 +212,13 @@ def test_the_role_writes_where_nccl_reads() -> None:
 
 
 def test_the_filter_is_the_renderer() -> None:
+    """The filter validates what the role hands it into the spec's models and calls the renderer."""
     plugin = load_file(FILTERS / "render.py", "gpucluster_cluster_render_filters_identity")
-    assert plugin.FilterModule().filters()["nccl_settings"] is render_nccl.nccl_settings
+    assert plugin.nccl_settings is render_nccl.nccl_settings
+    data = _inventory(REPO / "Pulumi.oci-h100.yaml", None)["all"]["vars"]
+    fabric, platform = data["gpucluster_fabric"], data["gpucluster_platforms"]["oci-bm-gpu-h100-8"]
+    assert plugin.FilterModule().filters()["nccl_settings"](fabric, platform, "eth0") == render_nccl.nccl_settings(
+        Fabric.model_validate(fabric), Platform.model_validate(platform), "eth0")
 
 
 def test_oci_nodes_take_ocis_published_rdma_settings() -> None:
@@ -224,8 +230,8 @@ def test_oci_nodes_take_ocis_published_rdma_settings() -> None:
     conf = render_nccl.parse_nccl_conf(render_nccl_conf(data, host))
     assert {k: conf[k] for k in ("NCCL_IB_TC", "NCCL_IB_SL", "NCCL_IB_TIMEOUT", "NCCL_IB_GID_INDEX")} == {
         "NCCL_IB_TC": "41", "NCCL_IB_SL": "0", "NCCL_IB_TIMEOUT": "22", "NCCL_IB_GID_INDEX": "3"}
-    platform = data["all"]["vars"]["gpucluster_platforms"]["oci-bm-gpu-h100-8"]
-    assert render_nccl.gid_index(data["all"]["vars"]["gpucluster_fabric"], platform) == 3
+    platform = Platform.model_validate(data["all"]["vars"]["gpucluster_platforms"]["oci-bm-gpu-h100-8"])
+    assert render_nccl.gid_index(Fabric.model_validate(data["all"]["vars"]["gpucluster_fabric"]), platform) == 3
 
 
 def test_oci_nodes_bootstrap_nccl_over_the_primary_vnic() -> None:
@@ -235,8 +241,8 @@ def test_oci_nodes_bootstrap_nccl_over_the_primary_vnic() -> None:
     data = _inventory(REPO / "Pulumi.oci-h100.yaml", None)
     host = next(iter(data["all"]["children"]["gpu"]["hosts"]))
     assert render_nccl.parse_nccl_conf(render_nccl_conf(data, host))["NCCL_SOCKET_IFNAME"] == "=eth0"
-    platform = data["all"]["vars"]["gpucluster_platforms"]["oci-bm-gpu-h100-8"]
-    fabric = {**data["all"]["vars"]["gpucluster_fabric"], "socket_ifname": "ens300"}
+    platform = Platform.model_validate(data["all"]["vars"]["gpucluster_platforms"]["oci-bm-gpu-h100-8"])
+    fabric = Fabric.model_validate({**data["all"]["vars"]["gpucluster_fabric"], "socket_ifname": "ens300"})
     assert render_nccl.nccl_settings(fabric, platform, None)["NCCL_SOCKET_IFNAME"] == "=ens300"
 
 

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from gpucluster.render.os_packages import OS_TRAITS, os_packages
+from gpucluster.spec.models import Bom
 from tests.unit.roles.render import (
     FABRICS,
     FACTS,
@@ -168,7 +169,7 @@ def test_the_entry_is_the_one_the_roles_wrote_before(fabric: str, os_id: str, ar
     assert got == _old_entry(url, OS_TRAITS[os_id].nvidia_repo_dist, arch)
     # The OS table's entry for the role (upstream) is the same one.
     if arch == "x86_64" and url == "https://developer.download.nvidia.com/compute/cuda/repos":
-        (table,) = os_packages(os_id, ROLE, BOM)["repositories"]
+        (table,) = os_packages(os_id, ROLE, Bom.model_validate(BOM))["repositories"]
         assert table.pop("components") == []
         assert {k: got[k] for k in ("name", "uris", "suites", "signed_by")} == table
 

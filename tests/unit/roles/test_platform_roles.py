@@ -18,6 +18,9 @@ from gpucluster.kube.manifests import gpu_operator_release
 from gpucluster.outputs import StackOutputs
 from gpucluster.render.os_packages import os_packages
 from gpucluster.spec import load_spec
+from gpucluster.spec.cluster import platform_data
+from gpucluster.spec.loader import load_platforms
+from gpucluster.spec.models import Bom
 from tests.unit.example_outputs import example_outputs
 from tests.unit.roles.render import (
     NATIVE,
@@ -91,9 +94,9 @@ def test_peermem_reads_the_node_platform_not_the_cluster_fabric_type() -> None:
     inv = inventory_for("infiniband")
     ctx = _ctx(inv, gpucluster_ofed_flavour="doca")
     # The same InfiniBand cluster, this node on a platform whose only RDMA rails are EFA or storage.
-    efa = dict(ctx, gpucluster_platforms={**ctx["gpucluster_platforms"], "x": {"rails": [
-        {"name": "efa", "kind": "efa", "role": "compute", "count": 32, "addressing": "none"}]}},
-        gpucluster_platform="x")
+    efa_platform = platform_data(load_platforms()["aws-p5-48xlarge"])  # 32 EFA compute ports, nothing else
+    assert {r["kind"] for r in efa_platform["rails"] if r["role"] == "compute"} == {"efa"}
+    efa = dict(ctx, gpucluster_platforms={**ctx["gpucluster_platforms"], "x": efa_platform}, gpucluster_platform="x")
     assert role_vars("nvidia_driver", efa)["nvidia_driver_peermem_enabled"] is False
     storage = dict(ctx, gpucluster_platform="server-ib-storage")
     assert role_vars("nvidia_driver", storage)["nvidia_driver_peermem_enabled"] is False
@@ -222,7 +225,7 @@ def test_a_runfile_install_gets_a_persistenced_unit_and_user() -> None:
 def test_rdma_and_monitoring_packages_come_from_the_os_table(os_id: str) -> None:
     inv = inventory_for("roce")
     ctx = _ctx(inv, gpucluster_os=os_id)
-    bom = ctx["gpucluster_bom"]
+    bom = Bom.model_validate(ctx["gpucluster_bom"])
     rdma = role_vars("rdma_fabric", ctx)
     want = os_packages(os_id, "rdma_fabric", bom)
     assert rdma["rdma_fabric_packages"] == want["packages"] and "iproute2" in want["packages"]

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from gpucluster.render.nccl import nccl_settings
+from gpucluster.spec.models import Fabric, Platform
 from tests.unit.roles.render import (
     NATIVE,
     REPO,
@@ -177,7 +178,8 @@ def test_nccl_on_efa_selects_libfabrics_efa_provider() -> None:
     # (https://github.com/awsdocs/amazon-ec2-user-guide/blob/master/doc_source/efa-start-nccl-base.md).
     v = _vars()
     platform = v["gpucluster_platforms"][v["gpucluster_platform"]]
-    got = nccl_settings(v["gpucluster_fabric"], platform, v.get("gpucluster_fabric_interface"))
+    got = nccl_settings(Fabric.model_validate(v["gpucluster_fabric"]), Platform.model_validate(platform),
+                        v.get("gpucluster_fabric_interface"))
     assert got["FI_PROVIDER"] == "efa"
     assert not any(k.startswith("NCCL_IB_") for k in got)
     # The role looks for libnccl-net.so because the settings name no other plugin.

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucluster.outputs import OutputRail
 from gpucluster.render.rails import rail_settings
 from tests.unit.roles.render import NATIVE, REPO, ROLES, file_entries, render_template
 
@@ -117,7 +118,7 @@ def test_the_rail_file_list_is_rendered_by_ansible_as_the_template_renders_each_
         "/etc/systemd/network/05-gpucluster-rail-enp16s0np0.network",
         "/etc/systemd/network/05-gpucluster-rail-enp32s0np0.5.network"]
     ctx = {"ansible_managed": "Ansible managed", "fabric_rails_rails": rails, "fabric_rails_mtu": 9000}
-    for entry, item in zip(got[1:], rail_settings(rails, 9000), strict=True):
+    for entry, item in zip(got[1:], rail_settings([OutputRail.model_validate(r) for r in rails], 9000), strict=True):
         assert entry["content"] == render_template("fabric_rails", "rail.network.j2", {**ctx, "item": item})
         assert entry["mode"] == "0644"
 

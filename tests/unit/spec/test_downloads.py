@@ -74,10 +74,10 @@ def test_a_missing_or_malformed_checksum_is_refused(tmp_path: Path) -> None:
 
 def test_a_mirror_serves_the_same_pin(tmp_path: Path) -> None:
     """An air-gapped mirror changes the URL, never the SHA-256 the role checks it against."""
-    bom = load_bom().model_dump(mode="json")
+    bom = load_bom()
     urls = resolved_sources({"sources": "https://mirror.example/github"}, bom)
     assert urls["gpu_burn"] == ("https://mirror.example/github/wilicc/gpu-burn/archive/"
-                                f"{bom['gpu_burn']['version']}.tar.gz")
+                                f"{bom.gpu_burn.version}.tar.gz")
     for name in BOM_TARBALLS:
         defaults = yaml.safe_load((ROLES / _role(name) / "defaults" / "main.yml").read_text())
         sha = next(v for k, v in defaults.items() if k.endswith(f"{_short(name)}_source_sha256"))

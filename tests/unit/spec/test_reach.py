@@ -103,15 +103,15 @@ def test_the_sources_follow_the_cluster() -> None:
 
 
 def test_mirrors_resolve_to_the_urls_the_roles_take() -> None:
-    bom = load_bom().model_dump(by_alias=True)
+    bom = load_bom()
     upstream = resolved_sources({}, bom)
     assert upstream["nvidia"] == "https://developer.download.nvidia.com/compute/cuda/repos"
-    assert upstream["nccl_tests"] == bom["nccl_tests"]["source_url"]
-    assert upstream["ceph"] == bom["ceph"]["mirror_url"]
+    assert upstream["nccl_tests"] == bom.nccl_tests.source_url
+    assert upstream["ceph"] == bom.ceph.mirror_url
     mirrored = resolved_sources({"nvidia": f"{MIRROR}/cuda/", "sources": f"{MIRROR}/github"}, bom)
     assert mirrored["nvidia"] == f"{MIRROR}/cuda"
     # GitHub's archive paths under the mirror's URL.
-    assert mirrored["nccl_tests"] == bom["nccl_tests"]["source_url"].replace("https://github.com", f"{MIRROR}/github")
+    assert mirrored["nccl_tests"] == bom.nccl_tests.source_url.replace("https://github.com", f"{MIRROR}/github")
     with pytest.raises(ValueError, match="no source named pypi"):
         resolved_sources({"pypi": MIRROR}, bom)
 

@@ -15,7 +15,7 @@ import yaml
 
 from gpucluster.errors import InputError
 from gpucluster.inventory import build_inventory
-from gpucluster.outputs import parse_outputs
+from gpucluster.outputs import OutputRail, parse_outputs
 from gpucluster.render.rails import rail_problems, rail_settings
 from gpucluster.seeds import node_seed
 from gpucluster.spec import load_spec
@@ -67,7 +67,7 @@ def test_the_inventory_rails_are_the_network_config_and_the_roles_rendering() ->
     for node in cluster.nodes_with_role("gpu"):
         rails = hosts[node.name]["gpucluster_rails"]
         assert [r["interface"] for r in rails] == PORTS
-        want = rail_settings(rails, cluster.spec.fabric.mtu)
+        want = rail_settings([OutputRail.model_validate(r) for r in rails], cluster.spec.fabric.mtu)
         config = yaml.safe_load(node_seed(cluster, node.name).files["network-config"])
         rendered = {n: (e["addresses"][0], e["mtu"]) for n, e in config["ethernets"].items() if n in PORTS}
         assert rendered == {r["interface"]: (f"{r['address']}/{r['prefixlen']}", r["mtu"]) for r in want}
@@ -103,7 +103,7 @@ def _judge(want: list[dict[str, Any]], links: list[dict[str, Any]]) -> list[str]
 def test_gc_rail_001_fails_a_node_with_7_of_8_ports_addressed_naming_the_port() -> None:
     cluster = load_spec(ONPREM)
     node = cluster.node("hgx-02")
-    want = rail_settings([r.as_dict() for r in node.rails], 9000)
+    want = rail_settings(node.rails, 9000)
     assert [r["interface"] for r in want] == PORTS
     assert _judge(want, _links(want)) == []
     assert _judge(want, _links(want, drop="enp154s0np0")) == ["enp154s0np0: no address 10.20.2.11/25 (has none)"]
@@ -111,7 +111,7 @@ def test_gc_rail_001_fails_a_node_with_7_of_8_ports_addressed_naming_the_port() 
 
 def test_gc_rail_001_names_every_port_off_the_fabric_mtu() -> None:
     cluster = load_spec(ONPREM)
-    want = rail_settings([r.as_dict() for r in cluster.node("hgx-01").rails], 9000)
+    want = rail_settings(cluster.node("hgx-01").rails, 9000)
     links = _links(want)
     links[3]["mtu"] = 1500
     assert _judge(want, links) == ["enp79s0np0: MTU 1500, the spec says 9000"]

@@ -1,0 +1,51 @@
+"""Imports the spec's and the outputs' pydantic models in Ansible's main process, and sets no variable.
+
+The render filters (filter/render.py) validate what a role hands them through these models. Ansible
+forks a worker per host-task (multiprocessing's fork context) and loads filter files there, so a
+model imported by a filter would cost every such worker the import (about 0.4 s of CPU; half a no-op
+converge's controller CPU once went to such imports, docs/roles.md "Converge speed"). Ansible loads
+the enabled vars plugins in its main process when it reads the inventory, before it forks any
+worker: the models imported here are in every worker's ``sys.modules`` from the start.
+Enabled in ansible.cfg (``vars_plugins_enabled``); it runs at the inventory stage only, once.
+It then freezes the main process's objects (``gc.freeze()``): without it, a worker's full garbage
+collection walks, and copies the pages of, every object the main process imported, the models too.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+from ansible.plugins.vars import BaseVarsPlugin
+
+# Imported for the workers Ansible forks after reading the inventory (see above). A speed-up only:
+# where the package is not importable, the render filters say so when a role calls one.
+try:
+    import gpucluster.outputs
+    import gpucluster.spec.models  # noqa: F401
+except ImportError:
+    pass
+
+# What the main process holds now (Ansible's modules, the models) lives for the whole run: frozen, a
+# worker's garbage collection never walks it, so a worker neither pays for walking those objects nor
+# copies the pages their headers sit on (gc.freeze(), for processes that fork without exec).
+gc.freeze()
+
+DOCUMENTATION = """
+    name: models
+    short_description: Loads the spec's models in Ansible's main process for the render filters
+    description:
+      - Imports gpucluster.spec.models and gpucluster.outputs once, before Ansible forks its workers,
+        so the render filters' validation costs no worker an import. Sets no variable.
+    options:
+      stage:
+        description: When the plugin runs; it sets nothing, so once, when the inventory is read.
+        type: str
+        default: inventory
+        choices: [all, task, inventory]
+"""
+
+
+class VarsModule(BaseVarsPlugin):
+    def get_vars(self, loader: Any, path: str, entities: Any) -> dict[str, Any]:
+        return {}
