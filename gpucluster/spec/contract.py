@@ -5,9 +5,11 @@ stated once. The inventory writer (gpucluster/inventory.py) writes it as ``gpucl
 the roles' defaults read that variable (``monitoring_textfile_dir: "{{ gpucluster_contract.textfile_dir }}"``),
 and the suite reads it back through this model (gpucluster.inventory_model, gpucluster.conformance.nodes).
 
-A role variable set in the inventory (a host's ``monitoring_textfile_dir``, an ``-e``) still wins
-over the contract's value in the role, as any Ansible default does; the suite honours the same
-variables in Ansible's order (host, then all) through :meth:`NodeContract.overridden`.
+A role variable set in the inventory (a host's ``monitoring_textfile_dir``, or all.vars') still
+wins over the contract's value in the role, as any Ansible default does, and the suite honours the
+same variables in Ansible's order (host, then all) through :meth:`NodeContract.overridden`. What the
+suite cannot see is not a contract override: set these variables in the inventory, never with
+``gpucluster converge -e`` or in the playbooks' group_vars, which would move the role and not the check.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpucluster.errors import InputError
 
 # An absolute path of plain components (it reaches a shell on the node and the role's templates).
 NodePath = Annotated[str, Field(pattern=r"^(/[A-Za-z0-9_+-][A-Za-z0-9._+-]*)+$", max_length=255,
@@ -72,23 +76,33 @@ class NodeContract(BaseModel):
 
     def overridden(self, *sources: Mapping[str, Any]) -> NodeContract:
         """The contract as a node's roles applied it: each field's role variable (:data:`ROLE_VARS`)
-        from the first of ``sources`` (Ansible's order: host variables, then all.vars) that sets it to
-        a plain string, else the contract's value. A template (``{{ ... }}``) is Ansible's to resolve
-        and is passed over. The values are taken as set, unchecked: the check that uses one says what
-        is wrong with it (publish: "no textfile folder known ...")."""
+        from the first of ``sources`` that sets it (Ansible's order: host variables, then all.vars),
+        as Ansible takes it: that source decides, even where its value is a template (``{{ ... }}``,
+        Ansible's to resolve), which keeps the contract's value rather than a later source's. The
+        listen address's port is read after its last ':' even where the address is a template.
+        A value the contract's own types refuse is an InputError naming the variable."""
         update: dict[str, Any] = {}
         for field, var in ROLE_VARS.items():
-            for source in sources:
-                value = source.get(var)
-                if isinstance(value, str) and value and "{{" not in value:
-                    update[field] = value
-                    break
-        for source in sources:
+            source = next((s for s in sources if var in s), None)
+            if source is None:
+                continue
+            value = source[var]
+            if not (isinstance(value, str) and "{{" in value):
+                update[field] = value
+        source = next((s for s in sources if LISTEN_ADDRESS_VAR in s), None)
+        if source is not None:
             # The monitoring role's listen address ("<address>:<port>") carries the port.
-            value = source.get(LISTEN_ADDRESS_VAR)
-            if isinstance(value, str) and "{{" not in value:
-                port = value.rpartition(":")[2]
-                if port.isdigit():
-                    update["node_exporter_port"] = int(port)
-                break
-        return self.model_copy(update=update) if update else self
+            value = source[LISTEN_ADDRESS_VAR]
+            port = value.rpartition(":")[2] if isinstance(value, str) else ""
+            if port.isdigit():
+                update["node_exporter_port"] = int(port)
+            elif not (isinstance(value, str) and "{{" in value):
+                raise InputError(f"{LISTEN_ADDRESS_VAR}: {value!r} names no port (<address>:<port>)")
+        if not update:
+            return self
+        try:
+            return self.model_validate({**self.model_dump(), **update})
+        except ValidationError as exc:
+            var_of = {**ROLE_VARS, "node_exporter_port": LISTEN_ADDRESS_VAR}
+            raise InputError([f"{var_of.get(str(e['loc'][0]), str(e['loc'][0]))}: {update.get(str(e['loc'][0]))!r}: "
+                              f"{e['msg']}" for e in exc.errors()]) from None

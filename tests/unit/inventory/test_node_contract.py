@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gpucluster.conformance.nodes import parse_inventory
+from gpucluster.errors import InputError
 from gpucluster.inventory import parse_inventory_text
 from gpucluster.outputs import LAB_CAPABILITIES, Capabilities
 from gpucluster.spec.contract import NodeContract
@@ -76,3 +77,31 @@ def test_the_driver_method_follows_the_capabilities(capabilities: Capabilities, 
     """The writer decides it from the outputs' capabilities; the role installs by it and GC-GPU-001
     expects that method's pin (the lab once expected the CUDA repository's pin of a Debian driver)."""
     assert NodeContract.for_capabilities(capabilities.nvidia_repo).nvidia_driver_install_method == method
+
+
+def test_the_first_source_that_sets_a_variable_decides_as_in_ansible() -> None:
+    """A host's value wins even where it is a template (Ansible's to resolve: the suite keeps the
+    contract's value, never all.vars'); a templated listen address still gives its literal port
+    (a review's findings on d15424a)."""
+    contract = NodeContract.for_capabilities(True)
+    host = {"monitoring_textfile_dir": "{{ my_dir }}",
+            "monitoring_node_exporter_listen_address": "{{ gpucluster_management_ip }}:9200"}
+    everyone = {"monitoring_textfile_dir": "/srv/all", "monitoring_node_exporter_listen_address": "0.0.0.0:9400"}
+    got = contract.overridden(host, everyone)
+    assert got.textfile_dir == contract.textfile_dir
+    assert got.node_exporter_port == 9200
+    assert contract.overridden({}, everyone).node_exporter_port == 9400
+    assert contract.overridden({}, everyone).textfile_dir == "/srv/all"
+    # Wholly templated: the suite cannot know the port and keeps the contract's.
+    assert contract.overridden({"monitoring_node_exporter_listen_address": "{{ x }}"}).node_exporter_port == 9100
+
+
+def test_an_override_the_contract_refuses_is_named() -> None:
+    contract = NodeContract.for_capabilities(True)
+    with pytest.raises(InputError) as err:
+        contract.overridden({"nvidia_driver_install_method": "bogus", "nccl_tests_install_dir": "relative/x",
+                             "monitoring_node_exporter_listen_address": "0.0.0.0:99999"})
+    assert [p.split(":", 1)[0] for p in err.value.problems] == [
+        "nvidia_driver_install_method", "monitoring_node_exporter_listen_address", "nccl_tests_install_dir"]
+    with pytest.raises(InputError, match=r"monitoring_node_exporter_listen_address: '0.0.0.0' names no port"):
+        contract.overridden({"monitoring_node_exporter_listen_address": "0.0.0.0"})

@@ -92,3 +92,18 @@ def test_the_render_filters_take_ansibles_own_string_and_container_types() -> No
     assert filters["ssh_sources"](fabric) == ["10.0.0.0/24"]
     assert filters["platform_devices"]({}) == [] and filters["platform_rdma_addressed"]({}) is False
     assert filters["required_services"](["gpu"], {}) == ["ssh", "chrony", "nftables", "prometheus-node-exporter"]
+
+
+def test_a_value_the_models_refuse_fails_the_filter_with_a_line_per_field() -> None:
+    """A role input the spec's model refuses fails the task naming each field, one line each, not with
+    pydantic's dump of the whole input (a review's finding on 891e24c)."""
+    from ansible.errors import AnsibleFilterError
+
+    mod = load_file(FILTER_DIR / "render.py", "gc_render_filter_errors")
+    filters = mod.FilterModule().filters()
+    bad = {"type": "ethernet", "mtu": "9000", "management_cidr": "10.0.0.0/24"}
+    with pytest.raises(AnsibleFilterError) as err:
+        filters["ssh_sources"](bad)
+    message = str(err.value)
+    assert message.startswith("fabric.") and "fabric.mtu" in message and "fabric.fabric_cidr" in message
+    assert "errors.pydantic.dev" not in message and "input_value" not in message

@@ -52,51 +52,64 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _validate(model: Any, data: Any, what: str) -> Any:
+    """``data`` as ``model``, or one AnsibleFilterError with a line per problem, each naming the field
+    (``fabric.mtu: ...``), not pydantic's dump of the input."""
+    from pydantic import ValidationError
+    try:
+        return model.model_validate(_plain(data))
+    except ValidationError as exc:
+        from ansible.errors import AnsibleFilterError
+
+        from gpucluster.spec.loader import validation_problems
+        raise AnsibleFilterError("; ".join(validation_problems(exc, model, what))) from None
+
+
 def _fabric(data: Any) -> Fabric:
     from gpucluster.spec.models import Fabric
-    return Fabric.model_validate(_plain(data))
+    return _validate(Fabric, data, "fabric")
 
 
 def _platform(data: Any) -> Platform | None:
     """A node's platform, as ``gpucluster_platforms`` holds it (ranges expanded); None for a role's
     ``{}`` (no platform named)."""
     from gpucluster.spec.models import Platform
-    return Platform.model_validate(_plain(data)) if data else None
+    return _validate(Platform, data, "platform") if data else None
 
 
 def _bom(data: Any) -> Bom:
     from gpucluster.spec.models import Bom
-    return Bom.model_validate(_plain(data))
+    return _validate(Bom, data, "bom")
 
 
 def _profile(data: Any) -> HardwareProfile | None:
     from gpucluster.spec.models import HardwareProfile
-    return HardwareProfile.model_validate(_plain(data)) if data else None
+    return _validate(HardwareProfile, data, "profile") if data else None
 
 
 def _kubernetes(data: Any) -> Kubernetes | None:
     from gpucluster.spec.models import Kubernetes
-    return Kubernetes.model_validate(_plain(data)) if data else None
+    return _validate(Kubernetes, data, "kubernetes") if data else None
 
 
 def _capabilities(data: Any) -> Capabilities | None:
     from gpucluster.outputs import Capabilities
-    return Capabilities.model_validate(_plain(data)) if data else None
+    return _validate(Capabilities, data, "capabilities") if data else None
 
 
 def _access(data: Any) -> OutputAccess | None:
     from gpucluster.outputs import OutputAccess
-    return OutputAccess.model_validate(_plain(data)) if data else None
+    return _validate(OutputAccess, data, "access") if data else None
 
 
 def _egress(data: Any) -> OutputEgress | None:
     from gpucluster.outputs import OutputEgress
-    return OutputEgress.model_validate(_plain(data)) if data else None
+    return _validate(OutputEgress, data, "egress") if data else None
 
 
 def _rails(data: Any) -> list[OutputRail]:
     from gpucluster.outputs import OutputRail
-    return [OutputRail.model_validate(r) for r in _plain(data) or []]
+    return [_validate(OutputRail, r, f"rails[{i}]") for i, r in enumerate(_plain(data) or [])]
 
 
 def _nccl_settings(fabric: Any, platform: Any, fabric_interface: str | None) -> dict[str, str]:

@@ -26,9 +26,11 @@ try:
 except ImportError:
     pass
 
-# What the main process holds now (Ansible's modules, the models) lives for the whole run: frozen, a
+# What the main process holds now (Ansible's modules, the models) lives for the whole run (its garbage
+# collected first, so none of it is kept): frozen, a
 # worker's garbage collection never walks it, so a worker neither pays for walking those objects nor
 # copies the pages their headers sit on (gc.freeze(), for processes that fork without exec).
+gc.collect()
 gc.freeze()
 
 DOCUMENTATION = """
