@@ -88,7 +88,7 @@ def test_a_measurement_past_its_budget_leaves_nothing_on_any_node(lab: Path, tmp
                            host_keys=hostkeys.policy_for(inv.target, inv.cluster_name))
     # 1 Mbit/s on every compute rail (where the all-reduce's data goes): one all-reduce of the first
     # pair size (1 MiB) takes ~8 s, far past the budget.
-    links = [r["interface"] for r in nodes[1].rails]
+    links = [r.interface for r in nodes[1].rails]
     assert links, "the lab's GPU nodes have compute rails"
     shape = "; ".join(f"tc qdisc replace dev {d} root tbf rate 1mbit burst 32kb latency 400ms" for d in links)
     assert ssh(lab, nodes[1].name, shape).returncode == 0
