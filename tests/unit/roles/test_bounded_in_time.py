@@ -26,6 +26,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.unit.roles.tasks import every_task
+
 REPO = Path(__file__).resolve().parents[3]
 GROUP_VARS = REPO / "playbooks" / "group_vars" / "all.yml"
 TASK_FILES = sorted([*REPO.glob("roles/*/tasks/*.yml"), *REPO.glob("roles/*/handlers/*.yml"),
@@ -40,22 +42,10 @@ SHELLS = ("ansible.builtin.shell", "ansible.builtin.command", "ansible.builtin.r
 FETCHES = re.compile(r"\b(apt-get|apt|curl|wget|pip3?|dnf|yum)\s+(install|update|upgrade|download|-)")
 
 
-def _tasks(node: Any) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    if isinstance(node, list):
-        for item in node:
-            found += _tasks(item)
-    elif isinstance(node, dict):
-        found.append(node)
-        for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
-            found += _tasks(node.get(key))
-    return found
-
-
 def _all_tasks() -> list[tuple[str, dict[str, Any]]]:
     found = []
     for path in TASK_FILES:
-        for task in _tasks(yaml.safe_load(path.read_text())):
+        for task in every_task(yaml.safe_load(path.read_text())):
             found.append((f"{path.relative_to(REPO)}: {task.get('name', '?')}", task))
     return found
 

@@ -8,26 +8,15 @@ time ("failed at splitting arguments"), not at syntax check.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from ansible.parsing.splitter import split_args
 
+from tests.unit.roles.tasks import every_task
+
 ROLES = Path(__file__).resolve().parents[3] / "roles"
 MODULES = ("ansible.builtin.shell", "ansible.builtin.command", "ansible.builtin.raw", "shell", "command", "raw")
-
-
-def _tasks(node: Any) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    if isinstance(node, list):
-        for item in node:
-            found += _tasks(item)
-    elif isinstance(node, dict):
-        found.append(node)
-        for key in ("block", "rescue", "always"):
-            found += _tasks(node.get(key))
-    return found
 
 
 def _free_form() -> list[tuple[str, str]]:
@@ -35,7 +24,7 @@ def _free_form() -> list[tuple[str, str]]:
     for path in sorted(ROLES.glob("*/*/*.yml")):
         if path.parent.name not in ("tasks", "handlers"):
             continue
-        for task in _tasks(yaml.safe_load(path.read_text())):
+        for task in every_task(yaml.safe_load(path.read_text())):
             for module in MODULES:
                 value = task.get(module)
                 if isinstance(value, str):
