@@ -505,7 +505,8 @@ def _connects(address: str, port: int, timeout: float = 3.0) -> str | None:
 
 def reach_problems(plan: LabLayout) -> list[str]:
     """Where the stack is reached through a bastion: the host (the controller) must reach the
-    bastion's SSH on its outside address, and no node's SSH on the management network."""
+    bastion's SSH on its outside address, and no node's SSH on any of its addresses, the
+    management network's or the fabric's."""
     b = plan.bastion
     if b is None or b.outside is None:
         return _direct_reach_problems(plan)
@@ -515,9 +516,10 @@ def reach_problems(plan: LabLayout) -> list[str]:
     if why is not None:
         problems.append(f"the bastion's SSH at {public}:22 does not answer the controller: {why}")
     for n in plan.nodes:
-        if _connects(n.management_ip, 22) is None:
-            problems.append(f"{n.name}: the controller reaches its SSH at {n.management_ip}:22 directly, around the "
-                            "bastion")
+        for address in dict.fromkeys(a for a in (n.management_ip, n.fabric_ip) if a):
+            if _connects(address, 22) is None:
+                problems.append(f"{n.name}: the controller reaches its SSH at {address}:22 directly, around the "
+                                "bastion")
     return problems
 
 

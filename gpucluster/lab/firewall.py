@@ -19,6 +19,9 @@ from gpucluster.lab.state import atomic_write
 
 FAMILY = "inet"
 RULES_NAME = "host_firewall.nft"
+# The table as nft listed it once applied: a later `lab up` compares the live table with it, so a
+# rule deleted or changed by hand (the file alone unchanged) is applied again.
+LISTED_NAME = "host_firewall.listed"
 
 
 def table_name(lab_name: str) -> str:
@@ -62,8 +65,14 @@ def _nft() -> str:
     return nft
 
 
+def _listed(nft: str, name: str) -> str | None:
+    """The table as nft lists it now, or None where there is none."""
+    res = run([nft, "list", "table", FAMILY, name], "nft list table", check=False)
+    return res.stdout if res.returncode == 0 else None
+
+
 def _table_exists(nft: str, name: str) -> bool:
-    return run([nft, "list", "table", FAMILY, name], "nft list table", check=False).returncode == 0
+    return _listed(nft, name) is not None
 
 
 def ensure(plan: LabLayout) -> bool:
@@ -74,10 +83,17 @@ def ensure(plan: LabLayout) -> bool:
         return remove(plan.name)
     nft = _nft()
     text = rules(plan)
-    if _table_exists(nft, name) and stored.is_file() and stored.read_text() == text:
+    listed = plan.lab_dir / LISTED_NAME
+    live = _listed(nft, name)
+    if (live is not None and stored.is_file() and stored.read_text() == text and listed.is_file()
+            and listed.read_text() == live):
         return False
     run([nft, "-f", "-"], f"nft: the host's table {name}", input_text=text)
+    live = _listed(nft, name)
+    if live is None:
+        raise LabError(f"nft: the host's table {name} is not listed after it was applied")
     atomic_write(stored, text)
+    atomic_write(listed, live)
     return True
 
 

@@ -441,6 +441,11 @@ def test_the_bastion_step_fails_when_the_controller_reaches_a_node_around_it(
     answering |= {"10.84.0.11"}
     assert twin.reach_problems(plan) == [
         "gpu-2: the controller reaches its SSH at 10.84.0.11:22 directly, around the bastion"]
+    # A node's fabric address is a way in too.
+    answering -= {"10.84.0.11"}
+    answering |= {"10.84.16.12"}
+    assert twin.reach_problems(plan) == [
+        "gpu-3: the controller reaches its SSH at 10.84.16.12:22 directly, around the bastion"]
 
 
 def test_the_azure_twin_boots_the_sites_bastion_where_its_stack_names_it(tmp_path: Path) -> None:

@@ -30,8 +30,10 @@ class FakeNft:
         self.calls.append(cmd[1:])
         args = cmd[1:]
         rc = 0
+        stdout = ""
         if args[:2] == ["list", "table"]:
             rc = 0 if args[3] in self.tables else 1
+            stdout = self.tables.get(args[3], "")
         elif args[:2] == ["delete", "table"]:
             rc = 0 if self.tables.pop(args[3], None) is not None else 1
         elif args == ["-f", "-"]:
@@ -39,7 +41,7 @@ class FakeNft:
             self.tables[input_text.splitlines()[0].split()[-1]] = input_text  # "table inet NAME"
         if check and rc:
             raise LabError(f"{what}: exit {rc}")
-        return subprocess.CompletedProcess(cmd, rc, "", "")
+        return subprocess.CompletedProcess(cmd, rc, stdout, "")
 
 
 @pytest.fixture
@@ -64,6 +66,11 @@ def test_the_table_is_applied_once_and_then_left_alone(plan: LabLayout, nft: Fak
     # Someone deleted it: applied again.
     nft.tables.clear()
     assert firewall.ensure(plan) is True and nft.tables
+    # Someone deleted its rule (the file on disk unchanged): the live table differs, applied again.
+    name = firewall.table_name(plan.name)
+    nft.tables[name] = "\n".join(line for line in nft.tables[name].splitlines() if "reject" not in line)
+    assert firewall.ensure(plan) is True and "reject" in nft.tables[name]
+    assert firewall.ensure(plan) is False
 
 
 def test_a_lab_without_a_bastion_has_no_table_and_down_removes_it(plan: LabLayout, nft: FakeNft) -> None:
