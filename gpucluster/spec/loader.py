@@ -555,6 +555,31 @@ def spec_mapping(raw: Any, source: str) -> dict[str, Any]:
     return spec
 
 
+def _site_platforms(spec: ClusterSpec, stack: Path, source: str) -> dict[str, Platform]:
+    """The shipped platforms, with the site's own (``platforms:``, a folder beside the stack file
+    or below it) added or put in place of the shipped ones of their names."""
+    platforms = load_platforms()
+    if not spec.platforms:
+        return platforms
+    folder = stack.parent.resolve()
+    path = (folder / spec.platforms).resolve()
+    field = f"{NAMESPACE}.platforms"
+    if not path.is_relative_to(folder):
+        raise InputError(f"{field}: {_show(spec.platforms)} resolves to {path}, outside the stack file's folder; "
+                         "keep the site's platform files beside the stack file or below it", source=source)
+    if not path.is_dir():
+        raise InputError(f"{field}: {path}: no such folder (the site's platform files, one per platform)",
+                         source=source)
+    try:
+        own = _load_named(path, Platform, "platform")
+    except InputError as exc:
+        where = f"{exc.source}: " if exc.source and exc.source != str(path) else ""
+        raise InputError([f"{field}: {where}{p}" for p in exc.problems], source=str(path)) from None
+    if not own:
+        raise InputError(f"{field}: {path}: holds no platform file (*.yaml)", source=source)
+    return {**platforms, **own}
+
+
 def _bom_file(spec: ClusterSpec, stack: Path, source: str) -> Path:
     """The bill-of-materials overlay a spec names: a file beside the stack file or below its folder.
 
@@ -595,7 +620,7 @@ def load_spec(path: str | Path) -> Cluster:
             raise
         raise InputError(f"{NAMESPACE}.bom: {bom_path}: {exc.problems[0]}", source=source) from None
     profiles = load_profiles()
-    platforms = load_platforms()
+    platforms = _site_platforms(spec, stack, source)
     problems = semantic_problems(spec, bom, profiles, platforms, load_twins() if spec.twin is not None else {})
     problems += reference_problems(spec, load_images())
     if problems:

@@ -675,6 +675,12 @@ class ClusterSpec(_Model):
     conformance: Conformance = Field(default_factory=Conformance)
     bom: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}$",
                             description="bill-of-materials overlay (the keys it changes), beside the stack file")
+    # A site's own platform files: a folder beside the stack file (or below it) of platform files
+    # as gpucluster/data/platforms holds them, one per platform, named as the platform. A file there
+    # adds a platform or replaces the shipped one of its name whole (an OCI site whose RDMA network
+    # configuration addresses the ports from other ranges, a bare-metal site's own port names).
+    platforms: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./-]{0,199}$",
+                                  description="a folder of the site's own platform files, beside the stack file")
     twin: TwinRef | None = None
 
 
