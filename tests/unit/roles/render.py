@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 import pytest
 import yaml
+from ansible.errors import AnsibleError
 from ansible.plugins.filter.core import FilterModule
 from ansible.plugins.filter.mathstuff import FilterModule as MathFilters
 from ansible.plugins.test.core import TestModule
@@ -154,7 +155,9 @@ def role_vars(role: str, ctx: dict[str, Any], extra: dict[str, Any] | None = Non
         for key, value in raw.items():
             try:
                 resolved[key] = _resolve(value, resolved)
-            except jinja2.UndefinedError:
+            except (jinja2.UndefinedError, AnsibleError, TypeError):
+                # An input not resolved yet (a template string a test or filter cannot take): kept
+                # as written for the next pass; one still unresolved at the end reaches the test so.
                 resolved[key] = value
         if json.dumps(resolved, sort_keys=True, default=str) == before:
             break

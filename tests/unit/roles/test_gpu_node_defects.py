@@ -169,10 +169,39 @@ def test_chrony_elsewhere_uses_the_configured_sources(fabric: str) -> None:
 # --- 5. one owner of the container toolkit; CDI follows the driver ------------------------------
 
 
+# The configure probe's answer: the toolkit's runtime, then containerd's --version line as each
+# package prints it (Docker's containerd.io; Debian 12's archive, 1.6.20~ds1-1+deb12u3).
+_PROBE_17 = "present\r\ncontainerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da\r\n"
+_PROBE_16 = "present\ncontainerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+deb12u3\n"
+
+
+@pytest.mark.parametrize(("probe", "version", "cdi"), [
+    (_PROBE_17, "1.7.27", True),
+    (_PROBE_16, "1.6.20", False),
+    ("present\ncontainerd github.com/containerd/containerd 1.7.2 1.7.2\n", "1.7.2", True),  # the floor itself
+    ("absent\n\n", "", False),  # no containerd: nothing claims CDI
+])
+def test_config_toml_claims_cdi_only_where_containerd_takes_it(probe: str, version: str, cdi: bool) -> None:
+    """containerd's CRI plugin takes CDI from 1.7.2 on (the bill of materials' floor); Debian 12's
+    archive serves 1.6.20, whose config.toml must not claim it. The NVIDIA runtime stays the default
+    either way, so GPUs still reach pods; the role fails where neither way is left."""
+    v = role_vars("container_runtime", _ctx("roce"), {"__container_runtime_toolkit": {"stdout": probe}})
+    assert v["container_runtime_containerd_floor"] == "1.7.2"
+    assert v["__container_runtime_containerd_version"] == version
+    assert v["__container_runtime_cdi"] is cdi
+    assert v["__container_runtime_toolkit_present"] is probe.startswith("present")
+    text = render_template("container_runtime", "config.toml.j2", dict(v, __container_runtime_nvidia_present=True))
+    assert ("enable_cdi = true" in text) is cdi and ("cdi_spec_dirs" in text) is cdi
+    assert 'default_runtime_name = "nvidia"' in text
+    tasks = {t["name"]: t for t in _tasks("container_runtime", "tasks/configure.yml")}
+    guard = tasks["Check that GPUs reach pods on this node"]["ansible.builtin.assert"]["that"]
+    assert guard == "__container_runtime_cdi or container_runtime_nvidia_default_runtime | bool"
+
+
 def test_the_role_owns_the_toolkit_because_the_operator_does_not() -> None:
     operator = gpu_operator_release(load_spec(REPO / "Pulumi.onprem-h100-roce.yaml")).values
     assert operator["toolkit"]["enabled"] is False
-    gpu = role_vars("container_runtime", _ctx("roce"))
+    gpu = role_vars("container_runtime", _ctx("roce"), {"__container_runtime_toolkit": {"stdout": _PROBE_17}})
     assert gpu["container_runtime_nvidia_toolkit_owner"] == "role"
     assert gpu["container_runtime_nvidia_toolkit_install_enabled"] is True
     assert gpu["container_runtime_nvidia_default_runtime"] is True

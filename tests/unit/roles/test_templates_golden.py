@@ -33,7 +33,10 @@ CASES: list[tuple[str, str, str, dict[str, Any]]] = [
     ("common", "hosts.j2", "gpu", {}),
     ("common", "sshd-hardening.conf.j2", "gpu", {}),
     ("common", "limits-memlock.conf.j2", "gpu", {}),
-    ("container_runtime", "config.toml.j2", "gpu", {"__container_runtime_nvidia_present": True}),
+    # A GPU node whose containerd (Docker's containerd.io 1.7.27) takes CDI.
+    ("container_runtime", "config.toml.j2", "gpu", {"__container_runtime_nvidia_present": True,
+                                                    "__container_runtime_toolkit": {
+                                                        "stdout": "present\ncontainerd containerd.io 1.7.27 0\n"}}),
     ("monitoring", "prometheus-node-exporter.default.j2", "gpu", {}),
     ("cuda_toolkit", "cuda.sh.j2", "gpu", {}),
     ("nvidia_driver", "apt-preferences.j2", "gpu", {}),
@@ -66,7 +69,7 @@ def _cases() -> list[Any]:
 def _render(fabric: str, role: str, template: str, group: str, extra: dict[str, Any]) -> str:
     inventory = inventory_for(fabric)
     ctx = host_context(inventory, first_host(inventory, group))
-    variables = role_vars(role, ctx)
+    variables = role_vars(role, ctx, extra)
     variables.update(extra)
     return render_template(role, template, variables)
 
