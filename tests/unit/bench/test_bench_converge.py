@@ -30,3 +30,14 @@ def test_the_bench_stack_is_the_lab_example_scaled(tmp_path: Path, size: int) ->
     # Apart from the example's lab and every other size's, so they can be up at once.
     assert cluster.spec.fabric.management_cidr == f"10.{bench_converge.NETS[size]}.0.0/24"
     assert len(set(bench_converge.NETS.values())) == len(bench_converge.NETS)
+
+
+def test_the_host_cpu_reading_counts_busy_time() -> None:
+    """The no-op's CPU figure is /proc/stat's busy time: it grows while a processor works."""
+    import time
+
+    before = bench_converge._host_busy_s()
+    end = time.process_time() + 0.3
+    while time.process_time() < end:
+        pass
+    assert bench_converge._host_busy_s() - before >= 0.2
