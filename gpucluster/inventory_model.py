@@ -16,9 +16,11 @@ This is the one inventory validator. What it cannot see lives elsewhere, each in
 
 from __future__ import annotations
 
+import collections.abc
+import types
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
@@ -101,9 +103,10 @@ def _as_written(model: type[BaseModel], may_omit: Collection[str] = ()) -> WrapV
     return WrapValidator(validate)
 
 
-def _unwritten(model: type[BaseModel], data: Mapping[Any, Any], loc: tuple[str, ...],
+def _unwritten(model: type[BaseModel], data: Mapping[Any, Any], loc: tuple[str | int, ...],
                may_omit: frozenset[str]) -> list[InitErrorDetails]:
-    """The fields of ``model`` missing from ``data`` and the keys it has that are no field, nested models' too."""
+    """The fields of ``model`` missing from ``data`` and the keys it has that are no field, nested
+    models' too: a field's model, and each model in a field's list, tuple or dict of them."""
     problems: list[InitErrorDetails] = []
     keys = set()
     for name, field in model.model_fields.items():
@@ -112,15 +115,73 @@ def _unwritten(model: type[BaseModel], data: Mapping[Any, Any], loc: tuple[str, 
         if key not in data:
             if key not in may_omit:
                 problems.append(InitErrorDetails(type="missing", loc=(*loc, key), input=dict(data)))
-        elif isinstance(data[key], Mapping) and (inner := _model_in(field.annotation)) is not None:
-            problems += _unwritten(inner, data[key], (*loc, key), frozenset())
+        else:
+            problems += _unwritten_in(field.annotation, data[key], (*loc, key))
     problems += [InitErrorDetails(type="extra_forbidden", loc=(*loc, str(k)), input=v)
                  for k, v in data.items() if k not in keys]
     return problems
 
 
+def _unwritten_in(annotation: Any, value: Any, loc: tuple[str | int, ...]) -> list[InitErrorDetails]:
+    """:func:`_unwritten` of each model ``value`` holds as a value of ``annotation``: the model itself,
+    or the items of a list or tuple, or the values of a dict, of models (nested, and through Optional,
+    Union and Annotated), each at its own location (``[1]``, ``.key``). A value not of the shape the
+    annotation holds models in is left to the model's strict validation, which names it."""
+    shape = _shape_of(annotation, value)
+    if shape is None:
+        return []
+    if isinstance(shape, type) and issubclass(shape, BaseModel):
+        return _unwritten(shape, value, loc, frozenset())
+    origin, args = get_origin(shape), get_args(shape)
+    problems: list[InitErrorDetails] = []
+    if origin in _MAPPINGS:
+        for key, item in value.items():
+            where = key if isinstance(key, (str, int)) and not isinstance(key, bool) else str(key)
+            problems += _unwritten_in(args[1] if len(args) == 2 else Any, item, (*loc, where))
+    else:
+        for i, item in enumerate(value):
+            if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+                # A tuple of fixed positions: an item past them is the strict validation's to refuse.
+                item_type = args[i] if i < len(args) else Any
+            else:
+                item_type = args[0] if args else Any
+            problems += _unwritten_in(item_type, item, (*loc, i))
+    return problems
+
+
+# The containers a model may be held in, by their origin (list[X], typing.List[X], Sequence[X], ...).
+_MAPPINGS = (dict, collections.abc.Mapping, collections.abc.MutableMapping)
+_SEQUENCES = (list, tuple, collections.abc.Sequence, collections.abc.MutableSequence)
+
+
+def _shape_of(annotation: Any, value: Any) -> Any:
+    """The one alternative of ``annotation`` (through Annotated, Optional and Union) that holds models
+    and matches ``value``'s kind (a mapping: a model or a dict; a list or tuple: a sequence), or None:
+    none does, or more than one (a union of two models; pydantic's own choice between them is the
+    strict validation's)."""
+    if isinstance(value, Mapping):
+        fits: tuple[Any, ...] = _MAPPINGS
+    elif isinstance(value, (list, tuple)):
+        fits = _SEQUENCES
+    else:
+        return None
+    found = [a for a in _alternatives(annotation) if _model_in(a) is not None and (
+        (isinstance(a, type) and issubclass(a, BaseModel) and fits is _MAPPINGS) or get_origin(a) in fits)]
+    return found[0] if len(found) == 1 else None
+
+
+def _alternatives(annotation: Any) -> list[Any]:
+    """The types ``annotation`` may be: a Union's (``X | None``) members, Annotated's type, each flattened."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _alternatives(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return [a for arg in get_args(annotation) for a in _alternatives(arg)]
+    return [annotation]
+
+
 def _model_in(annotation: Any) -> type[BaseModel] | None:
-    """The model a field holds (``X`` or ``X | None``), or None."""
+    """A model a field holds (``X``, ``X | None``, ``list[X]``, ``dict[str, X]``, ...), or None."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     return next((m for a in get_args(annotation) if (m := _model_in(a)) is not None), None)
@@ -236,12 +297,6 @@ class InventoryVars(_Open):
     # (gpucluster.spec.contract): the roles' defaults read it, a role variable set in the inventory
     # still overrides it (NodeContract.overridden).
     gpucluster_contract: NodeContract
-
-    def spec_vars(self) -> dict[str, Any]:
-        """The spec's sections as plain data, as the writer wrote them, the models' defaults filled:
-        for the readers that take mappings (the renderers the roles share, the conformance checks)."""
-        return spec_vars(self.gpucluster_fabric, self.gpucluster_storage, self.gpucluster_kubernetes,
-                         self.gpucluster_bom, self.gpucluster_profiles)
 
 
 def spec_vars(fabric: Fabric, storage: Storage | None, kubernetes: Kubernetes | None, bom: Bom,

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from gpucluster import hostkeys, runs, sockets
-from gpucluster.conformance import fleet, progress, publish
+from gpucluster.conformance import checks, fleet, progress, publish
 from gpucluster.conformance.nodes import ClusterInventory, load_inventory
 from gpucluster.conformance.remote import (
     RUN_ID_ENV,
@@ -240,8 +240,22 @@ def run(opts: VerifyOptions) -> Report:
     suite_dir()
     whole = load_inventory(opts.inventory)
     inv = whole.limited(list(opts.limit)) if opts.limit else whole
+    problems = inv.inter_node_problems(_selected_checks(opts.checks))
+    if problems:
+        raise InputError(problems, source=str(opts.inventory))
     with runs.cluster_lock(opts.inventory, "gpucluster verify"), runs.private_umask():
         return _run_locked(opts, inv, whole)
+
+
+def _selected_checks(patterns: tuple[str, ...]) -> frozenset[str] | None:
+    """The check IDs ``--checks`` names (None: every check); a pattern that names none is the suite's
+    to refuse (it names every check ID), so here it selects none."""
+    if not patterns:
+        return None
+    try:
+        return checks.select(patterns)
+    except ValueError:
+        return frozenset()
 
 
 def _run_locked(opts: VerifyOptions, inv: ClusterInventory, whole: ClusterInventory) -> Report:

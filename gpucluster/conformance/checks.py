@@ -210,6 +210,12 @@ def get(check_id: str) -> Check:
         raise KeyError(f"unknown check {check_id!r}") from None
 
 
+# The checks whose runs span several nodes at once with one command line (mpirun: every rank runs
+# the one binary path it names), gpucluster.conformance.fabric's inter_node and pair_search: their
+# nodes need nccl-tests in one folder (ClusterInventory.inter_node_problems).
+INTER_NODE = frozenset({"GC-AR-002", "GC-AR-003"})
+
+
 def select(patterns: Iterable[str], option: str = "--checks") -> frozenset[str]:
     """The check IDs that IDs or shell patterns (``GC-NET-*``) name, as ``verify --checks`` takes them.
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from gpucluster.conformance import allreduce_mpi, progress, run_ib_write_bw, run_nccl_tests
 from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, budget_s, judge
-from gpucluster.conformance.nodes import ClusterInventory, NodeInfo
+from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, nccl_tests_split
 from gpucluster.conformance.pairs import PairResult, PairSearch, find_slow, rail_search, ring_pairs, rounds
 from gpucluster.conformance.rdma_checks import IB_COUNTER_DUMP, compute_hcas
 from gpucluster.conformance.remote import (
@@ -284,8 +284,8 @@ class Fabric:
         return [n.name for n in nodes if n.gpu_count > 0]
 
     def allreduce_participants(self) -> list[NodeInfo]:
-        """GPU-group nodes whose profile sets an inter-node floor."""
-        return [n for n in self.inv.in_groups(("gpu",)) if n.floor("allreduce_inter_busbw_gbps") is not None]
+        """GPU-group nodes whose profile sets an inter-node floor (ClusterInventory's)."""
+        return self.inv.allreduce_participants()
 
     def verdict_bytes(self, nodes: list[NodeInfo]) -> int:
         return max(verdict_size(n, "inter") for n in nodes)
@@ -349,6 +349,12 @@ class Fabric:
         cidr = self.control_cidr(nodes)
         verdict = self.verdict_bytes(nodes)
         nccl = self.engine(nodes) == "nccl-tests"
+        # One mpirun names one binary for every rank: nodes with nccl-tests in different folders are
+        # refused before verify starts (ClusterInventory.inter_node_problems), and never run from
+        # the first node's folder here.
+        split = nccl_tests_split(nodes) if nccl else None
+        if split:
+            return AllReduceRun(self.engine(nodes), label, names, 0, status="incomplete", notes=[split])
         # The measurement's files (the MPI script, nccl-tests' JSON) on its nodes: a private folder
         # at one path on every node, removed with the measurement's other remains in _end.
         folder = node_folder_path(self.run_id)

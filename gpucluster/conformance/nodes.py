@@ -9,17 +9,19 @@ inventory's cluster-wide variables.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from gpucluster.conformance.checks import INTER_NODE
 from gpucluster.errors import InputError
 from gpucluster.hostkeys import Jump
 from gpucluster.inventory_model import parse_inventory_text, validate_inventory
 from gpucluster.outputs import Capabilities, LinkFloors, OutputAccess, OutputEgress, OutputRail
-from gpucluster.spec.contract import NodeContract
+from gpucluster.spec.contract import ROLE_VARS, NodeContract
 from gpucluster.spec.models import (
     Bom,
     Conformance,
@@ -142,6 +144,22 @@ class ClusterInventory:
             return list(self.nodes)
         return [n for n in self.nodes if set(n.groups) & set(groups)]
 
+    def allreduce_participants(self) -> list[NodeInfo]:
+        """GPU-group nodes whose profile sets an inter-node floor: the nodes of the inter-node
+        all-reduce (GC-AR-002) and of its pair runs (GC-AR-003)."""
+        return [n for n in self.in_groups(("gpu",)) if n.floor("allreduce_inter_busbw_gbps") is not None]
+
+    def inter_node_problems(self, selected: Collection[str] | None = None) -> list[str]:
+        """Why the inter-node runs of the ``selected`` checks (None: every check) cannot measure these
+        nodes as their inventory states them: one line, or none. Those runs are one mpirun command
+        line, which names one nccl-tests binary for every rank, so a node whose nccl-tests folder
+        (``nccl_tests_install_dir``, per host) differs from the others' would be run from theirs."""
+        if selected is not None and not set(selected) & INTER_NODE:
+            return []
+        # nccl-tests runs where every node of a run has GPUs (else MPI on the CPUs, no binary of its own).
+        split = nccl_tests_split([n for n in self.allreduce_participants() if n.gpu_count > 0])
+        return [split] if split else []
+
     def limited(self, names: list[str]) -> ClusterInventory:
         """Only the named nodes (``--limit``), as converge's --limit reads them: host names or
         inventory groups (``gpu``, ``pool_gpu``), comma- or colon-separated; unknown ones are bad input."""
@@ -155,6 +173,21 @@ class ClusterInventory:
         keep = tuple(n for n in self.nodes if n.name in names)
         groups = {g: tuple(h for h in hs if h in names) for g, hs in self.groups.items()}
         return dataclasses.replace(self, nodes=keep, groups=groups)
+
+
+def nccl_tests_split(nodes: Sequence[NodeInfo]) -> str | None:
+    """Where ``nodes`` (those of one mpirun) have nccl-tests in different folders, the line that names
+    each folder with its hosts and the remedy; else None."""
+    folders: dict[str, list[str]] = {}
+    for n in nodes:
+        folders.setdefault(n.contract.nccl_tests_dir, []).append(n.name)
+    if len(folders) < 2:
+        return None
+    var = ROLE_VARS["nccl_tests_dir"]
+    found = "; ".join(f"{folder} on {', '.join(hosts)}" for folder, hosts in folders.items())
+    return (f"{var}: the inter-node all-reduce runs ({', '.join(sorted(INTER_NODE))}) start one nccl-tests folder on "
+            f"every node, but these nodes have it in different folders: {found}; set {var} once in "
+            f"all.vars (and on none of these hosts alone), converge, and verify again")
 
 
 def parse_inventory(data: Any, source: str) -> ClusterInventory:

@@ -250,7 +250,11 @@ def pytest_configure(config: pytest.Config) -> None:
     for g in _inventory(config).groups:
         if g not in ROLES:
             config.addinivalue_line("markers", f"{g}: runs on hosts of the inventory group {g}")
-    _selected(config)  # a --checks pattern that names no check is refused here, before any node is probed
+    # A --checks pattern that names no check is refused here, before any node is probed, and so are
+    # nodes an inter-node run of the selected checks cannot measure as the inventory states them.
+    problems = _inventory(config).inter_node_problems(_selected(config))
+    if problems:
+        raise pytest.UsageError("; ".join(InputError(problems, source=_inventory(config).path).lines()))
     state.started = time.time()
     if _controller(config):
         state.fleet_margin = _fleet_margin(config)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucluster.inventory import parse_inventory_text
+from gpucluster.conformance.nodes import load_inventory
 
 pytestmark = pytest.mark.lab
 
@@ -33,10 +33,12 @@ def verify(lab, tmp_path: Path, name: str) -> tuple[int, dict]:
 
 
 def node_metrics(lab, node: str) -> str:
-    """node_exporter's /metrics as the node itself reads it (it listens on the management address)."""
-    address = parse_inventory_text(lab.inventory.read_text())["all"]["hosts"][node]["ansible_host"]
+    """node_exporter's /metrics as the node itself reads it (it listens on the management address, on
+    the port of the node's contract as the suite reads it: GC-SYS-004's)."""
+    info = load_inventory(lab.inventory).node(node)
+    url = f"http://{info.address}:{info.contract.node_exporter_port}/metrics"
     res = lab.ssh(node, "python3 -c \"import urllib.request as u; "
-                        f"print(u.urlopen('http://{address}:9100/metrics', timeout=5).read().decode())\"")
+                        f"print(u.urlopen('{url}', timeout=5).read().decode())\"")
     assert res.returncode == 0, res.stderr[-1000:]
     return res.stdout
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 import pytest
+import yaml
 
 from gpucluster.conformance.verdict import CLUSTER
 
@@ -206,6 +207,21 @@ def test_checks_selects_by_id_or_pattern_and_refuses_a_pattern_matching_nothing(
     assert "INTERNALERROR" not in bad.stdout + bad.stderr
     assert "ERROR: --checks: GC-NOPE-* matches no check; the check IDs: GC-AR-001, " in bad.stderr
     assert not (tmp_path / "run2" / "probe.json").exists()
+
+
+def test_nodes_an_inter_node_run_cannot_measure_are_refused_before_the_probe(tmp_path: Path) -> None:
+    """The suite run by itself (pytest --inventory) refuses what verify refuses: nccl-tests in
+    different folders on the nodes of one mpirun (tests/unit/conformance/test_inter_node_folders.py)."""
+    from tests.unit.conformance.test_inter_node_folders import SPLIT, _data
+
+    inventory = tmp_path / "inventory.yml"
+    inventory.write_text(yaml.safe_dump(_data(**{"gpu-2": {"nccl_tests_install_dir": "/srv/nccl"}})))
+    suite = _synthetic_suite(tmp_path)
+    bad = _pytest([str(suite), "--rootdir", str(suite), "--inventory", str(inventory), "--run-dir",
+                   str(tmp_path / "run"), "--checks", "GC-AR-*"], tmp_path)
+    assert bad.returncode == pytest.ExitCode.USAGE_ERROR, bad.stdout[-2000:] + bad.stderr[-2000:]
+    assert f"ERROR: error: {inventory}: {SPLIT}" in bad.stderr
+    assert not (tmp_path / "run" / "probe.json").exists()
 
 
 FLEET_CHECKS = '''

@@ -28,6 +28,7 @@ from tests.unit.roles.render import (
     inventory_for,
     role_vars,
 )
+from tests.unit.roles.tasks import every_task
 
 ROLE = "nvidia_cuda_repo"
 BOM = yaml.safe_load((ROLES.parent / "gpucluster" / "data" / "bom.yaml").read_text())
@@ -53,13 +54,8 @@ NAMES_IT = [
 
 
 def _tasks(path: Path) -> list[dict[str, Any]]:
-    """Every task of a task file, those in blocks too."""
-    out: list[dict[str, Any]] = []
-    for task in yaml.safe_load(path.read_text()) or []:
-        out.append(task)
-        for key in ("block", "rescue", "always"):
-            out.extend(task.get(key) or [])
-    return out
+    """Every task of a task file, those nested in blocks too (the shared walker)."""
+    return every_task(yaml.safe_load(path.read_text()))
 
 
 def _module(task: dict[str, Any]) -> str:
