@@ -58,6 +58,7 @@ import yaml
 from gpucluster import hostkeys, mitogen, paths, runs, sockets
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
 from gpucluster.inventory_model import Inventory, read_inventory
+from gpucluster.spec.contract import refuse_extra_vars
 
 REPO_ROOT = paths.REPO_ROOT
 DEFAULT_PLAYBOOK = REPO_ROOT / "playbooks" / "site.yml"
@@ -142,7 +143,8 @@ class ConvergeOptions:
     forks: int | None = None
     runs_dir: Path = DEFAULT_RUNS_DIR
     label: str = "converge"
-    # Passed to the playbook as extra vars (ansible-playbook -e), highest precedence.
+    # Passed to the playbook as extra vars (ansible-playbook -e), highest precedence; a node contract
+    # override among them (gpucluster.spec.contract.OVERRIDE_VARS) is refused: set it in the inventory.
     extra_vars: dict[str, Any] = field(default_factory=dict)
     # Lift no_log on the roles' secret tasks (they read gpucluster_debug_no_log).
     debug_no_log: bool = False
@@ -495,24 +497,16 @@ def ansible_ssh_args(policy: hostkeys.HostKeyPolicy, cfg: Path = ANSIBLE_CFG) ->
 
 
 def fetched_secrets(options: ConvergeOptions, inventory: Inventory) -> list[Path]:
-    """Where the control-plane role fetches admin.conf (cluster-admin's key) on the controller:
-    the extra var or the inventory's value, and the role's default."""
-    dest = options.extra_vars.get("kubernetes_control_plane_kubeconfig_fetch_dest") \
-        or (inventory.vars.model_extra or {}).get("kubernetes_control_plane_kubeconfig_fetch_dest")
-    candidates = []
-    if isinstance(dest, str) and "{{" not in dest:
-        candidates.append(Path(dest))
-    name = inventory.vars.gpucluster_cluster_name
-    if name:
-        # The role's default: {{ playbook_dir }}/../runs/<cluster name>/admin.conf
-        candidates.append(options.playbook.resolve().parent.parent / "runs" / name / "admin.conf")
-    return candidates
+    """Where the control-plane role fetches admin.conf (cluster-admin's key) on the controller: the
+    node contract's place beside the inventory, or the inventory's kubernetes_control_plane_kubeconfig_fetch_dest
+    (:meth:`Inventory.kubeconfig_file`, which ``gpucluster up`` reads too)."""
+    return [inventory.kubeconfig_file(options.inventory)]
 
 
 def tighten_fetched_secrets(candidates: list[Path], made: set[Path]) -> list[Path]:
     """Each fetched file of ``candidates`` 0600, whatever mode it had on the node, and its folder
     0700 only where this converge made it (``made``: the folders missing before it ran): a fetch
-    into /tmp (``-e ..._fetch_dest=/tmp/admin.conf``) must not close /tmp to everyone else. Never
+    into /tmp (the inventory's ``..._fetch_dest: /tmp/admin.conf``) must not close /tmp to everyone else. Never
     through a link. Returns the files found."""
     found = []
     for path in candidates:
@@ -579,7 +573,12 @@ def write_extra_vars(run_dir: Path, extravars: Mapping[str, Any]) -> Path:
 def converge(options: ConvergeOptions, *, progress_out: TextIO,
              runner: Callable[..., Any] | None = None) -> ConvergeResult:
     """Run the playbook; every event, the log and a summary land in one run folder."""
+    # The roles would take a contract override given with -e; the suite reads the inventory alone.
+    refuse_extra_vars(options.extra_vars)
     inventory = load_inventory(options.inventory)
+    # Where the control plane's role would fetch admin.conf (an InputError, before any host, for a
+    # place the inventory states wrongly).
+    fetched = fetched_secrets(options, inventory)
     if not options.playbook.is_file():
         raise InputError(f"{options.playbook}: no such playbook")
     if runner is None:
@@ -593,7 +592,6 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
             inventory.vars.gpucluster_cluster_name, jump, policy))
         if policy.checked:
             probe_host_keys(inventory, policy, options.limit, through)
-        fetched = fetched_secrets(options, inventory)
         missing = {p.parent for p in fetched if not os.path.lexists(p.parent)}
         run_dir = new_run_dir(options.runs_dir, options.label)
         # Ansible's SSH masters listen in a folder this run made and checked, and end with it.

@@ -57,7 +57,9 @@ from gpucluster.spec.models import (
 # 5: gpucluster_contract (gpucluster.spec.contract.NodeContract): what the roles' defaults and the
 #    suite's checks once each wrote down (the driver's install method, node_exporter's textfile
 #    folder and port, the tools' folders).
-SCHEMA_VERSION = 5
+# 6: gpucluster_contract.kubeconfig_name: the fetched cluster-admin kubeconfig's name in the
+#    inventory's folder, which the control plane's role, converge and up all read.
+SCHEMA_VERSION = 6
 SCHEMA_VAR = "gpucluster_inventory_schema"
 # The tag the writer puts on a string Ansible must never template (gpucluster.inventory.dump_inventory).
 UNSAFE_TAG = "!unsafe"
@@ -262,7 +264,7 @@ InventoryConformance = Conformance
 
 
 class InventoryVars(_Open):
-    gpucluster_inventory_schema: Literal[5]
+    gpucluster_inventory_schema: Literal[6]
     gpucluster_cluster_name: str
     gpucluster_stack: str
     gpucluster_target: Literal["aws", "azure", "oci", "baremetal", "lab"]
@@ -327,6 +329,17 @@ class Inventory(BaseModel):
 
     def groups(self) -> dict[str, tuple[str, ...]]:
         return {name: tuple(body.hosts) for name, body in self.children.items()}
+
+    def kubeconfig_file(self, inventory_file: Path) -> Path:
+        """Where the kubernetes_control_plane role fetches the cluster-admin kubeconfig for the inventory
+        at ``inventory_file`` (:meth:`NodeContract.kubeconfig_file`): its first control-plane node
+        fetches it (the role's ``__kubernetes_control_plane_first``: the first of ``gpucluster_nodes``
+        with that role), so that host's variable, then all.vars', moves it."""
+        first = next((n.name for n in self.vars.gpucluster_nodes if "control_plane" in n.roles), None)
+        host = next((h for h in self.hosts.values() if h.gpucluster_node_name == first), None)
+        sources = [] if host is None else [host.model_extra or {}]
+        return self.vars.gpucluster_contract.kubeconfig_file(Path(inventory_file).resolve().parent, *sources,
+                                                             self.vars.model_extra or {})
 
 
 def validate_inventory(data: Any, source: str) -> Inventory:

@@ -6,6 +6,9 @@ Every target hands off the same two files, in one folder per cluster:
   exports);
 - ``inventory.yml``: what ``gpucluster inventory`` makes of them.
 
+Beside them, the Kubernetes control plane's role fetches ``admin.conf`` (the node contract's
+``kubeconfig_name``, in the inventory's folder).
+
 The folder is the lab's own folder for a lab or a platform twin (``<state_dir>/<name>/``, beside
 the lab's state, SSH key and nodes), and ``$GPUCLUSTER_STATE_DIR/clusters/<name>/`` for every other target
 (the folder that already holds the cluster's known_hosts, :mod:`gpucluster.runs`). Run folders of
@@ -24,6 +27,7 @@ from gpucluster import runs
 from gpucluster.errors import InputError
 from gpucluster.spec import load_spec
 from gpucluster.spec.cluster import Cluster
+from gpucluster.spec.contract import NodeContract
 from gpucluster.spec.models import LabTarget
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -32,9 +36,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 RUNS_DIR = Path("runs")
 OUTPUTS_NAME = "outputs.json"
 INVENTORY_NAME = "inventory.yml"
-# The cluster-admin kubeconfig `up` has the control plane's role fetch (its client key: the
-# folder is the cluster's own, not a checkout's runs/).
-KUBECONFIG_NAME = "admin.conf"
+# The cluster-admin kubeconfig the control plane's role fetches beside the inventory (its client key:
+# the folder is the cluster's own, not a checkout's runs/): the node contract's name for it, stated
+# there once. An inventory that sets kubernetes_control_plane_kubeconfig_fetch_dest moves it; `up`
+# reads that inventory (gpucluster.inventory_model.Inventory.kubeconfig_file).
+KUBECONFIG_NAME: str = NodeContract.model_fields["kubeconfig_name"].default
 
 
 def lab_dir(state_root: str | Path, name: str) -> Path:

@@ -43,10 +43,13 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from gpucluster import hostkeys, runs
+from gpucluster.converge import parse_extra_vars
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
+from gpucluster.inventory_model import read_inventory
 from gpucluster.paths import RUNS_DIR, StackPaths, cluster_dir, stack_paths
 from gpucluster.plan import PROGRAM, PolicyResult, Resource, plain_inputs
 from gpucluster.spec import Cluster, load_spec
+from gpucluster.spec.contract import refuse_extra_vars
 
 STAGES = ("spec", "provision", "inventory", "converge", "kubernetes", "verify")
 EXIT_INTERRUPTED = 130
@@ -532,6 +535,8 @@ def _up(summary: UpSummary, stack_file: Path, *, start: str | None, out: TextIO,
         raise InputError(f"--from {start!r}: one of {', '.join(STAGES)}")
     if fresh and start is not None:
         raise InputError(f"--fresh runs every stage; --from {start} has no meaning with it")
+    # converge refuses a node contract override given with -e; up says so before anything is provisioned.
+    refuse_extra_vars(parse_extra_vars(converge_extra_vars(converge_args)))
     cluster = load_spec(stack_file)
     paths = stack_paths(cluster)
     kind = cluster.spec.target.kind
@@ -647,6 +652,20 @@ def _up(summary: UpSummary, stack_file: Path, *, start: str | None, out: TextIO,
             return
 
 
+def converge_extra_vars(converge_args: Sequence[str]) -> list[str]:
+    """The ``-e``/``--extra-vars`` values among converge's options (``KEY=VALUE`` or ``@FILE``)."""
+    items: list[str] = []
+    args = iter(converge_args)
+    for arg in args:
+        if arg in ("-e", "--extra-vars"):
+            items.append(next(args, ""))
+        elif arg.startswith("--extra-vars="):
+            items.append(arg.split("=", 1)[1])
+        elif arg.startswith("-e") and not arg.startswith("--"):
+            items.append(arg[2:])
+    return items
+
+
 def kubernetes_skip_reason(cluster: Cluster, outputs_file: Path) -> str | None:
     """Why converge's site.yml does not deploy Kubernetes on this stack, or None when it does:
     the spec's kubernetes section and the target's statement of what its nodes can run (its outputs)."""
@@ -681,17 +700,18 @@ def _run_stage(plan: Plan, name: str, out: TextIO,
         return cli(["converge", "--inventory", str(paths.inventory_file), *runs_dir, *plan.converge_args], out)
     deploys_kubernetes = plan.kubernetes_skip() is None
     if name == KUBERNETES:
-        # The control plane's role fetches the cluster-admin kubeconfig into the cluster's folder.
+        # The control plane's role fetches the cluster-admin kubeconfig where the inventory's node
+        # contract says (beside the inventory, in the cluster's folder), which verify's stage reads.
         return cli(["converge", "--inventory", str(paths.inventory_file), "--playbook", KUBERNETES_PLAYBOOK,
-                    *runs_dir, "-e", f"kubernetes_control_plane_kubeconfig_fetch_dest={paths.kubeconfig_file}",
-                    *plan.converge_args], out)
+                    *runs_dir, *plan.converge_args], out)
     run_dir = [] if plan.verify_run_dir is None else ["--run-dir", str(plan.verify_run_dir)]
     kubeconfig: list[str] = []
     if deploys_kubernetes and "--kubeconfig" not in plan.verify_args:
-        if not paths.kubeconfig_file.is_file():
-            raise InputError(f"converge deployed Kubernetes but no kubeconfig is at {paths.kubeconfig_file} "
+        fetched = read_inventory(paths.inventory_file)[0].kubeconfig_file(paths.inventory_file)
+        if not fetched.is_file():
+            raise InputError(f"converge deployed Kubernetes but no kubeconfig is at {fetched} "
                              "(the control plane's role fetches it): rerun `gpucluster up --from converge`")
-        kubeconfig = ["--kubeconfig", str(paths.kubeconfig_file)]
+        kubeconfig = ["--kubeconfig", str(fetched)]
     return cli(["verify", "--inventory", str(paths.inventory_file), *run_dir, *kubeconfig, *plan.verify_args],
                out)
 

@@ -50,7 +50,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--extra-vars", "-e", action="append", default=[], metavar="KEY=VALUE",
                    help="a playbook variable, highest precedence (repeatable); VALUE is YAML: "
                         "-e upgrade_rolling_components=[driver]; -e @FILE reads a YAML mapping of them "
-                        "(a secret given so stays off the process list)")
+                        "(a secret given so stays off the process list); the node contract's overrides "
+                        "(monitoring_textfile_dir, nvidia_driver_install_method...) are refused: the suite "
+                        "reads them from the inventory, so set them there")
     p.add_argument("--forks", type=int, metavar="N", help="parallel hosts (default from ansible.cfg)")
     p.add_argument("--runs-dir", default=str(DEFAULT_RUNS_DIR), metavar="DIR", help="where run folders go")
     p.add_argument("--debug-no-log", action="store_true", default=os.environ.get(DEBUG_NO_LOG_ENV, "") == "1",

@@ -8,13 +8,20 @@ and the suite reads it back through this model (gpucluster.inventory_model, gpuc
 A role variable set in the inventory (a host's ``monitoring_textfile_dir``, or all.vars') still
 wins over the contract's value in the role, as any Ansible default does, and the suite honours the
 same variables in Ansible's order (host, then all) through :meth:`NodeContract.overridden`. What the
-suite cannot see is not a contract override: set these variables in the inventory, never with
-``gpucluster converge -e`` or in the playbooks' group_vars, which would move the role and not the check.
+suite cannot see is not a contract override: set these variables in the inventory, never in the
+playbooks' group_vars, which would move the role and not the check; ``gpucluster converge -e`` refuses
+them (:func:`refuse_extra_vars`).
+
+One fact lives on the controller rather than the node: where the control plane's role fetches the
+cluster-admin kubeconfig, ``kubeconfig_name`` in the inventory's own folder (the role's
+``{{ inventory_dir }}/{{ gpucluster_contract.kubeconfig_name }}``), which converge makes private and
+``gpucluster up`` hands to verify (:meth:`NodeContract.kubeconfig_file`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -25,6 +32,9 @@ from gpucluster.errors import InputError
 NodePath = Annotated[str, Field(pattern=r"^(/[A-Za-z0-9_+-][A-Za-z0-9._+-]*)+$", max_length=255,
                                 description="an absolute path")]
 DriverInstallMethod = Literal["distro", "cuda_repo", "runfile"]
+# A file name (no folder): the inventory's folder holds it.
+FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]*$", max_length=255,
+                                description="a file name")]
 
 # The role variable that overrides each field on a node, as the roles name them.
 ROLE_VARS: dict[str, str] = {
@@ -35,6 +45,21 @@ ROLE_VARS: dict[str, str] = {
 }
 
 LISTEN_ADDRESS_VAR = "monitoring_node_exporter_listen_address"
+# The control plane's role variable that moves the fetched kubeconfig (a path on the controller).
+KUBECONFIG_VAR = "kubernetes_control_plane_kubeconfig_fetch_dest"
+CONTRACT_VAR = "gpucluster_contract"
+# What `gpucluster converge -e` may not set: the roles would take it, the suite and `up` never see it.
+OVERRIDE_VARS: frozenset[str] = frozenset({*ROLE_VARS.values(), LISTEN_ADDRESS_VAR, KUBECONFIG_VAR, CONTRACT_VAR})
+
+
+def refuse_extra_vars(extra_vars: Mapping[str, Any]) -> None:
+    """InputError, one line naming them, when ``extra_vars`` (``converge -e``) set a contract override:
+    the role would follow it and the suite (or ``up``, for the kubeconfig) would not."""
+    named = sorted(OVERRIDE_VARS & set(extra_vars))
+    if named:
+        raise InputError(f"--extra-vars {', '.join(named)}: the node contract's override, which the conformance "
+                         "suite reads from the inventory only; set it in the inventory (a host's variables or "
+                         "all.vars) instead of with -e")
 
 
 class NodeContract(BaseModel):
@@ -45,7 +70,9 @@ class NodeContract(BaseModel):
     # Where the NVIDIA driver comes from, as the nvidia_driver role decides it from the target's
     # capabilities (:meth:`for_capabilities`): NVIDIA's CUDA repository where the nodes reach it,
     # else Debian's packages. GC-GPU-001 compares the loaded driver with the pin of that method
-    # (the BOM's nvidia_driver.version, or its debian_version for distro).
+    # (the BOM's nvidia_driver.version, or its debian_version for distro). The cuda_toolkit role
+    # installs CUDA from the same source by default (cuda_repo or distro; runfile, a driver method
+    # only, its argument spec refuses).
     nvidia_driver_install_method: DriverInstallMethod
     # node_exporter's textfile collector folder: Debian's prometheus-node-exporter package reads
     # /var/lib/prometheus/node-exporter (its /etc/default/prometheus-node-exporter and
@@ -62,6 +89,11 @@ class NodeContract(BaseModel):
     # nccl-tests' folder (the nccl role builds each release into <dir>-<version> and links it here);
     # its binaries sit under build/ (nccl-tests' Makefile's BUILDDIR). GC-AR and GC-EFA run them.
     nccl_tests_dir: NodePath = "/opt/nccl-tests"
+    # The cluster-admin kubeconfig (kubeadm's /etc/kubernetes/admin.conf, under its own name) as the
+    # kubernetes_control_plane role fetches it to the controller, in the inventory's folder: the
+    # cluster's own folder (gpucluster.paths), never a checkout's. Converge makes it 0600; `up` hands
+    # it to verify for the Kubernetes checks.
+    kubeconfig_name: FileName = "admin.conf"
 
     @classmethod
     def for_capabilities(cls, nvidia_repo: bool) -> NodeContract:
@@ -73,6 +105,21 @@ class NodeContract(BaseModel):
     def nccl_tests_bin_dir(self) -> str:
         """Where nccl-tests' binaries are (all_reduce_perf)."""
         return f"{self.nccl_tests_dir}/build"
+
+    def kubeconfig_file(self, inventory_dir: Path, *sources: Mapping[str, Any]) -> Path:
+        """Where the control plane's role fetches the kubeconfig: :data:`KUBECONFIG_VAR` from the first
+        of ``sources`` that sets it (Ansible's order, as :meth:`overridden`), else ``kubeconfig_name``
+        in ``inventory_dir`` (Ansible's ``inventory_dir``: the folder of the inventory file). A templated
+        value keeps the contract's place; a relative one is an InputError (Ansible would resolve it
+        against the playbook's folder, which no reader here knows)."""
+        source = next((s for s in sources if KUBECONFIG_VAR in s), None)
+        value = None if source is None else source[KUBECONFIG_VAR]
+        if value is None or (isinstance(value, str) and "{{" in value):
+            return inventory_dir / self.kubeconfig_name
+        if not (isinstance(value, str) and value.startswith("/")):
+            raise InputError(f"{KUBECONFIG_VAR}: {value!r}: an absolute path on the controller, or leave it "
+                             f"unset for {self.kubeconfig_name} beside the inventory")
+        return Path(value)
 
     def overridden(self, *sources: Mapping[str, Any]) -> NodeContract:
         """The contract as a node's roles applied it: each field's role variable (:data:`ROLE_VARS`)

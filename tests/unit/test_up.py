@@ -11,6 +11,7 @@ drives the real Automation API against a fake Pulumi CLI.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -28,6 +29,8 @@ from pulumi.automation._cmd import CommandResult
 from gpucluster import up as up_module
 from gpucluster.cli import main
 from gpucluster.errors import InputError
+from gpucluster.inventory import build_inventory, write_inventory
+from gpucluster.outputs import StackOutputs
 from gpucluster.paths import StackPaths, resolve
 from gpucluster.plan import Resource, plan_stack
 from gpucluster.runs import new_run_dir
@@ -56,7 +59,11 @@ def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 class FakeCli:
     def __init__(self, fail: dict[str, int] | None = None, interrupt: str | None = None,
-                 verdict: str = "pass") -> None:
+                 verdict: str = "pass", fetch: bool = True, inventory_vars: dict[str, Any] | None = None) -> None:
+        # fetch: deploy-kubernetes.yml's control plane fetches the kubeconfig; inventory_vars: set in
+        # the written inventory's all.vars (as a person would).
+        self.fetch = fetch
+        self.inventory_vars = inventory_vars or {}
         self.calls: list[list[str]] = []
         self.fail = fail or {}
         self.interrupt = interrupt
@@ -71,12 +78,23 @@ class FakeCli:
         if argv[0] == "inventory" and argv[0] not in self.fail:
             inventory = Path(argv[argv.index("-o") + 1])
             inventory.parent.mkdir(parents=True, exist_ok=True)
+            outputs = Path(argv[argv.index("--outputs") + 1])
             inventory.write_text("all: {}\n")
+            # No outputs (a lab's, which `lab up` writes), or outputs a test bent past what the writer takes.
+            with contextlib.suppress(InputError, FileNotFoundError):
+                # What `gpucluster inventory` writes: up's verify stage reads where the kubeconfig is from it.
+                data = build_inventory(load_spec(argv[argv.index("--stack") + 1]),
+                                       StackOutputs.model_validate(json.loads(outputs.read_text())))
+                data["all"]["vars"].update(self.inventory_vars)
+                write_inventory(data, inventory)
         if argv[0] == "converge":
-            # The control plane's role fetching the kubeconfig where up asks (deploy-kubernetes.yml).
-            for arg in argv:
-                if arg.startswith("kubernetes_control_plane_kubeconfig_fetch_dest="):
-                    Path(arg.split("=", 1)[1]).write_text("apiVersion: v1\n")
+            if "deploy-kubernetes.yml" in argv and self.fetch:
+                # The control plane's role fetching the kubeconfig: beside the inventory, unless the
+                # inventory moves it (roles/kubernetes_control_plane/defaults/main.yml).
+                inventory = Path(argv[argv.index("--inventory") + 1])
+                dest = self.inventory_vars.get("kubernetes_control_plane_kubeconfig_fetch_dest",
+                                               inventory.parent / "admin.conf")
+                Path(dest).write_text("apiVersion: v1\n")
             runs_dir = Path(argv[argv.index("--runs-dir") + 1]) if "--runs-dir" in argv else Path("runs")
             run = new_run_dir(runs_dir, "converge")
             self.converge_dirs.append(run)
@@ -145,8 +163,8 @@ def test_the_stages_run_in_order_and_a_second_up_does_nothing(stack: Path) -> No
     # The stack deploys Kubernetes (its kubernetes section, an AWS target's nodes run a kubelet):
     # deploy-kubernetes.yml, whose control plane fetches the kubeconfig into the cluster's folder,
     # and verify reads it.
-    assert cli.calls[3] == ["converge", "--inventory", inv, "--playbook", "deploy-kubernetes.yml", "-e",
-                            f"kubernetes_control_plane_kubeconfig_fetch_dest={kubeconfig}"]
+    assert cli.calls[3] == ["converge", "--inventory", inv, "--playbook", "deploy-kubernetes.yml"]
+    assert kubeconfig == Path(inv).parent / "admin.conf"
     assert first.stages[4].name == "kubernetes" and first.stages[4].run_dir == str(cli.converge_dirs[1].resolve())
     verify_dir = first.stages[5].run_dir
     assert verify_dir and Path(verify_dir).name.endswith("-verify")
@@ -216,13 +234,45 @@ def test_the_kubernetes_stage_and_verify_decide_from_one_reading_of_the_outputs(
 
 
 def test_a_deployed_kubernetes_without_its_kubeconfig_fails_verify_naming_the_file(stack: Path) -> None:
-    class NoFetch(FakeCli):
-        def __call__(self, argv: Sequence[str], out: TextIO) -> int:
-            return super().__call__([a for a in argv if not a.startswith("kubernetes_control_plane_")], out)
-
-    summary = run_up(stack, cli=NoFetch(), provision=_provision, yes=True)
+    summary = run_up(stack, cli=FakeCli(fetch=False), provision=_provision, yes=True)
     assert summary.exit_code == 2 and summary.stages[5].status == "failed"
     assert f"no kubeconfig is at {resolve(stack).kubeconfig_file}" in summary.stages[5].detail
+
+
+def test_an_inventory_that_moves_the_kubeconfig_moves_what_verify_reads(stack: Path, tmp_path: Path) -> None:
+    """The role variable set in the inventory moves the fetch; up reads the same inventory, so verify
+    gets the file the role fetched, and its check names that place when the file is missing."""
+    dest = tmp_path / "elsewhere" / "kube.conf"
+    dest.parent.mkdir()
+    moved = {"kubernetes_control_plane_kubeconfig_fetch_dest": str(dest)}
+    cli = FakeCli(inventory_vars=moved)
+    summary = run_up(stack, cli=cli, provision=_provision, yes=True)
+    assert summary.exit_code == 0, summary.errors
+    verify = cli.calls[-1]
+    assert verify[verify.index("--kubeconfig") + 1] == str(dest)
+    assert not resolve(stack).kubeconfig_file.exists()
+    dest.unlink()
+    missing = run_up(stack, cli=FakeCli(fetch=False, inventory_vars=moved), provision=_provision, yes=True,
+                     start="converge")
+    assert missing.exit_code == 2 and f"no kubeconfig is at {dest} " in missing.stages[5].detail
+
+
+@pytest.mark.parametrize("given", [("-e", "monitoring_textfile_dir=/srv/t"),
+                                   ("--extra-vars=gpu_validation_gpu_burn_install_dir=/srv/b",),
+                                   ("-ekubernetes_control_plane_kubeconfig_fetch_dest=/tmp/a.conf",)])
+def test_a_contract_override_among_converges_options_is_refused_before_any_stage(
+        stack: Path, given: tuple[str, ...]) -> None:
+    """up hands converge_args to converge, which refuses them; up says so before provisioning."""
+    cli = FakeCli()
+    summary = run_up(stack, cli=cli, provision=_provision, yes=True, converge_args=("--check", *given))
+    assert summary.exit_code == 2 and cli.calls == []
+    assert len(summary.errors) == 1 and "set it in the inventory" in summary.errors[0]
+    var = given[-1].removeprefix("--extra-vars=").removeprefix("-e").split("=")[0]
+    assert var in summary.errors[0]
+    ok = FakeCli()
+    assert run_up(stack, cli=ok, provision=_provision, yes=True,
+                  converge_args=("-e", "upgrade_rolling_components=[driver]")).exit_code == 0
+    assert ok.calls[2][-2:] == ["-e", "upgrade_rolling_components=[driver]"]
 
 
 def test_a_changed_input_resumes_at_the_stage_that_reads_it(stack: Path) -> None:

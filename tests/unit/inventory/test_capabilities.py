@@ -99,7 +99,7 @@ def test_an_inventory_without_capabilities_is_refused() -> None:
 
 
 def test_an_inventory_of_the_schema_before_capabilities_is_refused_with_the_remedy(tmp_path: Path) -> None:
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     data = _golden("lab")
     data["all"]["vars"]["gpucluster_inventory_schema"] = 1
     del data["all"]["vars"]["gpucluster_capabilities"]
@@ -108,7 +108,7 @@ def test_an_inventory_of_the_schema_before_capabilities_is_refused_with_the_reme
     with pytest.raises(InputError) as err:
         read_inventory(path)
     assert err.value.problems == [
-        "all.vars.gpucluster_inventory_schema: 1, but this gpucluster reads version 5; write the inventory again "
+        "all.vars.gpucluster_inventory_schema: 1, but this gpucluster reads version 6; write the inventory again "
         "with `gpucluster inventory` (or `gpucluster lab up`)"]
 
 

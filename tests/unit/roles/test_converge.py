@@ -192,7 +192,7 @@ def test_heavy_sets_the_extra_var(tmp_path: Path, inventory_file: Path) -> None:
 
 def test_load_inventory_names_each_problem(tmp_path: Path) -> None:
     path = tmp_path / "inv.yml"
-    path.write_text(yaml.safe_dump({"all": {"vars": {"gpucluster_inventory_schema": 5, "gpucluster_target": "lab",
+    path.write_text(yaml.safe_dump({"all": {"vars": {"gpucluster_inventory_schema": 6, "gpucluster_target": "lab",
                                                      "gpucluster_profiles": {"cpu-lab": {}}},
                                             "hosts": {"n1": {"gpucluster_profile": "nope"}}}}))
     with pytest.raises(InputError) as err:
@@ -208,7 +208,7 @@ def test_an_inventory_of_another_schema_is_refused_with_the_remedy(tmp_path: Pat
     data["all"]["vars"]["gpucluster_inventory_schema"] = 1
     path = tmp_path / "inv.yml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(InputError, match="reads version 5; write the inventory again"):
+    with pytest.raises(InputError, match="reads version 6; write the inventory again"):
         load_inventory(path)
 
 
@@ -315,29 +315,51 @@ def test_two_converges_in_the_same_second_keep_their_own_folders(tmp_path: Path,
 
 
 def test_a_fetched_admin_conf_is_private(tmp_path: Path, inventory_file: Path) -> None:
-    """The control-plane role fetches admin.conf (cluster-admin's key) to runs/<cluster>/ beside the
-    playbooks; with Mitogen it keeps the node's mode, whatever that was."""
-    playbook = tmp_path / "playbooks" / "site.yml"
-    playbook.parent.mkdir()
-    playbook.write_text("- hosts: all\n  tasks: []\n")
-    admin = tmp_path / "runs" / "lab" / "admin.conf"
+    """The control-plane role fetches admin.conf (cluster-admin's key) beside the inventory (the node
+    contract's kubeconfig_name); with Mitogen it keeps the node's mode, whatever that was. The
+    inventory's folder was there before: its mode stays."""
+    admin = inventory_file.parent / "admin.conf"
+    inventory_file.parent.chmod(0o750)
 
     class Fetching(FakeRunner):
         def __call__(self, **kwargs: Any) -> SimpleNamespace:
-            admin.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
             admin.write_text("apiVersion: v1\nusers: [{user: {client-key-data: c2VjcmV0}}]\n")
             os.chmod(admin, 0o644)
-            os.chmod(admin.parent, 0o755)
             return super().__call__(**kwargs)
 
-    converge(ConvergeOptions(inventory=inventory_file, playbook=playbook, runs_dir=tmp_path / "runs"),
+    converge(ConvergeOptions(inventory=inventory_file, runs_dir=tmp_path / "runs"),
              progress_out=io.StringIO(), runner=Fetching([_event(1, "playbook_on_stats", **STATS)], 0, "successful"))
-    assert _mode(admin) == 0o600 and _mode(admin.parent) == 0o700
+    assert _mode(admin) == 0o600 and _mode(admin.parent) == 0o750
+
+
+def _fetching_into(inventory_file: Path, dest: Path) -> None:
+    data = yaml.safe_load(inventory_file.read_text())
+    data["all"]["vars"]["kubernetes_control_plane_kubeconfig_fetch_dest"] = str(dest)
+    inventory_file.write_text(yaml.safe_dump(data))
+
+
+def test_a_fetch_into_a_folder_converge_made_closes_that_folder(tmp_path: Path, inventory_file: Path) -> None:
+    """The inventory's kubernetes_control_plane_kubeconfig_fetch_dest moves the fetch; the folder the
+    fetch made (missing before the run) is 0700, the file 0600."""
+    dest = tmp_path / "kube" / "admin.conf"
+    _fetching_into(inventory_file, dest)
+
+    class Fetching(FakeRunner):
+        def __call__(self, **kwargs: Any) -> SimpleNamespace:
+            dest.parent.mkdir(mode=0o755)
+            dest.write_text("apiVersion: v1\n")
+            dest.chmod(0o644)
+            return super().__call__(**kwargs)
+
+    converge(ConvergeOptions(inventory=inventory_file, runs_dir=tmp_path / "runs"), progress_out=io.StringIO(),
+             runner=Fetching([_event(1, "playbook_on_stats", **STATS)], 0, "successful"))
+    assert _mode(dest) == 0o600 and _mode(dest.parent) == 0o700
 
 
 def test_a_fetch_into_a_shared_folder_tightens_the_file_alone(tmp_path: Path, inventory_file: Path) -> None:
-    """`-e kubernetes_control_plane_kubeconfig_fetch_dest=/tmp/admin.conf` made /tmp 0700: only a
-    folder the converge made is closed; the file is 0600, and a link in its place is not followed."""
+    """`kubernetes_control_plane_kubeconfig_fetch_dest: /tmp/admin.conf` in the inventory made /tmp
+    0700: only a folder the converge made is closed; the file is 0600, and a link in its place is not
+    followed."""
     shared = tmp_path / "tmp"
     shared.mkdir()
     shared.chmod(0o1777)
@@ -345,6 +367,7 @@ def test_a_fetch_into_a_shared_folder_tightens_the_file_alone(tmp_path: Path, in
     other = tmp_path / "someone-elses"
     other.write_text("x\n")
     other.chmod(0o644)
+    _fetching_into(inventory_file, dest)
 
     class Fetching(FakeRunner):
         def __call__(self, **kwargs: Any) -> SimpleNamespace:
@@ -352,8 +375,7 @@ def test_a_fetch_into_a_shared_folder_tightens_the_file_alone(tmp_path: Path, in
             dest.chmod(0o644)
             return super().__call__(**kwargs)
 
-    options = ConvergeOptions(inventory=inventory_file, runs_dir=tmp_path / "runs",
-                              extra_vars={"kubernetes_control_plane_kubeconfig_fetch_dest": str(dest)})
+    options = ConvergeOptions(inventory=inventory_file, runs_dir=tmp_path / "runs")
     converge(options, progress_out=io.StringIO(), runner=Fetching([_event(1, "playbook_on_stats", **STATS)], 0,
                                                                   "successful"))
     assert _mode(dest) == 0o600 and stat.S_IMODE(shared.stat().st_mode) == 0o1777
@@ -363,6 +385,47 @@ def test_a_fetch_into_a_shared_folder_tightens_the_file_alone(tmp_path: Path, in
     converge(options, progress_out=io.StringIO(), runner=FakeRunner([_event(1, "playbook_on_stats", **STATS)], 0,
                                                                     "successful"))
     assert _mode(other) == 0o644 and stat.S_IMODE(shared.stat().st_mode) == 0o1777
+
+
+def test_a_relative_fetch_place_in_the_inventory_is_refused_before_anything_runs(tmp_path: Path,
+                                                                                  inventory_file: Path) -> None:
+    _fetching_into(inventory_file, Path("kube/admin.conf"))
+    runner = FakeRunner([_event(1, "playbook_on_stats", **STATS)], rc=0, status="successful")
+    with pytest.raises(InputError, match=re.escape("kubernetes_control_plane_kubeconfig_fetch_dest: "
+                                                   "'kube/admin.conf': an absolute path")):
+        converge(ConvergeOptions(inventory=inventory_file, runs_dir=tmp_path / "runs"), progress_out=io.StringIO(),
+                 runner=runner)
+    assert runner.kwargs == {} and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("var", ["monitoring_textfile_dir", "nvidia_driver_install_method",
+                                 "monitoring_node_exporter_listen_address",
+                                 "kubernetes_control_plane_kubeconfig_fetch_dest", "gpucluster_contract"])
+def test_a_contract_override_as_an_extra_var_is_refused_before_anything_runs(
+        tmp_path: Path, inventory_file: Path, var: str) -> None:
+    """The roles would take it and the suite (or up, for the kubeconfig) would not: refused, naming it
+    and where to set it, before a lock, a run folder or ansible-playbook."""
+    runner = FakeRunner([_event(1, "playbook_on_stats", **STATS)], rc=0, status="successful")
+    options = ConvergeOptions(inventory=inventory_file, runs_dir=tmp_path / "runs",
+                              extra_vars={var: "/srv/x", "upgrade_rolling_components": ["driver"]})
+    with pytest.raises(InputError) as err:
+        converge(options, progress_out=io.StringIO(), runner=runner)
+    assert len(err.value.problems) == 1
+    assert var in err.value.problems[0] and "set it in the inventory" in err.value.problems[0]
+    assert runner.kwargs == {} and not (tmp_path / "runs").exists()
+
+
+def test_cli_refuses_a_contract_override_given_with_e(tmp_path: Path, inventory_file: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    overrides = tmp_path / "vars.yml"
+    overrides.write_text("nccl_tests_install_dir: /srv/nccl\n")
+    for given in (["-e", "monitoring_textfile_dir=/srv/textfiles"], ["-e", f"@{overrides}"]):
+        code = main(["converge", "--inventory", str(inventory_file), "--runs-dir", str(tmp_path / "runs"), *given])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert ("monitoring_textfile_dir" if "=" in given[1] else "nccl_tests_install_dir") in err
+        assert "set it in the inventory" in err
+    assert not (tmp_path / "runs").exists()
 
 
 def _full_disk(monkeypatch: pytest.MonkeyPatch, inside: Path) -> None:
