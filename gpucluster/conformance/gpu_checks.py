@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -81,3 +82,47 @@ def gpu_burn_rows(parsed: dict[str, Any]) -> tuple[list[dict[str, Any]], list[st
                      "errors": max(g.get("errors") or 0, g.get("errors_max") or 0),
                      "products": g.get("processed"), "reference_ok": g.get("verdict") == "ok"})
     return rows, problems
+
+
+# GC-GPU-010: where the cuda_toolkit role put the toolkit, by the node contract's install method
+# (roles/cuda_toolkit reads the same contract field): NVIDIA's packages under /usr/local/cuda-<x.y>
+# (their version.json), or Debian's nvidia-cuda-toolkit, whose package version is
+# "<nvcc's version>~<CUDA's version>-<Debian revision>" (bookworm non-free: 11.8.89~11.8.0-5~deb12u1;
+# trixie: 12.4.131~12.4.1-2).
+DEBIAN_CUDA_PACKAGE = "nvidia-cuda-toolkit"
+
+
+def cuda_toolkit_command(method: str, pin: str) -> str:
+    """The command whose output :func:`cuda_toolkit_version` reads on a node of ``method``."""
+    if method == "distro":
+        return f"dpkg-query -W -f='${{Version}}' {DEBIAN_CUDA_PACKAGE} 2>/dev/null"
+    mm = ".".join(pin.split(".")[:2])
+    return f"cat /usr/local/cuda-{mm}/version.json 2>/dev/null || cat /usr/local/cuda/version.json 2>&1"
+
+
+def cuda_toolkit_version(method: str, output: str) -> str | None:
+    """The CUDA version in :func:`cuda_toolkit_command`'s output, or None where none is installed."""
+    if method == "distro":
+        text = output.strip()
+        if not text:
+            return None
+        m = re.search(r"~(\d+\.\d+(?:\.\d+)?)-", text)
+        return m.group(1) if m else text.split("-")[0]
+    m = re.search(r'"cuda"\s*:\s*\{[^}]*"version"\s*:\s*"([\d.]+)"', output)
+    return m.group(1) if m else None
+
+
+def cuda_toolkit_problem(method: str, found: str | None, pin: str) -> str | None:
+    """Why the toolkit the role installed by ``method`` is not the pin, or None. The distro method
+    installs Debian's toolkit knowingly (NVIDIA's repositories out of reach): the check says so."""
+    if found == pin:
+        return None
+    if method == "distro":
+        if found is None:
+            return (f"Debian's {DEBIAN_CUDA_PACKAGE} is not installed (install method distro), pinned CUDA {pin}: "
+                    "cuda_toolkit_enabled is false, or converge has not run with --heavy")
+        return (f"Debian's {DEBIAN_CUDA_PACKAGE} holds CUDA {found}, not the pinned {pin}: the install method is "
+                "distro because the nodes do not reach NVIDIA's repositories; give them NVIDIA's CUDA repository "
+                "or a mirror of it (capabilities.nvidia_repo) for the pinned toolkit")
+    mm = ".".join(pin.split(".")[:2])
+    return f"CUDA toolkit {found or f'not found in /usr/local/cuda-{mm} or /usr/local/cuda'}, pinned {pin}"

@@ -296,8 +296,9 @@ _REMEDIES = (
         "the profile needs it.",
     )),
     Remedy("GC-GPU-010", (
-        "Run `cat /usr/local/cuda/version.json` and `dpkg -l | grep cuda-toolkit` on {node}; compare with "
-        "`cuda.version` in the BOM.",
+        "Run `cat /usr/local/cuda/version.json` and `dpkg -l | grep cuda-toolkit` on {node} (Debian's "
+        "`nvidia-cuda-toolkit` where the inventory's `gpucluster_contract.nvidia_driver_install_method` is "
+        "distro); compare with `cuda.version` in the BOM.",
         f"Rerun `{_converge('cuda_toolkit')}` (on the lab add `--heavy`).",
     )),
     Remedy("GC-GPU-011", (

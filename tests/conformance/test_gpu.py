@@ -7,7 +7,14 @@ import re
 import pytest
 
 from gpucluster.conformance.acceptance import application_xids, nonfatal_sxids, sxid_problems, xid_problems
-from gpucluster.conformance.gpu_checks import gpu_health_problems, nvlink_problems, verdict_problems
+from gpucluster.conformance.gpu_checks import (
+    cuda_toolkit_command,
+    cuda_toolkit_problem,
+    cuda_toolkit_version,
+    gpu_health_problems,
+    nvlink_problems,
+    verdict_problems,
+)
 from gpucluster.parsers import parse_run
 from gpucluster.parsers.kernel_log import read_kernel_log, sxid_events, xid_events
 
@@ -142,12 +149,13 @@ def test_cuda_version(node):
     """The installed CUDA toolkit version MUST equal the BOM's pin."""
     node.require_gpus()
     want = node.bom.cuda.version
-    mm = ".".join(want.split(".")[:2])
-    res = node.run(f"cat /usr/local/cuda-{mm}/version.json 2>/dev/null || cat /usr/local/cuda/version.json 2>&1")
-    m = re.search(r'"cuda"\s*:\s*\{[^}]*"version"\s*:\s*"([\d.]+)"', res.stdout)
-    version = m.group(1) if m else None
+    # Where the cuda_toolkit role installed it: the node contract's method, which the role reads too.
+    method = node.info.contract.nvidia_driver_install_method
+    res = node.run(cuda_toolkit_command(method, want))
+    version = cuda_toolkit_version(method, res.stdout)
     node.figure("cuda_version", version)
-    assert version == want, f"CUDA toolkit {version or 'not found'}, pinned {want}"
+    problem = cuda_toolkit_problem(method, version, want)
+    assert problem is None, problem
 
 
 @pytest.mark.check("GC-GPU-011")

@@ -40,3 +40,31 @@ def test_telemetry_samples():
     tel = parse_samples("0, 61, 0x0000000000000000\n1, 85, 0x0000000000000040\n0, 66, 0x0000000000000001\n")
     assert tel.max_temp_c == {0: 66, 1: 85}
     assert tel.throttle == {0: [], 1: ["hw_thermal_slowdown"]}
+
+
+def test_cuda_is_looked_for_where_the_role_installed_it() -> None:
+    """GC-GPU-010 reads the toolkit by the node contract's install method, as roles/cuda_toolkit
+    installs it: NVIDIA's version.json under /usr/local/cuda-<x.y>, or Debian's nvidia-cuda-toolkit
+    (package versions as bookworm's and trixie's non-free archives list them, 2026-11-28)."""
+    from gpucluster.conformance.gpu_checks import cuda_toolkit_command, cuda_toolkit_problem, cuda_toolkit_version
+
+    assert "/usr/local/cuda-13.0/version.json" in cuda_toolkit_command("cuda_repo", "13.0.1")
+    assert "dpkg-query" in cuda_toolkit_command("distro", "13.0.1") and "nvidia-cuda-toolkit" in \
+        cuda_toolkit_command("distro", "13.0.1")
+    # NVIDIA's version.json (the layout cuda-toolkit-13-0 installs), abridged.
+    version_json = ('{\n   "cuda" : {\n      "name" : "CUDA SDK",\n      "version" : "13.0.1"\n   },\n'
+                    '   "cuda_cccl" : {\n      "name" : "CUDA C++ Core Compute Libraries",\n'
+                    '      "version" : "13.0.50"\n   }\n}\n')
+    assert cuda_toolkit_version("cuda_repo", version_json) == "13.0.1"
+    assert cuda_toolkit_problem("cuda_repo", "13.0.1", "13.0.1") is None
+    assert cuda_toolkit_version("cuda_repo", "cat: /usr/local/cuda/version.json: No such file or directory\n") is None
+    assert cuda_toolkit_problem("cuda_repo", None, "13.0.1") == \
+        "CUDA toolkit not found in /usr/local/cuda-13.0 or /usr/local/cuda, pinned 13.0.1"
+    assert cuda_toolkit_version("distro", "11.8.89~11.8.0-5~deb12u1") == "11.8.0"
+    assert cuda_toolkit_version("distro", "12.4.131~12.4.1-2") == "12.4.1"
+    assert cuda_toolkit_version("distro", "") is None
+    problem = cuda_toolkit_problem("distro", "11.8.0", "13.0.1")
+    assert problem is not None and problem.startswith(
+        "Debian's nvidia-cuda-toolkit holds CUDA 11.8.0, not the pinned 13.0.1: the install method is distro")
+    problem = cuda_toolkit_problem("distro", None, "13.0.1")
+    assert problem is not None and "is not installed (install method distro)" in problem
