@@ -58,7 +58,8 @@ from gpucluster.spec.models import (
 #    suite's checks once each wrote down (the driver's install method, node_exporter's textfile
 #    folder and port, the tools' folders).
 # 6: gpucluster_contract.kubeconfig_name: the fetched cluster-admin kubeconfig's name in the
-#    inventory's folder, which the control plane's role, converge and up all read.
+#    inventory's folder, which the control plane's role, converge and up all read; and
+#    gpucluster_contract.cuda_toolkit_install_method, which the cuda_toolkit role and GC-GPU-010 read.
 SCHEMA_VERSION = 6
 SCHEMA_VAR = "gpucluster_inventory_schema"
 # The tag the writer puts on a string Ansible must never template (gpucluster.inventory.dump_inventory).

@@ -88,14 +88,15 @@ def gpu_burn_rows(parsed: dict[str, Any]) -> tuple[list[dict[str, Any]], list[st
 # (roles/cuda_toolkit reads the same contract field): NVIDIA's packages under /usr/local/cuda-<x.y>
 # (their version.json), or Debian's nvidia-cuda-toolkit, whose package version is
 # "<nvcc's version>~<CUDA's version>-<Debian revision>" (bookworm non-free: 11.8.89~11.8.0-5~deb12u1;
-# trixie: 12.4.131~12.4.1-2).
+# trixie: 12.4.131~12.4.1-2). dpkg-query prints a removed package's version as well while its
+# configuration files remain (status "rc"), so the probe reads the status beside it.
 DEBIAN_CUDA_PACKAGE = "nvidia-cuda-toolkit"
 
 
 def cuda_toolkit_command(method: str, pin: str) -> str:
     """The command whose output :func:`cuda_toolkit_version` reads on a node of ``method``."""
     if method == "distro":
-        return f"dpkg-query -W -f='${{Version}}' {DEBIAN_CUDA_PACKAGE} 2>/dev/null"
+        return f"dpkg-query -W -f='${{db:Status-Abbrev}}${{Version}}' {DEBIAN_CUDA_PACKAGE} 2>/dev/null"
     mm = ".".join(pin.split(".")[:2])
     return f"cat /usr/local/cuda-{mm}/version.json 2>/dev/null || cat /usr/local/cuda/version.json 2>&1"
 
@@ -103,11 +104,14 @@ def cuda_toolkit_command(method: str, pin: str) -> str:
 def cuda_toolkit_version(method: str, output: str) -> str | None:
     """The CUDA version in :func:`cuda_toolkit_command`'s output, or None where none is installed."""
     if method == "distro":
-        text = output.strip()
-        if not text:
+        # dpkg's abbreviated status: three characters (desired action, package state, error flag),
+        # "ii " for an installed package, "rc " for one removed with its configuration files kept.
+        # Only the state says installed: "ii" and "hi" (held) alike.
+        status, version = output[:3], output[3:].strip()
+        if len(status) < 2 or status[1] != "i" or not version:
             return None
-        m = re.search(r"~(\d+\.\d+(?:\.\d+)?)-", text)
-        return m.group(1) if m else text.split("-")[0]
+        m = re.search(r"~(\d+\.\d+(?:\.\d+)?)-", version)
+        return m.group(1) if m else version.split("-")[0]
     m = re.search(r'"cuda"\s*:\s*\{[^}]*"version"\s*:\s*"([\d.]+)"', output)
     return m.group(1) if m else None
 

@@ -297,7 +297,7 @@ _REMEDIES = (
     )),
     Remedy("GC-GPU-010", (
         "Run `cat /usr/local/cuda/version.json` and `dpkg -l | grep cuda-toolkit` on {node} (Debian's "
-        "`nvidia-cuda-toolkit` where the inventory's `gpucluster_contract.nvidia_driver_install_method` is "
+        "`nvidia-cuda-toolkit` where the inventory's `gpucluster_contract.cuda_toolkit_install_method` is "
         "distro); compare with `cuda.version` in the BOM.",
         f"Rerun `{_converge('cuda_toolkit')}` (on the lab add `--heavy`).",
     )),

@@ -32,6 +32,8 @@ from gpucluster.errors import InputError
 NodePath = Annotated[str, Field(pattern=r"^(/[A-Za-z0-9_+-][A-Za-z0-9._+-]*)+$", max_length=255,
                                 description="an absolute path")]
 DriverInstallMethod = Literal["distro", "cuda_repo", "runfile"]
+# CUDA has no runfile method here: the cuda_toolkit role installs packages only.
+ToolkitInstallMethod = Literal["cuda_repo", "distro"]
 # A file name (no folder): the inventory's folder holds it.
 FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]*$", max_length=255,
                                 description="a file name")]
@@ -39,6 +41,7 @@ FileName = Annotated[str, Field(pattern=r"^[A-Za-z0-9_+-][A-Za-z0-9._+-]*$", max
 # The role variable that overrides each field on a node, as the roles name them.
 ROLE_VARS: dict[str, str] = {
     "nvidia_driver_install_method": "nvidia_driver_install_method",
+    "cuda_toolkit_install_method": "cuda_toolkit_install_method",
     "textfile_dir": "monitoring_textfile_dir",
     "gpu_burn_dir": "gpu_validation_gpu_burn_install_dir",
     "nccl_tests_dir": "nccl_tests_install_dir",
@@ -47,6 +50,10 @@ ROLE_VARS: dict[str, str] = {
 LISTEN_ADDRESS_VAR = "monitoring_node_exporter_listen_address"
 # The control plane's role variable that moves the fetched kubeconfig (a path on the controller).
 KUBECONFIG_VAR = "kubernetes_control_plane_kubeconfig_fetch_dest"
+# That variable's default in the role (roles/kubernetes_control_plane/defaults/main.yml): the one template
+# whose value the controller knows, kubeconfig_name in the inventory's folder.
+KUBECONFIG_DEFAULT = "{{ inventory_dir }}/{{ gpucluster_contract.kubeconfig_name }}"
+_KUBECONFIG_DEFAULT = "".join(KUBECONFIG_DEFAULT.split())
 CONTRACT_VAR = "gpucluster_contract"
 # What `gpucluster converge -e` may not set: the roles would take it, the suite and `up` never see it.
 OVERRIDE_VARS: frozenset[str] = frozenset({*ROLE_VARS.values(), LISTEN_ADDRESS_VAR, KUBECONFIG_VAR, CONTRACT_VAR})
@@ -70,10 +77,15 @@ class NodeContract(BaseModel):
     # Where the NVIDIA driver comes from, as the nvidia_driver role decides it from the target's
     # capabilities (:meth:`for_capabilities`): NVIDIA's CUDA repository where the nodes reach it,
     # else Debian's packages. GC-GPU-001 compares the loaded driver with the pin of that method
-    # (the BOM's nvidia_driver.version, or its debian_version for distro). The cuda_toolkit role
-    # installs CUDA from the same source by default (cuda_repo or distro; runfile, a driver method
-    # only, its argument spec refuses).
+    # (the BOM's nvidia_driver.version, or its debian_version for distro).
     nvidia_driver_install_method: DriverInstallMethod
+    # Where the CUDA toolkit comes from, decided from the same capability as the driver's method
+    # (:meth:`for_capabilities`): NVIDIA's CUDA repository (cuda-toolkit-<x-y>, under
+    # /usr/local/cuda-<x.y>) where the nodes reach it, else Debian's non-free nvidia-cuda-toolkit.
+    # A field of its own, not the driver's method read twice: a driver by runfile still takes CUDA from
+    # a repository, and an inventory's cuda_toolkit_install_method moves the cuda_toolkit role and
+    # GC-GPU-010 alike (:meth:`overridden`), where the driver's method would move neither.
+    cuda_toolkit_install_method: ToolkitInstallMethod
     # node_exporter's textfile collector folder: Debian's prometheus-node-exporter package reads
     # /var/lib/prometheus/node-exporter (its /etc/default/prometheus-node-exporter and
     # prometheus-node-exporter-collectors use it). The monitoring role points the collector at it;
@@ -99,7 +111,8 @@ class NodeContract(BaseModel):
     def for_capabilities(cls, nvidia_repo: bool) -> NodeContract:
         """The contract of a target whose nodes do (``nvidia_repo``) or do not reach NVIDIA's repositories
         (the stack outputs' ``capabilities.nvidia_repo``)."""
-        return cls(nvidia_driver_install_method="cuda_repo" if nvidia_repo else "distro")
+        method: ToolkitInstallMethod = "cuda_repo" if nvidia_repo else "distro"
+        return cls(nvidia_driver_install_method=method, cuda_toolkit_install_method=method)
 
     @property
     def nccl_tests_bin_dir(self) -> str:
@@ -109,13 +122,20 @@ class NodeContract(BaseModel):
     def kubeconfig_file(self, inventory_dir: Path, *sources: Mapping[str, Any]) -> Path:
         """Where the control plane's role fetches the kubeconfig: :data:`KUBECONFIG_VAR` from the first
         of ``sources`` that sets it (Ansible's order, as :meth:`overridden`), else ``kubeconfig_name``
-        in ``inventory_dir`` (Ansible's ``inventory_dir``: the folder of the inventory file). A templated
-        value keeps the contract's place; a relative one is an InputError (Ansible would resolve it
+        in ``inventory_dir`` (Ansible's ``inventory_dir``: the folder of the inventory file). The role's
+        own default expression (:data:`KUBECONFIG_DEFAULT`) is that place too. Any other template is an
+        InputError: only Ansible could resolve it, and converge (which makes the file 0600) and ``up``
+        (which hands it to verify) must know the file; so is a relative path (Ansible would resolve it
         against the playbook's folder, which no reader here knows)."""
         source = next((s for s in sources if KUBECONFIG_VAR in s), None)
         value = None if source is None else source[KUBECONFIG_VAR]
-        if value is None or (isinstance(value, str) and "{{" in value):
+        # Jinja ignores the blanks inside the braces: "{{inventory_dir}}/..." is the default too.
+        if value is None or (isinstance(value, str) and "".join(value.split()) == _KUBECONFIG_DEFAULT):
             return inventory_dir / self.kubeconfig_name
+        if isinstance(value, str) and ("{{" in value or "{%" in value):
+            raise InputError(f"{KUBECONFIG_VAR}: {value!r}: a template, which only Ansible resolves; converge and "
+                             "up must know the file: give an absolute path on the controller, or leave it unset "
+                             f"for {self.kubeconfig_name} beside the inventory")
         if not (isinstance(value, str) and value.startswith("/")):
             raise InputError(f"{KUBECONFIG_VAR}: {value!r}: an absolute path on the controller, or leave it "
                              f"unset for {self.kubeconfig_name} beside the inventory")

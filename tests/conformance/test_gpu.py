@@ -149,8 +149,9 @@ def test_cuda_version(node):
     """The installed CUDA toolkit version MUST equal the BOM's pin."""
     node.require_gpus()
     want = node.bom.cuda.version
-    # Where the cuda_toolkit role installed it: the node contract's method, which the role reads too.
-    method = node.info.contract.nvidia_driver_install_method
+    # Where the cuda_toolkit role installed it: the node contract's method, which the role reads too
+    # (an inventory's cuda_toolkit_install_method moves both).
+    method = node.info.contract.cuda_toolkit_install_method
     res = node.run(cuda_toolkit_command(method, want))
     version = cuda_toolkit_version(method, res.stdout)
     node.figure("cuda_version", version)

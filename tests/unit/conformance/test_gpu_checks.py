@@ -49,8 +49,8 @@ def test_cuda_is_looked_for_where_the_role_installed_it() -> None:
     from gpucluster.conformance.gpu_checks import cuda_toolkit_command, cuda_toolkit_problem, cuda_toolkit_version
 
     assert "/usr/local/cuda-13.0/version.json" in cuda_toolkit_command("cuda_repo", "13.0.1")
-    assert "dpkg-query" in cuda_toolkit_command("distro", "13.0.1") and "nvidia-cuda-toolkit" in \
-        cuda_toolkit_command("distro", "13.0.1")
+    assert cuda_toolkit_command("distro", "13.0.1") == \
+        "dpkg-query -W -f='${db:Status-Abbrev}${Version}' nvidia-cuda-toolkit 2>/dev/null"
     # NVIDIA's version.json (the layout cuda-toolkit-13-0 installs), abridged.
     version_json = ('{\n   "cuda" : {\n      "name" : "CUDA SDK",\n      "version" : "13.0.1"\n   },\n'
                     '   "cuda_cccl" : {\n      "name" : "CUDA C++ Core Compute Libraries",\n'
@@ -60,11 +60,16 @@ def test_cuda_is_looked_for_where_the_role_installed_it() -> None:
     assert cuda_toolkit_version("cuda_repo", "cat: /usr/local/cuda/version.json: No such file or directory\n") is None
     assert cuda_toolkit_problem("cuda_repo", None, "13.0.1") == \
         "CUDA toolkit not found in /usr/local/cuda-13.0 or /usr/local/cuda, pinned 13.0.1"
-    assert cuda_toolkit_version("distro", "11.8.89~11.8.0-5~deb12u1") == "11.8.0"
-    assert cuda_toolkit_version("distro", "12.4.131~12.4.1-2") == "12.4.1"
+    # dpkg-query's output for that format: the three-character status ("ii " installed, "hi " held,
+    # "rc " removed with its configuration files kept, "un " known but never installed), then the version.
+    assert cuda_toolkit_version("distro", "ii 11.8.89~11.8.0-5~deb12u1") == "11.8.0"
+    assert cuda_toolkit_version("distro", "ii 12.4.131~12.4.1-2") == "12.4.1"
+    assert cuda_toolkit_version("distro", "hi 12.4.131~12.4.1-2") == "12.4.1"
+    assert cuda_toolkit_version("distro", "rc 11.8.89~11.8.0-5~deb12u1") is None
+    assert cuda_toolkit_version("distro", "un ") is None
     assert cuda_toolkit_version("distro", "") is None
     problem = cuda_toolkit_problem("distro", "11.8.0", "13.0.1")
     assert problem is not None and problem.startswith(
         "Debian's nvidia-cuda-toolkit holds CUDA 11.8.0, not the pinned 13.0.1: the install method is distro")
-    problem = cuda_toolkit_problem("distro", None, "13.0.1")
+    problem = cuda_toolkit_problem("distro", cuda_toolkit_version("distro", "rc 11.8.89~11.8.0-5~deb12u1"), "13.0.1")
     assert problem is not None and "is not installed (install method distro)" in problem

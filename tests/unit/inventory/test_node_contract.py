@@ -18,12 +18,14 @@ from gpucluster.inventory import parse_inventory_text
 from gpucluster.inventory_model import validate_inventory
 from gpucluster.outputs import LAB_CAPABILITIES, Capabilities
 from gpucluster.spec.contract import (
+    KUBECONFIG_DEFAULT,
     KUBECONFIG_VAR,
     LISTEN_ADDRESS_VAR,
     OVERRIDE_VARS,
     ROLE_VARS,
     DriverInstallMethod,
     NodeContract,
+    ToolkitInstallMethod,
     refuse_extra_vars,
 )
 from tests.unit.roles.render import host_context, role_vars
@@ -36,6 +38,7 @@ INVENTORY_DIR = "/controller/clusters/c"
 # Each contract field as a role's default makes it.
 _ROLE_SIDE = {
     "nvidia_driver_install_method": ("nvidia_driver", lambda v: v["nvidia_driver_install_method"]),
+    "cuda_toolkit_install_method": ("cuda_toolkit", lambda v: v["cuda_toolkit_install_method"]),
     "textfile_dir": ("monitoring", lambda v: v["monitoring_textfile_dir"]),
     "node_exporter_port": ("monitoring",
                            lambda v: int(v["monitoring_node_exporter_listen_address"].rpartition(":")[2])),
@@ -81,7 +84,8 @@ def test_a_role_variable_in_the_inventory_moves_the_role_and_the_suite_alike() -
     inv = parse_inventory(data, "lab")
     made = _roles_made(data, "gpu-1")
     assert made == inv.node("gpu-1").contract.model_dump() == {
-        "nvidia_driver_install_method": "runfile", "textfile_dir": "/srv/textfiles", "node_exporter_port": 19100,
+        "nvidia_driver_install_method": "runfile", "cuda_toolkit_install_method": "distro",
+        "textfile_dir": "/srv/textfiles", "node_exporter_port": 19100,
         "gpu_burn_dir": "/srv/burn", "nccl_tests_dir": "/srv/nccl", "kubeconfig_name": "admin.conf"}
     # Another node keeps the contract but for what all.vars sets.
     other = inv.node("gpu-2").contract
@@ -93,7 +97,8 @@ def test_a_role_variable_in_the_inventory_moves_the_role_and_the_suite_alike() -
 def test_the_driver_method_follows_the_capabilities(capabilities: Capabilities, method: str) -> None:
     """The writer decides it from the outputs' capabilities; the role installs by it and GC-GPU-001
     expects that method's pin (the lab once expected the CUDA repository's pin of a Debian driver)."""
-    assert NodeContract.for_capabilities(capabilities.nvidia_repo).nvidia_driver_install_method == method
+    contract = NodeContract.for_capabilities(capabilities.nvidia_repo)
+    assert contract.nvidia_driver_install_method == contract.cuda_toolkit_install_method == method
 
 
 def test_the_first_source_that_sets_a_variable_decides_as_in_ansible() -> None:
@@ -150,8 +155,8 @@ def test_the_kubeconfig_lies_beside_the_inventory_for_the_role_converge_up_and_p
 
 def test_an_inventory_that_moves_the_kubeconfig_moves_every_reader(tmp_path: Path) -> None:
     """The role variable in all.vars, or on the first control-plane host (which fetches it, and whose
-    value Ansible takes first), moves the role and the readers alike; a template keeps the contract's
-    place (Ansible's to resolve); a relative path is refused, naming the variable."""
+    value Ansible takes first), moves the role and the readers alike; a relative path is refused,
+    naming the variable (a template: the next test)."""
     inventory_file = tmp_path / "inventory.yml"
     data = copy.deepcopy(_golden("onprem-h100-ib"))
     data["all"]["vars"][KUBECONFIG_VAR] = "/srv/all/admin.conf"
@@ -164,8 +169,6 @@ def test_an_inventory_that_moves_the_kubeconfig_moves_every_reader(tmp_path: Pat
     del data["all"]["hosts"]["cp-01"][KUBECONFIG_VAR]
     data["all"]["hosts"]["hgx-01"][KUBECONFIG_VAR] = "/srv/gpu/admin.conf"
     assert validate_inventory(data, "x").kubeconfig_file(inventory_file) == Path("/srv/all/admin.conf")
-    data["all"]["vars"][KUBECONFIG_VAR] = "{{ some_dir }}/admin.conf"
-    assert validate_inventory(data, "x").kubeconfig_file(inventory_file) == tmp_path / "admin.conf"
     data["all"]["vars"][KUBECONFIG_VAR] = "relative/admin.conf"
     with pytest.raises(InputError, match=rf"^{KUBECONFIG_VAR}: 'relative/admin.conf': an absolute path"):
         validate_inventory(data, "x").kubeconfig_file(inventory_file)
@@ -174,7 +177,8 @@ def test_an_inventory_that_moves_the_kubeconfig_moves_every_reader(tmp_path: Pat
 def test_the_kubeconfig_name_is_a_file_name() -> None:
     for bad in ("../admin.conf", "sub/admin.conf", "", ".hidden"):
         with pytest.raises(ValueError, match="kubeconfig_name"):
-            NodeContract(nvidia_driver_install_method="distro", kubeconfig_name=bad)
+            NodeContract(nvidia_driver_install_method="distro", cuda_toolkit_install_method="distro",
+                         kubeconfig_name=bad)
 
 
 # --- converge -e: what the roles would take and the suite never see --------------------------------
@@ -191,16 +195,74 @@ def test_every_override_is_refused_as_an_extra_var() -> None:
     refuse_extra_vars({"upgrade_rolling_components": ["driver"], "gpucluster_heavy_packages": True})
 
 
-def test_cuda_comes_from_where_the_driver_comes_from_as_the_contract_says() -> None:
-    """cuda_toolkit installs from the source the contract names for the driver (NVIDIA's CUDA
-    repository or Debian's packages), not from a second reading of the capabilities; the contract's
-    runfile, a driver method only, is refused by the role's argument spec rather than half-applied."""
+def test_a_templated_kubeconfig_place_is_refused_but_the_roles_own_default(tmp_path: Path) -> None:
+    """Only Ansible resolves a template, and converge (which makes the file 0600) and up (which hands it
+    to verify) must know the file: a templated value once silently gave the contract's place, so both
+    looked at a file the role never wrote. The role's own default expression is that place, and stays."""
+    inventory_file = tmp_path / "inventory.yml"
+    defaults = yaml.safe_load((REPO / "roles" / "kubernetes_control_plane" / "defaults" / "main.yml").read_text())
+    assert defaults[KUBECONFIG_VAR] == KUBECONFIG_DEFAULT
+    data = copy.deepcopy(_golden("onprem-h100-ib"))
+    for same in (KUBECONFIG_DEFAULT, "{{inventory_dir}}/{{gpucluster_contract.kubeconfig_name}}"):
+        data["all"]["vars"][KUBECONFIG_VAR] = same
+        assert validate_inventory(data, "x").kubeconfig_file(inventory_file) == tmp_path / "admin.conf"
+        assert _fetch_dest(data, "cp-01", str(tmp_path)) == str(tmp_path / "admin.conf")
+    for templated in ("{{ inventory_dir }}/kube/admin.conf", "/srv/{{ cluster }}/admin.conf",
+                      "{% if x %}/a{% else %}/b{% endif %}"):
+        data["all"]["vars"][KUBECONFIG_VAR] = templated
+        with pytest.raises(InputError) as err:
+            validate_inventory(data, "x").kubeconfig_file(inventory_file)
+        assert err.value.problems == [
+            f"{KUBECONFIG_VAR}: {templated!r}: a template, which only Ansible resolves; converge and up must know "
+            "the file: give an absolute path on the controller, or leave it unset for admin.conf beside the inventory"]
+    # The first control-plane host's template decides as Ansible would, over all.vars' path.
+    data["all"]["vars"][KUBECONFIG_VAR] = "/srv/all/admin.conf"
+    data["all"]["hosts"]["cp-01"][KUBECONFIG_VAR] = "{{ playbook_dir }}/admin.conf"
+    with pytest.raises(InputError, match=rf"^{KUBECONFIG_VAR}: '\{{\{{ playbook_dir \}}\}}/admin.conf': a template"):
+        validate_inventory(data, "x").kubeconfig_file(inventory_file)
+
+
+# --- CUDA's source: the contract's own field, which the role and GC-GPU-010 read ------------------
+
+
+def test_cuda_comes_from_the_contracts_toolkit_method() -> None:
+    """cuda_toolkit installs from the contract's cuda_toolkit_install_method (decided from the same
+    capability as the driver's method), not from the driver's field: the role once read the written
+    driver method while GC-GPU-010 read the overridden one, so a host's nvidia_driver_install_method
+    moved the check and not the role. The argument spec's choices are the field's."""
     data = copy.deepcopy(_golden("onprem-h100-ib"))
     assert data["all"]["vars"]["gpucluster_capabilities"]["nvidia_repo"] is True
     for method in ("cuda_repo", "distro"):
-        data["all"]["vars"]["gpucluster_contract"]["nvidia_driver_install_method"] = method
+        data["all"]["vars"]["gpucluster_contract"]["cuda_toolkit_install_method"] = method
         ctx = host_context(data, "hgx-01")
         assert role_vars("cuda_toolkit", ctx)["cuda_toolkit_install_method"] == method
+        assert parse_inventory(data, "x").node("hgx-01").contract.cuda_toolkit_install_method == method
     specs = yaml.safe_load((REPO / "roles" / "cuda_toolkit" / "meta" / "argument_specs.yml").read_text())
     choices = specs["argument_specs"]["main"]["options"]["cuda_toolkit_install_method"]["choices"]
-    assert "runfile" in get_args(DriverInstallMethod) and sorted(choices) == ["cuda_repo", "distro"]
+    assert sorted(choices) == sorted(get_args(ToolkitInstallMethod))
+    assert "runfile" in get_args(DriverInstallMethod) and "runfile" not in get_args(ToolkitInstallMethod)
+
+
+def test_a_host_toolkit_method_moves_the_role_and_the_check_and_the_drivers_moves_neither() -> None:
+    data = copy.deepcopy(_golden("onprem-h100-ib"))
+    data["all"]["hosts"]["hgx-01"]["cuda_toolkit_install_method"] = "distro"
+    inv = parse_inventory(data, "x")
+    assert _roles_made(data, "hgx-01")["cuda_toolkit_install_method"] == "distro"
+    assert _roles_made(data, "hgx-01") == inv.node("hgx-01").contract.model_dump()
+    assert inv.node("hgx-01").contract.nvidia_driver_install_method == "cuda_repo"
+    # The driver's method set on a host moves the driver's role and GC-GPU-001, not CUDA's.
+    del data["all"]["hosts"]["hgx-01"]["cuda_toolkit_install_method"]
+    data["all"]["hosts"]["hgx-01"]["nvidia_driver_install_method"] = "distro"
+    inv = parse_inventory(data, "x")
+    made = _roles_made(data, "hgx-01")
+    assert made == inv.node("hgx-01").contract.model_dump()
+    assert made["nvidia_driver_install_method"] == "distro" and made["cuda_toolkit_install_method"] == "cuda_repo"
+    data["all"]["vars"]["cuda_toolkit_install_method"] = "runfile"
+    with pytest.raises(InputError, match=r"cuda_toolkit_install_method: 'runfile': "):
+        parse_inventory(data, "x")
+
+
+def test_the_toolkit_method_as_an_extra_var_is_refused() -> None:
+    assert ROLE_VARS["cuda_toolkit_install_method"] in OVERRIDE_VARS
+    with pytest.raises(InputError, match=r"^--extra-vars cuda_toolkit_install_method: the node contract's override"):
+        refuse_extra_vars({"cuda_toolkit_install_method": "distro"})

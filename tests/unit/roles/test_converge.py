@@ -399,7 +399,7 @@ def test_a_relative_fetch_place_in_the_inventory_is_refused_before_anything_runs
 
 
 @pytest.mark.parametrize("var", ["monitoring_textfile_dir", "nvidia_driver_install_method",
-                                 "monitoring_node_exporter_listen_address",
+                                 "cuda_toolkit_install_method", "monitoring_node_exporter_listen_address",
                                  "kubernetes_control_plane_kubeconfig_fetch_dest", "gpucluster_contract"])
 def test_a_contract_override_as_an_extra_var_is_refused_before_anything_runs(
         tmp_path: Path, inventory_file: Path, var: str) -> None:
