@@ -93,10 +93,26 @@ def gpu_burn_rows(parsed: dict[str, Any]) -> tuple[list[dict[str, Any]], list[st
 DEBIAN_CUDA_PACKAGE = "nvidia-cuda-toolkit"
 
 
+def dpkg_version_command(package: str) -> str:
+    """dpkg's status and version of ``package``, as :func:`dpkg_installed_version` reads them."""
+    return f"dpkg-query -W -f='${{db:Status-Abbrev}}${{Version}}' {package} 2>/dev/null"
+
+
+def dpkg_installed_version(output: str) -> str | None:
+    """The version in :func:`dpkg_version_command`'s output where the package is installed, else None.
+    dpkg's abbreviated status is three characters (desired action, package state, error flag): "ii "
+    for an installed package, "rc " for one removed with its configuration files kept. Only the
+    state says installed: "ii" and "hi" (held) alike."""
+    status, version = output[:3], output[3:].strip()
+    if len(status) < 2 or status[1] != "i" or not version:
+        return None
+    return version
+
+
 def cuda_toolkit_command(method: str, pin: str) -> str:
     """The command whose output :func:`cuda_toolkit_version` reads on a node of ``method``."""
     if method == "distro":
-        return f"dpkg-query -W -f='${{db:Status-Abbrev}}${{Version}}' {DEBIAN_CUDA_PACKAGE} 2>/dev/null"
+        return dpkg_version_command(DEBIAN_CUDA_PACKAGE)
     mm = ".".join(pin.split(".")[:2])
     return f"cat /usr/local/cuda-{mm}/version.json 2>/dev/null || cat /usr/local/cuda/version.json 2>&1"
 
@@ -104,11 +120,8 @@ def cuda_toolkit_command(method: str, pin: str) -> str:
 def cuda_toolkit_version(method: str, output: str) -> str | None:
     """The CUDA version in :func:`cuda_toolkit_command`'s output, or None where none is installed."""
     if method == "distro":
-        # dpkg's abbreviated status: three characters (desired action, package state, error flag),
-        # "ii " for an installed package, "rc " for one removed with its configuration files kept.
-        # Only the state says installed: "ii" and "hi" (held) alike.
-        status, version = output[:3], output[3:].strip()
-        if len(status) < 2 or status[1] != "i" or not version:
+        version = dpkg_installed_version(output)
+        if version is None:
             return None
         m = re.search(r"~(\d+\.\d+(?:\.\d+)?)-", version)
         return m.group(1) if m else version.split("-")[0]

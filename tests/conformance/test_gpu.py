@@ -11,6 +11,8 @@ from gpucluster.conformance.gpu_checks import (
     cuda_toolkit_command,
     cuda_toolkit_problem,
     cuda_toolkit_version,
+    dpkg_installed_version,
+    dpkg_version_command,
     gpu_health_problems,
     nvlink_problems,
     verdict_problems,
@@ -164,8 +166,11 @@ def test_nccl_version(node):
     """The installed NCCL (libnccl2) version MUST equal the BOM's pin."""
     node.require_gpus()
     want = node.bom.nccl.version
-    res = node.run("dpkg-query -W -f='${Version}' libnccl2 2>&1")
-    version = res.stdout.split("-")[0] if res.rc == 0 else None
+    # libnccl2's Debian version is <NCCL>-<revision>+cuda<x.y> (2.28.9-1+cuda13.0); a package removed
+    # with its configuration kept ("rc") is not installed.
+    res = node.run(dpkg_version_command("libnccl2"))
+    installed = dpkg_installed_version(res.stdout)
+    version = installed.split("-")[0] if installed else None
     node.figure("nccl_version", version)
     assert version == want, f"libnccl2 {version or 'not installed'}, pinned {want}"
 

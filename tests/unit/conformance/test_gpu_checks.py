@@ -73,3 +73,16 @@ def test_cuda_is_looked_for_where_the_role_installed_it() -> None:
         "Debian's nvidia-cuda-toolkit holds CUDA 11.8.0, not the pinned 13.0.1: the install method is distro")
     problem = cuda_toolkit_problem("distro", cuda_toolkit_version("distro", "rc 11.8.89~11.8.0-5~deb12u1"), "13.0.1")
     assert problem is not None and "is not installed (install method distro)" in problem
+
+
+def test_a_package_counts_as_installed_by_dpkgs_state_alone() -> None:
+    """GC-GPU-010's Debian toolkit and GC-GPU-011's libnccl2 are read with dpkg's abbreviated status
+    (three characters, then the version: dpkg-query -W -f='${db:Status-Abbrev}${Version}')."""
+    from gpucluster.conformance.gpu_checks import dpkg_installed_version, dpkg_version_command
+
+    assert dpkg_version_command("libnccl2") == "dpkg-query -W -f='${db:Status-Abbrev}${Version}' libnccl2 2>/dev/null"
+    assert dpkg_installed_version("ii 2.28.9-1+cuda13.0") == "2.28.9-1+cuda13.0"
+    assert dpkg_installed_version("hi 2.28.9-1+cuda13.0") == "2.28.9-1+cuda13.0"  # held
+    assert dpkg_installed_version("rc 2.27.3-1+cuda12.9") is None  # removed, configuration kept
+    assert dpkg_installed_version("un ") is None
+    assert dpkg_installed_version("") is None
