@@ -7,15 +7,17 @@ Every target hands off the same two files, in one folder per cluster:
 - ``inventory.yml``: what ``gpucluster inventory`` makes of them.
 
 Beside them, the Kubernetes control plane's role fetches ``admin.conf`` (the node contract's
-``kubeconfig_name``, in the inventory's folder).
+``kubeconfig_name``, in the inventory's folder), unless the inventory moves it: so
+:attr:`StackPaths.kubeconfig_file` asks the inventory (:meth:`Inventory.kubeconfig_file`, the one judge).
 
 The folder is the lab's own folder for a lab or a platform twin (``<state_dir>/<name>/``, beside
 the lab's state, SSH key and nodes), and ``$GPUCLUSTER_STATE_DIR/clusters/<name>/`` for every other target
 (the folder that already holds the cluster's known_hosts, :mod:`gpucluster.runs`). Run folders of
 converge and verify go under one ``runs/`` folder.
 
-Nothing here creates or reads a file: it only names them. ``gpucluster paths --stack FILE`` prints
-the same answer for the Makefile, scripts and people.
+Nothing here creates a file, and nothing reads one but the stack file and, for the kubeconfig alone,
+the stack's inventory where it exists. ``gpucluster paths --stack FILE`` prints the same answer for the
+Makefile, scripts and people.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from gpucluster import runs
 from gpucluster.errors import InputError
+from gpucluster.inventory_model import read_inventory
 from gpucluster.spec import load_spec
 from gpucluster.spec.cluster import Cluster
 from gpucluster.spec.contract import NodeContract
@@ -38,8 +41,8 @@ OUTPUTS_NAME = "outputs.json"
 INVENTORY_NAME = "inventory.yml"
 # The cluster-admin kubeconfig the control plane's role fetches beside the inventory (its client key:
 # the folder is the cluster's own, not a checkout's runs/): the node contract's name for it, stated
-# there once. An inventory that sets kubernetes_control_plane_kubeconfig_fetch_dest moves it; `up`
-# reads that inventory (gpucluster.inventory_model.Inventory.kubeconfig_file).
+# there once. An inventory that sets kubernetes_control_plane_kubeconfig_fetch_dest moves it: ask
+# StackPaths.kubeconfig_file, which reads that inventory (gpucluster.inventory_model.Inventory.kubeconfig_file).
 KUBECONFIG_NAME: str = NodeContract.model_fields["kubeconfig_name"].default
 
 
@@ -63,10 +66,23 @@ class StackPaths:
     folder: Path
     outputs_file: Path
     inventory_file: Path
-    kubeconfig_file: Path
     runs_dir: Path
     lab_dir: Path | None
     lab_state_root: Path | None
+
+    @property
+    def kubeconfig_file(self) -> Path:
+        """Where the control plane's role fetches the stack's cluster-admin kubeconfig.
+
+        Where the stack's inventory exists, its answer (:meth:`Inventory.kubeconfig_file`: its
+        ``kubernetes_control_plane_kubeconfig_fetch_dest``, else the node contract's name beside it),
+        which the role, converge and ``up`` follow too; an InputError naming the inventory when it
+        cannot be read. Before there is one, the contract's default place, beside where ``gpucluster
+        inventory`` writes it. A property, not a field: the inventory, not the stack, decides it.
+        """
+        if self.inventory_file.is_file():
+            return read_inventory(self.inventory_file)[0].kubeconfig_file(self.inventory_file)
+        return self.inventory_file.resolve().parent / KUBECONFIG_NAME
 
     def as_dict(self) -> dict[str, str | None]:
         return {
@@ -97,7 +113,6 @@ def stack_paths(cluster: Cluster) -> StackPaths:
         folder=folder,
         outputs_file=folder / OUTPUTS_NAME,
         inventory_file=folder / INVENTORY_NAME,
-        kubeconfig_file=folder / KUBECONFIG_NAME,
         runs_dir=RUNS_DIR,
         lab_dir=folder if state_root is not None else None,
         lab_state_root=state_root,

@@ -27,6 +27,7 @@ so the tests drive all of this with fakes and no Pulumi CLI.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import importlib
@@ -40,13 +41,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, NoReturn, Protocol, TextIO, cast
 
 from gpucluster import hostkeys, runs
 from gpucluster.converge import parse_extra_vars
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
-from gpucluster.inventory_model import read_inventory
-from gpucluster.paths import RUNS_DIR, StackPaths, cluster_dir, stack_paths
+from gpucluster.paths import KUBECONFIG_NAME, RUNS_DIR, StackPaths, cluster_dir, stack_paths
 from gpucluster.plan import PROGRAM, PolicyResult, Resource, plain_inputs
 from gpucluster.spec import Cluster, load_spec
 from gpucluster.spec.contract import refuse_extra_vars
@@ -652,18 +652,31 @@ def _up(summary: UpSummary, stack_file: Path, *, start: str | None, out: TextIO,
             return
 
 
+class _ConvergeOptions(argparse.ArgumentParser):
+    """converge's own parser (gpucluster.cli.converge), answering ``up`` with an InputError instead of
+    printing and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InputError(f"converge's options: {message}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise InputError("converge's options: -h/--help prints converge's help; run `gpucluster converge --help`")
+
+    def print_help(self, file: Any = None) -> None:
+        pass
+
+
 def converge_extra_vars(converge_args: Sequence[str]) -> list[str]:
-    """The ``-e``/``--extra-vars`` values among converge's options (``KEY=VALUE`` or ``@FILE``)."""
-    items: list[str] = []
-    args = iter(converge_args)
-    for arg in args:
-        if arg in ("-e", "--extra-vars"):
-            items.append(next(args, ""))
-        elif arg.startswith("--extra-vars="):
-            items.append(arg.split("=", 1)[1])
-        elif arg.startswith("-e") and not arg.startswith("--"):
-            items.append(arg[2:])
-    return items
+    """The ``-e``/``--extra-vars`` values among converge's options (``KEY=VALUE`` or ``@FILE``), as
+    converge reads them: through its own argparse definition, so every form it takes is found
+    (``-eK=V``, ``-e K=V``, ``--extra-vars=...``, a prefix such as ``--extra ...`` or ``--ex=...``,
+    ``-e`` after other short flags). Options converge would refuse raise an InputError here already."""
+    from gpucluster.cli import converge as converge_cli
+
+    sub = _ConvergeOptions(prog="gpucluster", add_help=False).add_subparsers(parser_class=_ConvergeOptions)
+    converge_cli.register(cast("argparse._SubParsersAction[argparse.ArgumentParser]", sub))
+    found, _ = sub.choices["converge"].parse_known_args(list(converge_args))
+    return list(found.extra_vars)
 
 
 def kubernetes_skip_reason(cluster: Cluster, outputs_file: Path) -> str | None:
@@ -707,7 +720,7 @@ def _run_stage(plan: Plan, name: str, out: TextIO,
     run_dir = [] if plan.verify_run_dir is None else ["--run-dir", str(plan.verify_run_dir)]
     kubeconfig: list[str] = []
     if deploys_kubernetes and "--kubeconfig" not in plan.verify_args:
-        fetched = read_inventory(paths.inventory_file)[0].kubeconfig_file(paths.inventory_file)
+        fetched = paths.kubeconfig_file
         if not fetched.is_file():
             raise InputError(f"converge deployed Kubernetes but no kubeconfig is at {fetched} "
                              "(the control plane's role fetches it): rerun `gpucluster up --from converge`")
@@ -757,6 +770,33 @@ def _node_hosts(outputs_file: Path) -> list[str]:
     return [addr if port == 22 else f"[{addr}]:{port}" for addr, port in hosts]
 
 
+def _fetched_kubeconfig(cluster: Cluster, paths: StackPaths, out: TextIO) -> Path | None:
+    """The stack's cluster-admin kubeconfig, where ``paths.kubeconfig_file`` (the inventory) puts it,
+    that :func:`tear_down` removes with the cluster; None where none can be the stack's own.
+
+    The contract's place (``admin.conf`` in the cluster's folder) holds nothing but this stack's
+    kubeconfig. A place the inventory names may be a file of the user's where no control plane ever
+    fetched one, so it counts only where the stack deploys Kubernetes (:func:`kubernetes_skip_reason`;
+    the spec alone where the outputs are gone). An inventory that cannot be read leaves the
+    contract's place, and a line saying so."""
+    default = paths.inventory_file.resolve().parent / KUBECONFIG_NAME
+    try:
+        fetched = paths.kubeconfig_file
+    except InputError as exc:
+        why = exc.problems[0] if exc.problems else str(exc)
+        print(f"down: {paths.inventory_file} cannot be read ({why}): only the kubeconfig at "
+              f"{default} is removed, not one the inventory may have moved", file=out, flush=True)
+        return default
+    if fetched == default:
+        return fetched
+    kube = cluster.spec.kubernetes
+    try:
+        deploys = kubernetes_skip_reason(cluster, paths.outputs_file) is None
+    except InputError:
+        deploys = kube is not None and kube.enabled
+    return fetched if deploys else None
+
+
 def tear_down(cluster: Cluster, stack_file: Path, out: TextIO, *,
               cli: Callable[[Sequence[str], TextIO], int] = run_cli, open_stack: OpenStack | None = None,
               yes: bool = False, confirm: Confirm | None = None, result: DownResult | None = None) -> int:
@@ -765,12 +805,16 @@ def tear_down(cluster: Cluster, stack_file: Path, out: TextIO, *,
     The lab: ``gpucluster lab down``. Any other target: the Pulumi stack's ``destroy()`` (nothing
     when the backend has no such stack); then the outputs and inventory of the destroyed nodes are
     removed, and their host keys forgotten in the cluster's known_hosts: a rebuilt node at the same
-    address has a new key, and the next ``up`` would refuse it. The known_hosts file itself, its
-    other entries and every run folder stay.
+    address has a new key, and the next ``up`` would refuse it. On every target the cluster-admin
+    kubeconfig the control plane's role fetched is removed (:func:`_fetched_kubeconfig`), so a
+    rebuild's verify never reads the dead cluster's. The known_hosts file itself, its other entries
+    and every run folder stay.
     """
     result = result or DownResult(stack=str(stack_file), target=cluster.spec.target.kind)
     paths = stack_paths(cluster)
     stack_name = pulumi_stack_name(stack_file) if not on_lab(cluster) else cluster.name
+    # Asked before anything is destroyed: the inventory that says where it is goes with the nodes.
+    kubeconfig = _fetched_kubeconfig(cluster, paths, out)
     if on_lab(cluster):
         hosts = _node_hosts(paths.outputs_file)
         rc = cli(["lab", "down", "--stack", str(stack_file)], out)
@@ -801,6 +845,12 @@ def tear_down(cluster: Cluster, stack_file: Path, out: TextIO, *,
             if stale.is_file():
                 stale.unlink()
                 result.removed.append(str(stale))
+    # The destroyed cluster's admin kubeconfig (a lab's own folder is gone with the lab, a place the
+    # inventory chose is not): left behind, it would pass the next up's "is the kubeconfig there" check
+    # before the rebuilt control plane fetched a new one, and it holds a cluster-admin key.
+    if kubeconfig is not None and (kubeconfig.is_file() or kubeconfig.is_symlink()):
+        kubeconfig.unlink()
+        result.removed.append(str(kubeconfig))
     state_file = state_path(stack_file, cluster)
     if state_file.is_file():
         state_file.unlink()

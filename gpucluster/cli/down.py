@@ -18,10 +18,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "down", help="destroy what `up` made: the cloud stack (Pulumi destroy) or the lab",
         description="Destroy what `gpucluster up` made of a stack file: a cloud or bare-metal target's Pulumi "
                     "stack (through the Automation API; nothing when the backend has no such stack), or the lab "
-                    "(`gpucluster lab down`). Up's record of the stack is removed, and on a cloud its outputs, "
-                    "inventory and the destroyed nodes' host keys; the known_hosts file and every run folder "
-                    "stay. A cloud target needs --yes when not on a terminal (on one, down asks). Exit 0 when "
-                    "done (nothing to destroy included), 1 when Pulumi failed, 2 on bad input, 130 on Ctrl-C.",
+                    "(`gpucluster lab down`). Up's record of the stack and the fetched cluster-admin kubeconfig "
+                    "(where the inventory puts it) are removed, and on a cloud its outputs, inventory and the "
+                    "destroyed nodes' host keys; the known_hosts file and every run folder stay. A cloud "
+                    "target needs --yes when not on a terminal (on one, down asks). Exit 0 when done (nothing "
+                    "to destroy included), 1 when Pulumi failed, 2 on bad input, 130 on Ctrl-C.",
         epilog="examples:\n  gpucluster down --stack Pulumi.lab.yaml\n"
                "  gpucluster down --stack Pulumi.aws-h100.yaml --yes --json",
         formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -14,7 +14,13 @@ FIELDS = ("folder", "outputs_file", "inventory_file", "kubeconfig_file", "runs_d
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("paths", help="where a stack's outputs, inventory, run folders and lab state live",
                        epilog="example: gpucluster paths --stack Pulumi.aws-h100.yaml inventory_file",
-                       description="Name the stack's files (nothing is created or read but the stack file).")
+                       description="Name the stack's files (nothing is created). kubeconfig_file, the "
+                                   "cluster-admin kubeconfig the control plane's role fetches, is the stack's "
+                                   "inventory's answer where that inventory exists (its "
+                                   "kubernetes_control_plane_kubeconfig_fetch_dest, else admin.conf beside it; "
+                                   "exit 2 when it cannot be read), else the node contract's default place "
+                                   "beside where the inventory will be; no other path reads anything but the "
+                                   "stack file.")
     p.add_argument("--stack", required=True, metavar="STACK_FILE", help="the Pulumi.<stack>.yaml")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="every path as one JSON object")
@@ -24,14 +30,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _paths(args: argparse.Namespace) -> int:
-    found = resolve(args.stack).as_dict()
+    paths = resolve(args.stack)
+    if args.field:
+        # One field reads no more than it names: the inventory only for kubeconfig_file.
+        value = getattr(paths, args.field)
+        if value is None:
+            raise InputError(f"{args.field}: stack {args.stack} targets {paths.target!r}, which has none")
+        print(value)
+        return EXIT_OK
+    found = paths.as_dict()
     if args.json:
         print(json.dumps(found, indent=2))
-    elif args.field:
-        value = found[args.field]
-        if value is None:
-            raise InputError(f"{args.field}: stack {args.stack} targets {found['target']!r}, which has none")
-        print(value)
     else:
         for key, value in found.items():
             print(f"{key + ':':<16} {'-' if value is None else value}")

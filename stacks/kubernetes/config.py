@@ -44,9 +44,12 @@ def parse_config(raw: dict[str, object], base: Path) -> KubeStackConfig:
     if unknown:
         raise InputError([f"gpuclusterKube:{k}: unknown key (known: {', '.join(_KEYS)})" for k in unknown])
     data = {_KEYS[k]: v for k, v in raw.items() if v is not None}
+    # Paths as a shell would read them (Pulumi.yaml's example writes ``~/.local/state/...``), then
+    # relative to the stack's folder: an unexpanded ``~`` would be a folder named ``~`` in there.
     for key in ("stack_file", "kubeconfig"):
-        if key in data and not Path(str(data[key])).is_absolute():
-            data[key] = str((base / str(data[key])).resolve())
+        if isinstance(data.get(key), str) and data[key]:
+            path = Path(data[key]).expanduser()
+            data[key] = str(path if path.is_absolute() else (base / path).resolve())
     try:
         return KubeStackConfig.model_validate(data)
     except ValidationError as exc:

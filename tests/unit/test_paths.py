@@ -15,8 +15,12 @@ import pytest
 from gpucluster import paths
 from gpucluster.cli import main
 from gpucluster.errors import InputError
+from gpucluster.inventory import build_inventory, write_inventory
+from gpucluster.inventory_model import read_inventory
 from gpucluster.lab.layout import layout_lab
+from gpucluster.outputs import StackOutputs
 from gpucluster.spec import load_spec
+from tests.unit.example_outputs import example_outputs
 
 REPO = Path(__file__).resolve().parents[2]
 StackFile = Callable[[str, Callable[[dict[str, Any]], None]], Path]
@@ -77,6 +81,72 @@ def test_cli_prints_json_and_single_fields(capsys: pytest.CaptureFixture[str], _
     assert main(["paths", "--stack", str(REPO / "Pulumi.aws-h100.yaml"), "lab_dir"]) == 2
     assert "has none" in capsys.readouterr().err
     assert main(["paths", "--stack", str(REPO / "missing.yaml")]) == 2
+
+
+def _write_inventory(stack: Path, **all_vars: Any) -> Path:
+    """What `gpucluster inventory` writes for the stack, with these variables set in all.vars (as a person would)."""
+    cluster = load_spec(stack)
+    data = build_inventory(cluster, StackOutputs.model_validate(example_outputs(cluster, ssh_user="ubuntu")))
+    data["all"]["vars"].update(all_vars)
+    inventory = paths.resolve(stack).inventory_file
+    inventory.parent.mkdir(parents=True, exist_ok=True)
+    write_inventory(data, inventory)
+    return inventory
+
+
+def test_the_kubeconfig_is_the_inventorys_answer_where_there_is_one(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`gpucluster paths kubeconfig_file` is no second judge: before the inventory, the node contract's
+    place beside it; with one, what the inventory says (Inventory.kubeconfig_file, which the role,
+    converge and up follow), moved where it sets kubernetes_control_plane_kubeconfig_fetch_dest."""
+    stack = REPO / "Pulumi.onprem-h100-ib.yaml"
+    found = paths.resolve(stack)
+    assert found.kubeconfig_file == found.inventory_file.parent / "admin.conf"
+    assert main(["paths", "--stack", str(stack), "kubeconfig_file"]) == 0
+    assert capsys.readouterr().out == f"{found.inventory_file.parent / 'admin.conf'}\n"
+
+    inventory = _write_inventory(stack)
+    beside = inventory.parent / "admin.conf"
+    assert found.kubeconfig_file == read_inventory(inventory)[0].kubeconfig_file(inventory) == beside
+
+    moved = tmp_path / "kube" / "cluster-admin.conf"
+    inventory = _write_inventory(stack, kubernetes_control_plane_kubeconfig_fetch_dest=str(moved))
+    assert found.kubeconfig_file == read_inventory(inventory)[0].kubeconfig_file(inventory) == moved
+    assert main(["paths", "--stack", str(stack), "kubeconfig_file"]) == 0
+    assert capsys.readouterr().out == f"{moved}\n"
+    assert main(["paths", "--stack", str(stack), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["kubeconfig_file"] == str(moved)
+    assert main(["paths", "--stack", str(stack)]) == 0
+    assert f"kubeconfig_file: {moved}\n" in capsys.readouterr().out
+
+
+def test_an_unreadable_inventory_fails_the_kubeconfig_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    """The kubeconfig's place cannot be told from an inventory that cannot be read: exit 2 naming it,
+    not the contract's default as if nothing moved it; the other paths read nothing and still answer."""
+    stack = REPO / "Pulumi.onprem-h100-ib.yaml"
+    inventory = paths.resolve(stack).inventory_file
+    inventory.parent.mkdir(parents=True)
+    inventory.write_text("all: {}\n")
+    assert main(["paths", "--stack", str(stack), "kubeconfig_file"]) == 2
+    assert str(inventory) in capsys.readouterr().err
+    assert main(["paths", "--stack", str(stack), "--json"]) == 2
+    capsys.readouterr()
+    assert main(["paths", "--stack", str(stack), "inventory_file"]) == 0
+    assert capsys.readouterr().out == f"{inventory}\n"
+
+
+def test_paths_help_says_where_the_kubeconfig_answer_comes_from(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["paths", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "kubernetes_control_plane_kubeconfig_fetch_dest" in text and "default place" in text
+
+
+def test_git_ignores_the_fetched_kubeconfig_wherever_an_inventory_lies() -> None:
+    """An inventory kept in a checkout gets the cluster-admin key beside it: the contract's name is
+    ignored in every folder (a pattern without a slash), so `git add` never takes it."""
+    patterns = (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert paths.KUBECONFIG_NAME in patterns
 
 
 def test_the_makefile_and_the_lab_cli_share_the_answer(capsys: pytest.CaptureFixture[str]) -> None:

@@ -250,7 +250,7 @@ def test_an_inventory_that_moves_the_kubeconfig_moves_what_verify_reads(stack: P
     assert summary.exit_code == 0, summary.errors
     verify = cli.calls[-1]
     assert verify[verify.index("--kubeconfig") + 1] == str(dest)
-    assert not resolve(stack).kubeconfig_file.exists()
+    assert resolve(stack).kubeconfig_file == dest and not (resolve(stack).folder / "admin.conf").exists()
     dest.unlink()
     missing = run_up(stack, cli=FakeCli(fetch=False, inventory_vars=moved), provision=_provision, yes=True,
                      start="converge")
@@ -259,7 +259,10 @@ def test_an_inventory_that_moves_the_kubeconfig_moves_what_verify_reads(stack: P
 
 @pytest.mark.parametrize("given", [("-e", "monitoring_textfile_dir=/srv/t"),
                                    ("--extra-vars=gpu_validation_gpu_burn_install_dir=/srv/b",),
-                                   ("-ekubernetes_control_plane_kubeconfig_fetch_dest=/tmp/a.conf",)])
+                                   ("-ekubernetes_control_plane_kubeconfig_fetch_dest=/tmp/a.conf",),
+                                   # argparse's prefixes of --extra-vars, which converge takes too
+                                   ("--extra=monitoring_textfile_dir=/srv/t",),
+                                   ("--extra-v", "nccl_tests_install_dir=/srv/n")])
 def test_a_contract_override_among_converges_options_is_refused_before_any_stage(
         stack: Path, given: tuple[str, ...]) -> None:
     """up hands converge_args to converge, which refuses them; up says so before provisioning."""
@@ -267,12 +270,37 @@ def test_a_contract_override_among_converges_options_is_refused_before_any_stage
     summary = run_up(stack, cli=cli, provision=_provision, yes=True, converge_args=("--check", *given))
     assert summary.exit_code == 2 and cli.calls == []
     assert len(summary.errors) == 1 and "set it in the inventory" in summary.errors[0]
-    var = given[-1].removeprefix("--extra-vars=").removeprefix("-e").split("=")[0]
+    var = given[-1].split("=", 1)[-1] if given[-1].startswith("--") else given[-1].removeprefix("-e")
+    var = var.split("=")[0]
     assert var in summary.errors[0]
     ok = FakeCli()
     assert run_up(stack, cli=ok, provision=_provision, yes=True,
                   converge_args=("-e", "upgrade_rolling_components=[driver]")).exit_code == 0
     assert ok.calls[2][-2:] == ["-e", "upgrade_rolling_components=[driver]"]
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["-e", "a=1"], ["a=1"]),
+    (["-ea=1"], ["a=1"]),
+    (["--extra-vars", "a=1", "--extra-vars=b=2"], ["a=1", "b=2"]),
+    (["--extra=a=1", "--extra-v", "b=2", "--ex", "@vars.yml"], ["a=1", "b=2", "@vars.yml"]),
+    (["--check", "-l", "gpu", "-e", "a=1", "--tags", "nccl"], ["a=1"]),
+    # A value of another option is no -e: the limit `-egpu`, the tags `-ex` and `e=1`.
+    (["--limit=-egpu"], []), (["-lgpu", "--heavy"], []), (["--tags=-ex"], []), (["-t", "e=1"], []),
+])
+def test_converges_extra_vars_are_read_as_converges_argparse_reads_them(args: list[str], expected: list[str]) -> None:
+    assert up_module.converge_extra_vars(args) == expected
+    # The same answer as the converge command's own parser.
+    from gpucluster.cli import build_parser
+
+    assert build_parser().parse_args(["converge", *args]).extra_vars == expected
+
+
+def test_converge_options_converge_would_refuse_are_refused_before_any_stage(stack: Path) -> None:
+    cli = FakeCli()
+    summary = run_up(stack, cli=cli, provision=_provision, yes=True, converge_args=("--check", "-e"))
+    assert summary.exit_code == 2 and cli.calls == []
+    assert summary.errors == ["error: converge's options: argument --extra-vars/-e: expected one argument"]
 
 
 def test_a_changed_input_resumes_at_the_stage_that_reads_it(stack: Path) -> None:
@@ -625,6 +653,64 @@ def test_down_destroys_the_stack_and_keeps_known_hosts_and_run_folders(stack: Pa
     assert kh.is_file() and "bastion" in kh.read_text() and "AAAAold1" not in kh.read_text()
     assert result.forgotten_host_keys == ["10.40.15.248", "10.40.15.249"]
     assert list((tmp_path / "runs").glob("*-verify")) and list((tmp_path / "runs").glob("*-converge"))
+    # The destroyed cluster's admin kubeconfig goes with it (its key opens nothing now; left, it would
+    # pass the next up's "is the kubeconfig there"); known_hosts and the run folders stay.
+    kubeconfig = paths.folder / "admin.conf"
+    assert not kubeconfig.exists() and str(kubeconfig) in result.removed
+
+
+def test_fresh_never_hands_verify_the_destroyed_clusters_kubeconfig(stack: Path) -> None:
+    """A rebuild whose control plane fetched no kubeconfig fails verify naming the file, instead of
+    passing the dead cluster's kubeconfig to verify."""
+    backend = Backend(FakeStack([]))
+    assert run_up(stack, cli=FakeCli(), open_stack=backend, yes=True).exit_code == 0
+    kubeconfig = resolve(stack).kubeconfig_file
+    assert kubeconfig.is_file()
+    cli = FakeCli(fetch=False)
+    summary = run_up(stack, cli=cli, open_stack=backend, yes=True, fresh=True)
+    assert summary.exit_code == 2 and summary.stages[0].status == "done"
+    assert (summary.stages[-1].name, summary.stages[-1].status) == ("verify", "failed")
+    assert f"no kubeconfig is at {kubeconfig} " in summary.stages[-1].detail
+    assert not any(c[0] == "verify" for c in cli.calls)
+
+
+def test_down_removes_a_kubeconfig_the_inventory_moved_where_the_stack_deployed_kubernetes(
+        stack: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "elsewhere" / "kube.conf"
+    dest.parent.mkdir()
+    moved = {"kubernetes_control_plane_kubeconfig_fetch_dest": str(dest)}
+    backend = Backend(FakeStack([]))
+    assert run_up(stack, cli=FakeCli(inventory_vars=moved), open_stack=backend, yes=True).exit_code == 0
+    assert dest.is_file()
+    result = run_down(stack, cli=FakeCli(), open_stack=backend, yes=True)
+    assert result.exit_code == 0 and not dest.exists() and str(dest) in result.removed
+    assert dest.parent.is_dir()
+
+
+def test_down_leaves_a_file_the_inventory_names_where_no_control_plane_fetched_one(
+        stack: Path, tmp_path: Path) -> None:
+    """Without Kubernetes no role wrote to the place an inventory names: the file there is the user's."""
+    no_kube = stack.with_name("Pulumi.nokube.yaml")
+    text = stack.read_text()
+    no_kube.write_text(text[:text.index("  gpucluster:kubernetes:")])
+    users = tmp_path / "users.conf"
+    users.write_text("mine\n")
+    moved = {"kubernetes_control_plane_kubeconfig_fetch_dest": str(users)}
+    backend = Backend(FakeStack([]))
+    assert run_up(no_kube, cli=FakeCli(inventory_vars=moved), open_stack=backend, yes=True).exit_code == 0
+    result = run_down(no_kube, cli=FakeCli(), open_stack=backend, yes=True)
+    assert result.exit_code == 0 and users.read_text() == "mine\n" and str(users) not in result.removed
+
+
+def test_down_with_an_unreadable_inventory_removes_the_contracts_kubeconfig_and_says_so(stack: Path) -> None:
+    backend = Backend(FakeStack([]))
+    assert run_up(stack, cli=FakeCli(), open_stack=backend, yes=True).exit_code == 0
+    paths = resolve(stack)
+    paths.inventory_file.write_text("all: {}\n")
+    out = io.StringIO()
+    result = run_down(stack, out=out, cli=FakeCli(), open_stack=backend, yes=True)
+    assert result.exit_code == 0 and not (paths.folder / "admin.conf").exists()
+    assert f"{paths.inventory_file} cannot be read" in out.getvalue()
 
 
 def test_down_of_a_stack_the_backend_does_not_have_destroys_nothing(stack: Path) -> None:
@@ -649,9 +735,14 @@ def test_down_not_on_a_terminal_needs_yes(stack: Path, monkeypatch: pytest.Monke
 def test_down_of_the_lab_is_lab_down_and_needs_no_yes(lab_stack: Path) -> None:
     first = run_up(lab_stack, cli=FakeCli())
     cli = FakeCli()
+    # A kubeconfig in the lab's folder (a lab whose nodes ran a kubelet): `lab down` removes the
+    # folder; down removes the file where it still is.
+    kubeconfig = resolve(lab_stack).folder / "admin.conf"
+    kubeconfig.write_text("apiVersion: v1\n")
     result = run_down(lab_stack, cli=cli)
     assert result.exit_code == 0 and cli.calls == [["lab", "down", "--stack", str(lab_stack)]]
     assert not Path(first.state_file).exists()
+    assert not kubeconfig.exists() and str(kubeconfig) in result.removed
 
 
 def test_down_json_is_one_document(stack: Path, monkeypatch: pytest.MonkeyPatch,

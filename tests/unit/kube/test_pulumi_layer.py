@@ -179,6 +179,27 @@ def test_bad_device_plugin_chart_version_is_reported_with_its_key() -> None:
     ]
 
 
+def test_stack_file_and_kubeconfig_expand_home_then_resolve_under_the_stack_folder(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kubeconfig: ~/.local/state/...` (stacks/kubernetes/Pulumi.yaml's example) is the user's home,
+    not a folder named `~` under stacks/kubernetes; a relative path is the stack folder's."""
+    from stacks.kubernetes.config import parse_config
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = parse_config({"stackFile": "~/Pulumi.aws-h100.yaml",
+                           "kubeconfig": "~/.local/state/gpucluster/clusters/aws/admin.conf"},
+                          REPO / "stacks/kubernetes")
+    assert config.stack_file == str(tmp_path / "home/Pulumi.aws-h100.yaml")
+    assert config.kubeconfig == str(tmp_path / "home/.local/state/gpucluster/clusters/aws/admin.conf")
+    relative = parse_config({"stackFile": "../../Pulumi.aws-h100.yaml", "kubeconfig": "/k"},
+                            REPO / "stacks/kubernetes")
+    assert (relative.stack_file, relative.kubeconfig) == (str(REPO / "Pulumi.aws-h100.yaml"), "/k")
+    # An empty path is refused by the key, not read as the stack folder.
+    with pytest.raises(InputError) as err:
+        parse_config({"stackFile": "/s.yaml", "kubeconfig": ""}, REPO)
+    assert err.value.problems[0].startswith("gpuclusterKube:kubeconfig:")
+
+
 def test_missing_ceph_settings_are_reported_together() -> None:
     with pytest.raises(InputError) as err:
         _run("Pulumi.onprem-h100-roce.yaml")
