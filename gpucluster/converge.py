@@ -47,7 +47,7 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,7 +58,7 @@ import yaml
 from gpucluster import hostkeys, mitogen, paths, runs, sockets
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
 from gpucluster.inventory_model import Inventory, read_inventory
-from gpucluster.spec.contract import refuse_extra_vars
+from gpucluster.spec.contract import OVERRIDE_VARS, refuse_extra_vars
 
 REPO_ROOT = paths.REPO_ROOT
 DEFAULT_PLAYBOOK = REPO_ROOT / "playbooks" / "site.yml"
@@ -266,6 +266,66 @@ def load_inventory(path: Path) -> Inventory:
     """Read and check the inventory against its typed contract before any host is touched."""
     inventory, _ = read_inventory(path)
     return inventory
+
+
+# What Ansible's host_group_vars plugin reads for a group or host NAME in a folder beside the inventory
+# file or the playbook: the first of NAME, NAME.yml, NAME.yaml, NAME.json there, a folder of them read
+# whole (its own files with those extensions or none, its folders without one, hidden files and
+# backups~ left out).
+_VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")
+
+
+def vars_files(folder: Path, names: Iterable[str]) -> list[Path]:
+    """The files Ansible reads as the variables of ``names`` (groups or hosts) from ``folder``
+    (a ``group_vars/`` or ``host_vars/``), in its order."""
+    found: list[Path] = []
+    for name in names:
+        path = next((folder / f"{name}{ext}" for ext in _VARS_EXTENSIONS if (folder / f"{name}{ext}").exists()),
+                    None)
+        if path is not None:
+            found += _vars_folder_files(path) if path.is_dir() else [path]
+    return found
+
+
+def _vars_folder_files(folder: Path) -> list[Path]:
+    found: list[Path] = []
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith(".") or path.name.endswith("~"):
+            continue
+        if path.is_dir() and not path.suffix:
+            found += _vars_folder_files(path)
+        elif path.is_file() and path.suffix in _VARS_EXTENSIONS:
+            found.append(path)
+    return found
+
+
+def variables_set(path: Path) -> list[str]:
+    """The variables a YAML (or JSON) vars file sets at its top level; none for a file that cannot be
+    read or is no mapping (Ansible refuses it itself; a vault-encrypted one cannot be seen into). Composed,
+    not loaded: a value's tag (``!vault``, ``!unsafe``) is not this reader's to know."""
+    try:
+        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    return [key.value for key, _ in node.value if isinstance(key, yaml.ScalarNode)]
+
+
+def refuse_vars_folder_overrides(folders: Iterable[Path], inventory: Inventory) -> None:
+    """InputError, one line naming each file and variable, when a ``group_vars/`` or ``host_vars/``
+    file in ``folders`` (beside the inventory file, beside the playbook) that Ansible reads for this
+    inventory's groups or hosts sets a node contract override (gpucluster.spec.contract.OVERRIDE_VARS):
+    the role would follow it and the conformance suite, which reads the inventory file alone, would not."""
+    groups = ["all", "ungrouped", *inventory.children]
+    found: list[str] = []
+    for folder in dict.fromkeys(f.resolve() for f in folders):
+        for kind, names in (("group_vars", groups), ("host_vars", list(inventory.hosts))):
+            for path in vars_files(folder / kind, names):
+                found += [f"{path} sets {var}" for var in variables_set(path) if var in OVERRIDE_VARS]
+    if found:
+        raise InputError(f"{'; '.join(found)}: the node contract's override, which the conformance suite reads "
+                         "from the inventory file only; set it there (a host's variables or all.vars) instead")
 
 
 def new_run_dir(runs_dir: Path, label: str) -> Path:
@@ -576,6 +636,8 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
     # The roles would take a contract override given with -e; the suite reads the inventory alone.
     refuse_extra_vars(options.extra_vars)
     inventory = load_inventory(options.inventory)
+    # ... and so would one in a group_vars/ or host_vars/ folder Ansible reads beside the inventory or the playbook.
+    refuse_vars_folder_overrides((options.inventory.parent, options.playbook.parent), inventory)
     # Where the control plane's role would fetch admin.conf (an InputError, before any host, for a
     # place the inventory states wrongly).
     fetched = fetched_secrets(options, inventory)

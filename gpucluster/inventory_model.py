@@ -10,7 +10,8 @@ This is the one inventory validator. What it cannot see lives elsewhere, each in
   the inventory is written;
 - outputs against the spec (names, pools, roles, addresses): gpucluster/inventory.py, the hand-off;
 - what only Ansible resolves (the controller's ansible-core, variables from other inventory sources,
-  group_vars, host_vars or extra vars): playbooks/validate-inventory.yml;
+  group_vars, host_vars or extra vars): playbooks/validate-inventory.yml; a node contract override
+  among them, which the conformance suite would not see: gpucluster/converge.py, before anything runs;
 - each role's own inputs: its meta/argument_specs.yml and tasks/preflight.yml.
 """
 
@@ -23,13 +24,21 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_validator,
+)
 from pydantic_core import InitErrorDetails
 
 from gpucluster.errors import InputError
 from gpucluster.outputs import Capabilities, OutputAccess, OutputEgress, OutputRail
 from gpucluster.spec.contract import NodeContract
-from gpucluster.spec.facts import Role
+from gpucluster.spec.facts import DCGM_DIAG_LEVELS, Role
 from gpucluster.spec.loader import validation_problems
 from gpucluster.spec.models import (
     Bom,
@@ -66,9 +75,9 @@ SCHEMA_VAR = "gpucluster_inventory_schema"
 UNSAFE_TAG = "!unsafe"
 _REGENERATE = "write the inventory again with `gpucluster inventory` (or `gpucluster lab up`)"
 
-__all__ = ["SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryConformance", "InventoryGroup", "InventoryHost",
-           "InventoryNode", "InventoryVars", "parse_inventory_text",
-           "read_inventory", "spec_vars", "validate_inventory"]
+__all__ = ["HAND_SET_HOST_VARS", "SCHEMA_VAR", "SCHEMA_VERSION", "Inventory", "InventoryConformance",
+           "InventoryGroup", "InventoryHost", "InventoryHostConformance", "InventoryNode", "InventoryVars",
+           "parse_inventory_text", "read_inventory", "spec_vars", "validate_inventory"]
 
 
 class _Open(BaseModel):
@@ -200,9 +209,34 @@ KeyFile = Annotated[str, Field(pattern=r"^~?[A-Za-z0-9_./+@-]{1,4096}$", descrip
 
 
 # Host variables the writer leaves out where the node has none (no key file, no bastion, no failure
-# domain, no OSDs), so that the roles' defaults and Ansible's own apply.
+# domain, no OSDs, no conformance of its own), so that the roles' defaults and Ansible's own apply.
 _ABSENT_WHEN_NONE = ("ansible_ssh_private_key_file", "ansible_ssh_common_args", "gpucluster_failure_domain",
-                     "gpucluster_osd_devices")
+                     "gpucluster_osd_devices", "gpucluster_conformance")
+# Host variables the model types but the writer never writes: a person adds them by hand.
+HAND_SET_HOST_VARS = frozenset({"gpucluster_conformance"})
+
+
+class InventoryHostConformance(BaseModel):
+    """A host's own ``gpucluster_conformance``, added by hand: the DCGM diagnostic level to run on that
+    node (a burn-in of one node), over the cluster's. The fleet margin compares the nodes with each
+    other, so it is the cluster's alone (all.vars): a host's is refused rather than ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # The range the spec's Conformance model holds the cluster's level to (gpucluster/spec/facts.py).
+    dcgm_diag_level: Annotated[int, Field(ge=DCGM_DIAG_LEVELS[0], le=DCGM_DIAG_LEVELS[-1])] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_fleet_margin(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "fleet_margin" in data:
+            raise ValueError("fleet_margin compares the nodes with each other, so a host cannot have its own: "
+                             "set it in all.vars.gpucluster_conformance")
+        return data
+
+    def over(self, cluster: Conformance) -> Conformance:
+        """The cluster's conformance with this host's own values over it."""
+        return cluster if self.dcgm_diag_level is None else cluster.model_copy(
+            update={"dcgm_diag_level": self.dcgm_diag_level})
 
 
 class InventoryHost(_Open):
@@ -236,6 +270,8 @@ class InventoryHost(_Open):
     gpucluster_failure_domain: CrushBucketName | None = None
     # The node's pool's OSD disks (the ceph roles').
     gpucluster_osd_devices: list[DevPath] | None = None
+    # How verify judges this node where it differs from the cluster (HAND_SET_HOST_VARS).
+    gpucluster_conformance: InventoryHostConformance | None = None
 
     def host_vars(self) -> dict[str, Any]:
         """The variables as the inventory file holds them: an optional one that is None is left out."""

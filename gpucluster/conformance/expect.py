@@ -8,26 +8,16 @@ Platform): a profile figure left unset is None there, and the check skips with :
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from gpucluster.spec.facts import DCGM_DIAG_LEVELS
-from gpucluster.spec.models import Conformance, Platform, Rail
+from gpucluster.spec.models import Platform, Rail
 
 # The rails the checks judge are the spec's (the inventory carries them as the spec dumped them).
-__all__ = ["Rail", "Unstated", "compute_rails", "dcgm_level", "efa_count", "rails", "stated"]
+__all__ = ["Rail", "Unstated", "compute_rails", "efa_count", "rails", "stated"]
 
 
 class Unstated(LookupError):
     """The profile, platform or inventory states no value for what a check compares with."""
-
-
-def _dig(data: Any, *path: str) -> Any:
-    for key in path:
-        if not isinstance(data, dict) or key not in data:
-            return None
-        data = data[key]
-    return data
 
 
 def stated(value: float | None, what: str) -> float:
@@ -36,19 +26,6 @@ def stated(value: float | None, what: str) -> float:
     if value is None:
         raise Unstated(f"the profile states no {what}")
     return float(value)
-
-
-def dcgm_level(host_vars: Mapping[str, Any], conformance: Conformance) -> int:
-    """``gpucluster_conformance.dcgm_diag_level``: a host variable of that name (which no model
-    types: a host's own, added by hand) over the cluster's, which the inventory model read with
-    the spec's default; a bad host value raises ValueError."""
-    level = _dig(host_vars, "gpucluster_conformance", "dcgm_diag_level")
-    if level is None:
-        return conformance.dcgm_diag_level
-    if isinstance(level, bool) or not isinstance(level, int) or level not in DCGM_DIAG_LEVELS:
-        raise ValueError(f"gpucluster_conformance.dcgm_diag_level: {level!r} is not one of "
-                         f"{', '.join(map(str, DCGM_DIAG_LEVELS))}")
-    return level
 
 
 def rails(info: Any) -> list[Rail]:

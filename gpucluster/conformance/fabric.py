@@ -283,10 +283,6 @@ class Fabric:
     def _gpu_names(nodes: list[NodeInfo]) -> list[str]:
         return [n.name for n in nodes if n.gpu_count > 0]
 
-    def allreduce_participants(self) -> list[NodeInfo]:
-        """GPU-group nodes whose profile sets an inter-node floor (ClusterInventory's)."""
-        return self.inv.allreduce_participants()
-
     def verdict_bytes(self, nodes: list[NodeInfo]) -> int:
         return max(verdict_size(n, "inter") for n in nodes)
 
@@ -410,7 +406,7 @@ class Fabric:
         """All participants in one ring all-reduce (nccl-tests under NCCL_ALGO=Ring, or MPI on CPUs)."""
 
         def compute() -> dict[str, Any]:
-            nodes = self.allreduce_participants()
+            nodes = self.inv.allreduce_participants()
             if len(nodes) < 2:
                 return {"skip": f"{len(nodes)} node(s) with an inter-node all-reduce floor: an inter-node "
                                 "all-reduce needs two"}
@@ -420,7 +416,7 @@ class Fabric:
             return {"run": run.to_json(), "engine": run.engine, "verdict_bytes": verdict, "large_bytes": verdict,
                     "log": self.allreduce_log(run.label)}
 
-        return self.cached("inter_node", compute, hold=self._gpu_names(self.allreduce_participants()))
+        return self.cached("inter_node", compute, hold=self._gpu_names(self.inv.allreduce_participants()))
 
     def pair_search(self) -> dict[str, Any]:
         """Every ring pair's all-reduce: over each compute rail alone where every participant has
@@ -428,7 +424,7 @@ class Fabric:
         else over all of the fabric at once."""
 
         def compute() -> dict[str, Any]:
-            nodes = self.allreduce_participants()
+            nodes = self.inv.allreduce_participants()
             if len(nodes) < 2:
                 return {"skip": f"{len(nodes)} node(s) with an inter-node floor: pairs need two"}
             by_name = {n.name: n for n in nodes}
@@ -467,7 +463,7 @@ class Fabric:
                     "verdict_bytes": self.verdict_bytes(nodes),
                     "logs": {r["label"]: self.allreduce_log(r["label"]) for r in runs}}
 
-        return self.cached("pair_search", compute, hold=self._gpu_names(self.allreduce_participants()))
+        return self.cached("pair_search", compute, hold=self._gpu_names(self.inv.allreduce_participants()))
 
     # --- compute rails ---------------------------------------------------------------------
 

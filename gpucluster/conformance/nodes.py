@@ -52,7 +52,6 @@ class NodeInfo:
     platform: Platform
     fabric_ip: str | None
     fabric_interface: str | None
-    host_vars: dict[str, Any] = field(repr=False)
     # The node's addressed compute rails (interface, address, cidr), as the inventory model read them.
     rails: tuple[OutputRail, ...] = ()
     # Where the other nodes reach it (mpirun's ssh), and the address its own logins to them come
@@ -69,6 +68,9 @@ class NodeInfo:
     # What the roles made where on the node (the inventory's gpucluster_contract), with the role
     # variables the inventory sets for it (the host's, then all's) applied as the roles apply them.
     contract: NodeContract = field(default_factory=lambda: NodeContract.for_capabilities(nvidia_repo=True))
+    # How verify judges the node (GC-DCGM-001's level): the inventory's gpucluster_conformance, with
+    # the host's own (InventoryHostConformance, added by hand) over it.
+    conformance: Conformance = field(default_factory=Conformance)
 
     @property
     def gpu_count(self) -> int:
@@ -121,8 +123,9 @@ class ClusterInventory:
     bom: Bom
     nodes: tuple[NodeInfo, ...]
     groups: dict[str, tuple[str, ...]]
-    # The inventory's cluster-wide variables as the file holds them (variables the roles add by hand).
-    all_vars: dict[str, Any] = field(repr=False)
+    # Where SSH is admitted from besides the management network, reached directly (the inventory's
+    # gpucluster_admin_cidrs: the target's admin_cidrs).
+    admin_cidrs: tuple[str, ...] = ()
     # The target's way in and out, as the inventory model read them (gpucluster.outputs).
     access: OutputAccess = field(default_factory=OutputAccess)
     egress: OutputEgress | None = None
@@ -184,10 +187,20 @@ def nccl_tests_split(nodes: Sequence[NodeInfo]) -> str | None:
     if len(folders) < 2:
         return None
     var = ROLE_VARS["nccl_tests_dir"]
-    found = "; ".join(f"{folder} on {', '.join(hosts)}" for folder, hosts in folders.items())
-    return (f"{var}: the inter-node all-reduce runs ({', '.join(sorted(INTER_NODE))}) start one nccl-tests folder on "
-            f"every node, but these nodes have it in different folders: {found}; set {var} once in "
+    found = "; ".join(f"{folder} on {_first_hosts(hosts)}" for folder, hosts in folders.items())
+    return (f"{var}: the inter-node all-reduce runs ({', '.join(sorted(INTER_NODE))}) run nccl-tests from one folder "
+            f"on every node, but these nodes have it in different folders: {found}; set {var} once in "
             f"all.vars (and on none of these hosts alone), converge, and verify again")
+
+
+# Hosts named per folder in that one line: a fleet's worth would bury the remedy.
+_HOSTS_NAMED = 5
+
+
+def _first_hosts(hosts: Sequence[str]) -> str:
+    """The first hosts, then how many more: ``gpu-1, ..., gpu-5 and 3 more``."""
+    named = ", ".join(hosts[:_HOSTS_NAMED])
+    return f"{named} and {len(hosts) - _HOSTS_NAMED} more" if len(hosts) > _HOSTS_NAMED else named
 
 
 def parse_inventory(data: Any, source: str) -> ClusterInventory:
@@ -209,7 +222,6 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
             platform=inv.vars.gpucluster_platforms[hv.gpucluster_platform],
             fabric_ip=hv.gpucluster_fabric_ip,
             fabric_interface=hv.gpucluster_fabric_interface,
-            host_vars=dict(raw_hosts[name]),
             rails=tuple(hv.gpucluster_rails),
             management_ip=hv.gpucluster_management_ip,
             capabilities=inv.vars.gpucluster_capabilities,
@@ -217,6 +229,8 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
                   if (bastion := inv.vars.gpucluster_access.bastion) is not None else None),
             os=hv.gpucluster_os,
             contract=inv.vars.gpucluster_contract.overridden(raw_hosts[name], data["all"]["vars"]),
+            conformance=(inv.vars.gpucluster_conformance if hv.gpucluster_conformance is None
+                         else hv.gpucluster_conformance.over(inv.vars.gpucluster_conformance)),
         )
         for name, hv in inv.hosts.items()
     ]
@@ -228,7 +242,7 @@ def parse_inventory(data: Any, source: str) -> ClusterInventory:
         bom=inv.vars.gpucluster_bom,
         nodes=tuple(nodes),
         groups=groups,
-        all_vars=dict(data["all"]["vars"]),
+        admin_cidrs=tuple(inv.vars.gpucluster_admin_cidrs),
         conformance=inv.vars.gpucluster_conformance,
         storage=inv.vars.gpucluster_storage,
         kubernetes=inv.vars.gpucluster_kubernetes,

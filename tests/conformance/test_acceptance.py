@@ -161,9 +161,10 @@ def test_dcgm_diag(node, fabric, pytestconfig):
                               "heavy_packages) make the roles install DCGM on this node")
         pytest.skip("dcgmi is not installed and the inventory does not expect DCGM on this node "
                     "(gpucluster_capabilities lacks nvidia_repo or heavy_packages)")
-    # A burn-in asks for more than acceptance (`gpucluster verify --dcgm-level 3`); else the spec's level.
+    # A burn-in asks for more than acceptance (`gpucluster verify --dcgm-level 3`); else the node's level:
+    # the spec's, or the host's own gpucluster_conformance in the inventory.
     asked = pytestconfig.getoption("--dcgm-level")
-    level = asked or expect.dcgm_level(node.info.host_vars, node.inv.conformance)
+    level = asked or node.info.conformance.dcgm_diag_level
     # -j: per-GPU JSON results; stderr apart, so that a warning printed before the JSON cannot split it.
     with fabric.gpus_held([node.name]):
         res = node.run(f"dcgmi diag -r {level} -j", timeout=3 * 3600)

@@ -52,7 +52,7 @@ def test_firewall_active(node):
     except ValueError as exc:
         pytest.fail(f"the cluster's table has no readable SSH source set management_v4: {exc}")
     access = node.inv.access
-    sources = ssh_sources(node.inv.fabric, node.inv.all_vars.get("gpucluster_admin_cidrs"), access)
+    sources = ssh_sources(node.inv.fabric, node.inv.admin_cidrs, access)
     want = [ipaddress.IPv4Network(c) for c in sources]
     node.figure("ssh_sources", ", ".join(str(n) for n in admitted))
     way_in = "the bastion's source" if access.mode == "bastion" else "admin_cidrs"

@@ -128,12 +128,6 @@ def test_expectations_missing_mean_unstated_never_a_value():
     assert expect.stated(5, "gpu.pcie_generation") == 5.0
     with pytest.raises(expect.Unstated, match="rails"):
         expect.rails(SimpleNamespace())
-    assert expect.dcgm_level({}, Conformance()) == 2
-    assert expect.dcgm_level({}, Conformance(dcgm_diag_level=4)) == 4
-    # A host's own (a host variable no model types) over the cluster's.
-    assert expect.dcgm_level({"gpucluster_conformance": {"dcgm_diag_level": 3}}, Conformance()) == 3
-    with pytest.raises(ValueError, match="dcgm_diag_level"):
-        expect.dcgm_level({"gpucluster_conformance": {"dcgm_diag_level": 7}}, Conformance())
 
 
 class _NoGpuNode:
@@ -141,7 +135,7 @@ class _NoGpuNode:
 
     def __init__(self) -> None:
         self.info = SimpleNamespace(gpu_count=0, hca_count=0, profile_name="cpu-lab", platform_name="lab",
-                                    platform=load_platforms()["lab"], host_vars={})
+                                    platform=load_platforms()["lab"], conformance=Conformance())
         self.profile = load_profiles()["cpu-lab"]
         self.ran: list[str] = []
 

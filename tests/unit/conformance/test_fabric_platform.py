@@ -161,7 +161,7 @@ def test_unreadable_dcb_output_is_an_error_not_a_pass() -> None:
 def _node(profile: HardwareProfile, platform: Platform) -> NodeInfo:
     return NodeInfo(name="n1", address="10.0.0.1", port=22, user="root", key_file=None, groups=("gpu",),
                     profile_name="p", profile=profile, platform_name="q", platform=platform,
-                    fabric_ip=None, fabric_interface=None, host_vars={})
+                    fabric_ip=None, fabric_interface=None)
 
 
 def test_verdict_sizes_come_from_profile_and_platform() -> None:

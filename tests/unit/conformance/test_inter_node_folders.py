@@ -7,6 +7,7 @@ node's folder. gpu-burn runs on one node at a time, each from its own folder: no
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from gpucluster.conformance import fabric as fabric_module
 from gpucluster.conformance import run_nccl_tests
 from gpucluster.conformance.checks import INTER_NODE
 from gpucluster.conformance.fabric import Fabric
-from gpucluster.conformance.nodes import ClusterInventory, parse_inventory
+from gpucluster.conformance.nodes import ClusterInventory, nccl_tests_split, parse_inventory
 from gpucluster.errors import InputError
 from gpucluster.inventory import build_inventory, dump_inventory, parse_inventory_text
 from gpucluster.outputs import parse_outputs
@@ -29,7 +30,7 @@ from tests.unit.example_outputs import example_outputs
 REPO = Path(__file__).resolve().parents[3]
 # Two GPU nodes (8 GPUs each) with an inter-node floor: nccl-tests' inter-node and pair runs.
 STACK = REPO / "Pulumi.aws-h100.yaml"
-SPLIT = ("nccl_tests_install_dir: the inter-node all-reduce runs (GC-AR-002, GC-AR-003) start one nccl-tests "
+SPLIT = ("nccl_tests_install_dir: the inter-node all-reduce runs (GC-AR-002, GC-AR-003) run nccl-tests from one "
          "folder on every node, but these nodes have it in different folders: /opt/nccl-tests on gpu-1; "
          "/srv/nccl on gpu-2; set nccl_tests_install_dir once in all.vars (and on none of these hosts alone), "
          "converge, and verify again")
@@ -68,6 +69,25 @@ def test_a_host_with_its_own_nccl_tests_folder_is_named_with_every_folder() -> N
     assert inv.inter_node_problems({"GC-AR-001", "GC-GPU-001"}) == []
     # --limit to one of them: no run between nodes.
     assert inv.limited(["gpu-1"]).inter_node_problems() == []
+
+
+def test_a_fleets_line_names_five_hosts_a_folder_then_how_many_more() -> None:
+    """The refusal is one line: a folder held by many hosts names its first five and counts the rest."""
+    gpu = _inv().node("gpu-1")
+
+    def nodes(folder: str, names: range) -> list[Any]:
+        contract = gpu.contract.model_copy(update={"nccl_tests_dir": folder})
+        return [dataclasses.replace(gpu, name=f"gpu-{i:02d}", contract=contract) for i in names]
+
+    split = nccl_tests_split(nodes("/opt/nccl-tests", range(1, 9)) + nodes("/srv/nccl", range(9, 15)))
+    assert split is not None and split.count("\n") == 0
+    assert ("different folders: /opt/nccl-tests on gpu-01, gpu-02, gpu-03, gpu-04, gpu-05 and 3 more; "
+            "/srv/nccl on gpu-09, gpu-10, gpu-11, gpu-12, gpu-13 and 1 more; set ") in split
+    # Five are named as they are; one folder for all is no split.
+    five = nccl_tests_split(nodes("/opt/nccl-tests", range(1, 6)) + nodes("/srv/nccl", range(6, 7)))
+    assert five is not None
+    assert "/opt/nccl-tests on gpu-01, gpu-02, gpu-03, gpu-04, gpu-05; /srv/nccl on gpu-06; set " in five
+    assert nccl_tests_split(nodes("/srv/nccl", range(1, 30))) is None
 
 
 def test_one_folder_for_all_is_no_problem_wherever_it_is_set() -> None:

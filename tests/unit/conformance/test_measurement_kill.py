@@ -42,10 +42,10 @@ def _inventory() -> ClusterInventory:
     platform = load_platforms()["lab"]
     nodes = tuple(NodeInfo(name=f"gpu-{i}", address=f"10.77.0.{9 + i}", port=22, user="root", key_file=None,
                            groups=("gpu",), profile_name="cpu-lab", profile=profile, platform_name="lab",
-                           platform=platform, fabric_ip=f"10.77.1.{9 + i}", fabric_interface="eth1", host_vars={})
+                           platform=platform, fabric_ip=f"10.77.1.{9 + i}", fabric_interface="eth1")
                   for i in (1, 2))
     fabric = FabricSpec(type="ethernet", mtu=1500, management_cidr="10.77.0.0/24", fabric_cidr="10.77.1.0/24")
-    return ClusterInventory("inv.yml", "lab", "lab", fabric, load_bom(), nodes, {"gpu": ("gpu-1", "gpu-2")}, {})
+    return ClusterInventory("inv.yml", "lab", "lab", fabric, load_bom(), nodes, {"gpu": ("gpu-1", "gpu-2")})
 
 
 class LocalRemote:

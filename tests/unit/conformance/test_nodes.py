@@ -84,3 +84,56 @@ def test_the_checks_read_the_specs_models_the_inventory_model_read():
     # A profile floor (the GPUs') comes from the model's field; a name it lacks falls to the platform's.
     assert node.floor("allreduce_intra_busbw_gbps") == node.profile.floors.allreduce_intra_busbw_gbps
     assert node.floor("model_dump") is None
+
+
+AWS = Path(__file__).resolve().parents[2] / "golden" / "inventory" / "aws-h100.yml"
+
+
+def test_the_admin_networks_are_typed_where_the_inventory_is_read():
+    """GC-SYS-002's SSH sources come from the inventory model's gpucluster_admin_cidrs, read once: an
+    inventory written before they were exported has none (the model's default), as it had before."""
+    data = parse_inventory_text(AWS.read_text())
+    want = tuple(data["all"]["vars"]["gpucluster_admin_cidrs"])
+    assert want and parse_inventory(data, "inv.yml").admin_cidrs == want
+    del data["all"]["vars"]["gpucluster_admin_cidrs"]
+    assert parse_inventory(data, "inv.yml").admin_cidrs == ()
+    assert load_inventory(GOLDEN).admin_cidrs == ()
+    data["all"]["vars"]["gpucluster_admin_cidrs"] = ["10.0.0.0/33"]
+    with pytest.raises(InputError, match=r"all\.vars\.gpucluster_admin_cidrs\[0\]: malformed CIDR"):
+        parse_inventory(data, "inv.yml")
+
+
+def _host_conformance(**hosts: object):
+    data = parse_inventory_text(GOLDEN.read_text())
+    data["all"]["vars"]["gpucluster_conformance"]["dcgm_diag_level"] = 4
+    for name, value in hosts.items():
+        data["all"]["hosts"][name]["gpucluster_conformance"] = value
+    return parse_inventory(data, "inv.yml")
+
+
+def test_a_hosts_own_dcgm_level_is_folded_in_where_the_inventory_is_read():
+    """A host's own gpucluster_conformance (added by hand) moves that node's DCGM level alone; the
+    others keep the cluster's, and the fleet margin is the cluster's."""
+    assert all(n.conformance == Conformance() for n in load_inventory(GOLDEN).nodes)
+    inv = _host_conformance(**{"gpu-1": {"dcgm_diag_level": 3}, "gpu-2": {}, "stor-1": {"dcgm_diag_level": None}})
+    assert inv.conformance.dcgm_diag_level == 4
+    assert [n.conformance.dcgm_diag_level for n in inv.nodes] == [3, 4, 4]
+    assert {n.conformance.fleet_margin for n in inv.nodes} == {inv.conformance.fleet_margin}
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ({"dcgm_diag_level": 7}, ".dcgm_diag_level: must be at most 4"),
+    ({"dcgm_diag_level": True}, ".dcgm_diag_level: must be an integer"),
+    ({"dcgm_diag_level": "3"}, ".dcgm_diag_level: must be an integer"),
+    ({"fleet_margin": 0.2}, ": fleet_margin compares the nodes with each other, so a host cannot have its own: "
+                            "set it in all.vars.gpucluster_conformance"),
+    ({"dcgm_level": 3}, ".dcgm_level: unknown key"),
+    ("3", ": must be a mapping"),
+])
+def test_a_bad_host_conformance_is_bad_input_naming_its_place(value, said):
+    """Judged when the inventory is read (exit 2, with every other problem), not when the check runs;
+    a host's fleet margin, which compares the nodes with each other, is refused rather than ignored."""
+    with pytest.raises(InputError) as e:
+        _host_conformance(**{"gpu-2": value})
+    [problem] = e.value.problems
+    assert problem.startswith(f"all.hosts.gpu-2.gpucluster_conformance{said}"), problem

@@ -50,7 +50,8 @@ class _Node:
         self.name = "gpu-1"
         self.profile = _h100(nvswitch)
         self.info = SimpleNamespace(gpu_count=1, profile_name="h100-sxm-8", groups=["gpu"], profile=self.profile,
-                                    host_vars={}, capabilities=Capabilities(nvidia_repo=True, heavy_packages=True))
+                                    conformance=Conformance(),
+                                    capabilities=Capabilities(nvidia_repo=True, heavy_packages=True))
         self.inv = SimpleNamespace(conformance=Conformance())
         self.figures: dict[str, Any] = {}
 

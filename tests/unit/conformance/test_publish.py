@@ -112,7 +112,8 @@ def test_the_inventory_overrides_the_contract_host_first(tmp_path):
     assert inv.node("gpu-1").contract.textfile_dir == "/srv/host"
     assert inv.node("gpu-2").contract.textfile_dir == "/srv/all"
     plain = load_inventory(GOLDEN)
-    assert plain.node("gpu-2").contract.textfile_dir == plain.all_vars["gpucluster_contract"]["textfile_dir"]
+    assert plain.node("gpu-2").contract.textfile_dir == parse_inventory_text(GOLDEN.read_text())["all"]["vars"][
+        "gpucluster_contract"]["textfile_dir"]
     # A template is Ansible's to resolve: the contract's folder stands.
     templated = _inventory_with(tmp_path, host_dir="{{ other }}")
     assert templated.node("gpu-1").contract.textfile_dir == plain.node("gpu-1").contract.textfile_dir

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from gpucluster.conformance import acceptance as acc
+from gpucluster.conformance.nodes import parse_inventory
+from gpucluster.inventory_model import parse_inventory_text
 from gpucluster.outputs import Capabilities
 from gpucluster.parsers import kernel_log
 from gpucluster.spec.loader import load_profiles
@@ -20,6 +22,7 @@ from gpucluster.spec.models import Conformance, HardwareProfile
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLES = REPO / "tests" / "data" / "samples"
+GOLDEN = REPO / "tests" / "golden" / "inventory" / "lab.yml"
 
 
 def _suite(name: str) -> ModuleType:
@@ -74,14 +77,14 @@ class _Node:
     """A GPU node whose commands answer from ``answers`` (first word of the command -> (rc, stdout))."""
 
     def __init__(self, answers: dict[str, tuple[int, str]], *, nvswitch: bool = False,
-                 capabilities: dict[str, bool] | None = None) -> None:
+                 capabilities: dict[str, bool] | None = None, conformance: Conformance | None = None) -> None:
         # None: a target whose nodes get no DCGM (the lab's: no NVIDIA repository, no heavy packages).
         caps = Capabilities(**(capabilities or {"nvidia_repo": False, "heavy_packages": False}))
         self.answers = answers
         self.name = "gpu-1"
         self.profile = _h100(nvswitch)
         self.info = SimpleNamespace(gpu_count=8, profile_name="h100-sxm-8", groups=["gpu"], profile=self.profile,
-                                    host_vars={}, capabilities=caps)
+                                    conformance=conformance or Conformance(), capabilities=caps)
         self.inv = SimpleNamespace(conformance=Conformance())
         self.figures: dict[str, Any] = {}
         self.ran: list[str] = []
@@ -167,5 +170,21 @@ def test_a_burn_in_asks_dcgm_for_its_own_level() -> None:
     suite = _suite("test_acceptance")
     text = (SAMPLES / "dcgmi_diag_json_01.txt").read_text()
     node = _Node({"dcgmi": (0, text)}, capabilities={"nvidia_repo": True, "heavy_packages": True})
+    suite.test_dcgm_diag(node, _FABRIC, SimpleNamespace(getoption=lambda name: 3 if name == "--dcgm-level" else None))
+    assert node.ran[-1] == "dcgmi diag -r 3 -j"
+
+
+def test_the_nodes_own_level_reaches_dcgmi_and_a_burn_in_still_wins() -> None:
+    """The level the inventory read for the node (a host's own gpucluster_conformance over the
+    cluster's, folded in by gpucluster.conformance.nodes) is the one dcgmi runs at."""
+    data = parse_inventory_text(GOLDEN.read_text())
+    data["all"]["hosts"]["gpu-1"]["gpucluster_conformance"] = {"dcgm_diag_level": 4}
+    info = parse_inventory(data, "inv.yml").node("gpu-1")
+    suite = _suite("test_acceptance")
+    text = (SAMPLES / "dcgmi_diag_json_01.txt").read_text()
+    node = _Node({"dcgmi": (0, text)}, capabilities={"nvidia_repo": True, "heavy_packages": True},
+                 conformance=info.conformance)
+    suite.test_dcgm_diag(node, _FABRIC, _CONFIG)
+    assert node.ran[-1] == "dcgmi diag -r 4 -j"
     suite.test_dcgm_diag(node, _FABRIC, SimpleNamespace(getoption=lambda name: 3 if name == "--dcgm-level" else None))
     assert node.ran[-1] == "dcgmi diag -r 3 -j"
