@@ -8,9 +8,10 @@ and the suite reads it back through this model (gpucluster.inventory_model, gpuc
 A role variable set in the inventory (a host's ``monitoring_textfile_dir``, or all.vars') still
 wins over the contract's value in the role, as any Ansible default does, and the suite honours the
 same variables in Ansible's order (host, then all) through :meth:`NodeContract.overridden`. What the
-suite cannot see is not a contract override: set these variables in the inventory, never in the
-playbooks' group_vars, which would move the role and not the check; ``gpucluster converge -e`` refuses
-them (:func:`refuse_extra_vars`).
+suite cannot see is not a contract override: set these variables in the inventory itself.
+``gpucluster converge`` refuses them given with ``-e`` (:func:`refuse_extra_vars`) and in a
+group_vars/ or host_vars/ file beside the inventory or the playbook (gpucluster.converge), either of
+which would move the role and not the check.
 
 One fact lives on the controller rather than the node: where the control plane's role fetches the
 cluster-admin kubeconfig, ``kubeconfig_name`` in the inventory's own folder (the role's
