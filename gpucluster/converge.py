@@ -280,8 +280,7 @@ def vars_files(folder: Path, names: Iterable[str]) -> list[Path]:
     (a ``group_vars/`` or ``host_vars/``), in its order."""
     found: list[Path] = []
     for name in names:
-        path = next((folder / f"{name}{ext}" for ext in _VARS_EXTENSIONS if (folder / f"{name}{ext}").exists()),
-                    None)
+        path = next((p for ext in _VARS_EXTENSIONS if (p := folder / f"{name}{ext}").exists()), None)
         if path is not None:
             found += _vars_folder_files(path) if path.is_dir() else [path]
     return found

@@ -38,13 +38,14 @@ from pydantic_core import InitErrorDetails
 from gpucluster.errors import InputError
 from gpucluster.outputs import Capabilities, OutputAccess, OutputEgress, OutputRail
 from gpucluster.spec.contract import NodeContract
-from gpucluster.spec.facts import DCGM_DIAG_LEVELS, Role
+from gpucluster.spec.facts import Role
 from gpucluster.spec.loader import validation_problems
 from gpucluster.spec.models import (
     Bom,
     Cidr,
     Conformance,
     CrushBucketName,
+    DcgmDiagLevel,
     DevPath,
     Fabric,
     HardwareProfile,
@@ -223,7 +224,7 @@ class InventoryHostConformance(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     # The range the spec's Conformance model holds the cluster's level to (gpucluster/spec/facts.py).
-    dcgm_diag_level: Annotated[int, Field(ge=DCGM_DIAG_LEVELS[0], le=DCGM_DIAG_LEVELS[-1])] | None = None
+    dcgm_diag_level: DcgmDiagLevel | None = None
 
     @model_validator(mode="before")
     @classmethod

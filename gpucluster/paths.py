@@ -82,6 +82,12 @@ class StackPaths:
         """
         if self.inventory_file.is_file():
             return read_inventory(self.inventory_file)[0].kubeconfig_file(self.inventory_file)
+        return self.contract_kubeconfig_file
+
+    @property
+    def contract_kubeconfig_file(self) -> Path:
+        """The node contract's own place for the kubeconfig: its name beside the inventory file (what
+        :attr:`kubeconfig_file` gives where the inventory does not move it). Reads nothing."""
         return self.inventory_file.resolve().parent / KUBECONFIG_NAME
 
     def as_dict(self) -> dict[str, str | None]:

@@ -46,7 +46,7 @@ from typing import Any, NoReturn, Protocol, TextIO, cast
 from gpucluster import hostkeys, runs
 from gpucluster.converge import parse_extra_vars
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
-from gpucluster.paths import KUBECONFIG_NAME, RUNS_DIR, StackPaths, cluster_dir, stack_paths
+from gpucluster.paths import RUNS_DIR, StackPaths, cluster_dir, stack_paths
 from gpucluster.plan import PROGRAM, PolicyResult, Resource, plain_inputs
 from gpucluster.spec import Cluster, load_spec
 from gpucluster.spec.contract import refuse_extra_vars
@@ -779,7 +779,7 @@ def _fetched_kubeconfig(cluster: Cluster, paths: StackPaths, out: TextIO) -> Pat
     fetched one, so it counts only where the stack deploys Kubernetes (:func:`kubernetes_skip_reason`;
     the spec alone where the outputs are gone). An inventory that cannot be read leaves the
     contract's place, and a line saying so."""
-    default = paths.inventory_file.resolve().parent / KUBECONFIG_NAME
+    default = paths.contract_kubeconfig_file
     try:
         fetched = paths.kubeconfig_file
     except InputError as exc:

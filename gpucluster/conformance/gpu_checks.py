@@ -109,12 +109,16 @@ def dpkg_installed_version(output: str) -> str | None:
     return version
 
 
+def _cuda_home(pin: str) -> str:
+    """NVIDIA's toolkit folder of the pin's major.minor (cuda-toolkit-13-0: /usr/local/cuda-13.0)."""
+    return "/usr/local/cuda-" + ".".join(pin.split(".")[:2])
+
+
 def cuda_toolkit_command(method: str, pin: str) -> str:
     """The command whose output :func:`cuda_toolkit_version` reads on a node of ``method``."""
     if method == "distro":
         return dpkg_version_command(DEBIAN_CUDA_PACKAGE)
-    mm = ".".join(pin.split(".")[:2])
-    return f"cat /usr/local/cuda-{mm}/version.json 2>/dev/null || cat /usr/local/cuda/version.json 2>&1"
+    return f"cat {_cuda_home(pin)}/version.json 2>/dev/null || cat /usr/local/cuda/version.json 2>&1"
 
 
 def cuda_toolkit_version(method: str, output: str) -> str | None:
@@ -141,5 +145,4 @@ def cuda_toolkit_problem(method: str, found: str | None, pin: str) -> str | None
         return (f"Debian's {DEBIAN_CUDA_PACKAGE} holds CUDA {found}, not the pinned {pin}: the install method is "
                 "distro because the nodes do not reach NVIDIA's repositories; give them NVIDIA's CUDA repository "
                 "or a mirror of it (capabilities.nvidia_repo) for the pinned toolkit")
-    mm = ".".join(pin.split(".")[:2])
-    return f"CUDA toolkit {found or f'not found in /usr/local/cuda-{mm} or /usr/local/cuda'}, pinned {pin}"
+    return f"CUDA toolkit {found or f'not found in {_cuda_home(pin)} or /usr/local/cuda'}, pinned {pin}"

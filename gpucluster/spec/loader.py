@@ -561,12 +561,8 @@ def _site_platforms(spec: ClusterSpec, stack: Path, source: str) -> dict[str, Pl
     platforms = load_platforms()
     if not spec.platforms:
         return platforms
-    folder = stack.parent.resolve()
-    path = (folder / spec.platforms).resolve()
+    path = _beside_stack(stack, spec.platforms, "platforms", "the site's platform files", source)
     field = f"{NAMESPACE}.platforms"
-    if not path.is_relative_to(folder):
-        raise InputError(f"{field}: {_show(spec.platforms)} resolves to {path}, outside the stack file's folder; "
-                         "keep the site's platform files beside the stack file or below it", source=source)
     if not path.is_dir():
         raise InputError(f"{field}: {path}: no such folder (the site's platform files, one per platform)",
                          source=source)
@@ -588,14 +584,18 @@ def _bom_file(spec: ClusterSpec, stack: Path, source: str) -> Path:
     """
     if not spec.bom:
         return DEFAULT_BOM
+    return _beside_stack(stack, spec.bom, "bom", "the bill of materials", source, also=DATA_DIR)
+
+
+def _beside_stack(stack: Path, value: str, key: str, what: str, source: str, also: Path | None = None) -> Path:
+    """The path a spec field (``key``) names relative to the stack file, resolved first (``..`` and
+    symlinks), so neither can lead outside the stack file's folder (or ``also``)."""
     folder = stack.parent.resolve()
-    path = (folder / spec.bom).resolve()
-    if not any(path.is_relative_to(root) for root in (folder, DATA_DIR.resolve())):
-        raise InputError(
-            f"{NAMESPACE}.bom: {_show(spec.bom)} resolves to {path}, outside the stack file's folder; "
-            "keep the bill of materials beside the stack file or below it",
-            source=source,
-        )
+    path = (folder / value).resolve()
+    roots = (folder,) if also is None else (folder, also.resolve())
+    if not any(path.is_relative_to(root) for root in roots):
+        raise InputError(f"{NAMESPACE}.{key}: {_show(value)} resolves to {path}, outside the stack file's folder; "
+                         f"keep {what} beside the stack file or below it", source=source)
     return path
 
 

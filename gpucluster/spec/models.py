@@ -214,6 +214,8 @@ Name = Annotated[str, Field(pattern=_NAME, description="lower-case name: letters
 IfName = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_.-]{0,14}$", description="a network interface name")]
 AbsPath = Annotated[str, AfterValidator(_abs_path)]
 # Ceph health check codes are upper-case words joined by underscores (OSD_DOWN, POOL_NO_REDUNDANCY).
+# dcgmi diag's run levels (gpucluster/spec/facts.py): the cluster's, and a host's own in the inventory.
+DcgmDiagLevel = Annotated[int, Field(ge=DCGM_DIAG_LEVELS[0], le=DCGM_DIAG_LEVELS[-1])]
 CephHealthCode = Annotated[str, Field(pattern=r"^[A-Z][A-Z0-9_]{0,63}$", description="a Ceph health code")]
 CrushBucketName = Annotated[
     str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$", description="a CRUSH bucket name")
@@ -642,7 +644,7 @@ class Conformance(_Model):
     """How the conformance suite judges the nodes (the inventory's ``gpucluster_conformance``)."""
 
     # The values and their reasons: gpucluster/spec/facts.py.
-    dcgm_diag_level: int = Field(DCGM_DIAG_LEVEL_DEFAULT, ge=DCGM_DIAG_LEVELS[0], le=DCGM_DIAG_LEVELS[-1])
+    dcgm_diag_level: DcgmDiagLevel = DCGM_DIAG_LEVEL_DEFAULT
     fleet_margin: float = Field(FLEET_MARGIN_DEFAULT, ge=0.0, le=FLEET_MARGIN_MAX)
 
 
