@@ -8,7 +8,6 @@ tests/unit/roles. Regenerate the golden units after an intended change:
 
 from __future__ import annotations
 
-import base64
 import json
 from typing import Any
 
@@ -32,8 +31,7 @@ from tests.unit.roles.render import (
 )
 
 CEPH_GOLDEN = GOLDEN / "ceph"
-PROC_FS_WITHOUT_CEPH = "nodev\tsysfs\nnodev\tproc\nnodev\ttmpfs\n\text4\nnodev\tfuse\n\tfuseblk\nnodev\toverlay\n"
-PROC_FS_WITH_CEPH = PROC_FS_WITHOUT_CEPH + "nodev\tceph\n"
+PROBE = "Ask the kernel, systemd and modprobe which CephFS client can mount here"
 
 
 def inventory(stack: str) -> dict[str, Any]:
@@ -50,34 +48,34 @@ def client_vars(stack: str, **extra: Any) -> dict[str, Any]:
     return role_vars("ceph_client", host_context(inv, first_host(inv, "gpu")), extra)
 
 
-def slurped(text: str) -> dict[str, Any]:
-    return {"content": base64.b64encode(text.encode()).decode()}
-
-
 def golden(name: str, text: str) -> None:
     assert_golden(CEPH_GOLDEN / name, text)
 
 
 # --- which client ---------------------------------------------------------------------------
 
-# (id, ceph_client_mount_method, registered results, expected client, piece of the reason)
+def probed(*lines: str) -> dict[str, Any]:
+    """tasks/detect.yml's probe as `raw` registers it (ssh -tt: each line ends in CR LF)."""
+    return {"__ceph_client_detect": {"rc": 0, "stdout": "".join(f"{line}\r\n" for line in lines),
+                                     "stdout_lines": list(lines)}}
+
+
+# (id, ceph_client_mount_method, registered results, expected client, piece of the reason); the
+# probe's real output for each case: tests/unit/ceph/test_ceph_client_detect.py.
 CHOICES = [
-    ("kernel-has-ceph", "auto", {"__ceph_client_proc_filesystems": slurped(PROC_FS_WITH_CEPH)}, "kernel",
+    ("kernel-has-ceph", "auto", probed("filesystem ceph"), "kernel",
      "the running kernel registers the ceph file system (/proc/filesystems)"),
-    ("container", "auto", {"__ceph_client_proc_filesystems": slurped(PROC_FS_WITHOUT_CEPH),
-                           "__ceph_client_container": {"rc": 0, "stdout": "systemd-nspawn\n"}}, "fuse",
+    ("container", "auto", probed("filesystem none", "container systemd-nspawn"), "fuse",
      "ceph is not in /proc/filesystems and this node is a container (systemd-nspawn), which cannot load"),
-    ("module-loadable", "auto", {"__ceph_client_proc_filesystems": slurped(PROC_FS_WITHOUT_CEPH),
-                                 "__ceph_client_container": {"rc": 1, "stdout": "none\n"},
-                                 "__ceph_client_modprobe": {"rc": 0, "stderr": ""}}, "kernel",
+    ("module-loadable", "auto", probed("filesystem none", "container none", "modprobe ok"), "kernel",
      "modprobe can load the ceph module"),
-    ("no-module", "auto", {"__ceph_client_proc_filesystems": slurped(PROC_FS_WITHOUT_CEPH),
-                           "__ceph_client_container": {"rc": 1, "stdout": "none\n"},
-                           "__ceph_client_modprobe": {"rc": 1, "stderr":
-                                                      "modprobe: FATAL: Module ceph not found in directory "
-                                                      "/lib/modules/6.1.0-37-amd64\n"}}, "fuse",
-     "modprobe --dry-run ceph fails (modprobe: FATAL: Module ceph not found"),
-    ("forced-fuse", "fuse", {"__ceph_client_proc_filesystems": {"skipped": True}}, "fuse",
+    ("no-module", "auto", probed("filesystem none", "container none",
+                                "modprobe rc 1: modprobe: FATAL: Module ceph not found in directory "
+                                "/lib/modules/6.1.0-37-amd64 "), "fuse",
+     "modprobe --dry-run ceph fails (rc 1: modprobe: FATAL: Module ceph not found"),
+    ("no-answer", "auto", {"__ceph_client_detect": {"rc": 127, "stdout": "", "stdout_lines": []}}, "fuse",
+     "modprobe --dry-run ceph fails (rc ?: no answer)"),
+    ("forced-fuse", "fuse", {"__ceph_client_detect": {"skipped": True}}, "fuse",
      "ceph_client_mount_method (storage.cephfs.client) is fuse"),
     ("forced-kernel", "kernel", {}, "kernel", "ceph_client_mount_method (storage.cephfs.client) is kernel"),
 ]
@@ -97,7 +95,7 @@ def test_method_defaults_to_auto_from_the_spec() -> None:
 
 def test_choice_tasks_probe_only_what_auto_needs() -> None:
     tasks = {t["name"]: t for t in yaml.safe_load((ROLES / "ceph_client/tasks/detect.yml").read_text())}
-    assert "ceph_client_mount_method == 'auto'" in tasks["Read the file systems the running kernel registers"]["when"]
+    assert "ceph_client_mount_method == 'auto'" in tasks[PROBE]["when"]
     said = tasks["Say which CephFS client mounts here and why"]["ansible.builtin.debug"]["msg"]
     assert "__ceph_client_mount_reason" in said and "because" in said
 
