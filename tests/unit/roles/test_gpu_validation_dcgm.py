@@ -13,7 +13,7 @@ import yaml
 
 from gpucluster.render import os_packages as table
 from gpucluster.spec import load_bom
-from tests.unit.roles.render import REPO, ROLES, first_host, host_context, inventory_for, role_vars
+from tests.unit.roles.render import NATIVE, REPO, ROLES, first_host, host_context, inventory_for, role_vars
 
 BOM = yaml.safe_load((REPO / "gpucluster" / "data" / "bom.yaml").read_text())
 # Spelled out, not imported: what NVIDIA's documentation names (sources in gpucluster/render/os_packages.py).
@@ -97,9 +97,12 @@ def test_dcgm_tasks_install_the_table_packages_and_run_the_service() -> None:
     main = _tasks("tasks/main.yml")
     include = next(t for t in main if t.get("ansible.builtin.include_tasks", {}).get("file") == "dcgm.yml")
     assert include["when"] == "gpu_validation_dcgm_enabled | bool"
-    report = next(t for t in main if t["name"] == "Report that DCGM is not installed here")
-    assert report["when"] == "not (gpu_validation_dcgm_enabled | bool)"
-    assert "skipped: DCGM" in report["ansible.builtin.debug"]["msg"]
+    report = next(t for t in main if t["name"] == "Report what this role leaves out here")
+    assert "not (gpu_validation_dcgm_enabled | bool)" in report["when"]
+    said = NATIVE.from_string(report["vars"]["__gpu_validation_skips"]).render(
+        _vars("infiniband", gpu_validation_dcgm_enabled=False, gpu_validation_gpu_burn_enabled=True))
+    assert len(said) == 1, said
+    assert said[0].startswith("skipped: DCGM (gpu_validation_dcgm_enabled=false: this target's nodes"), said
 
     tasks = _tasks("tasks/dcgm.yml")
     apt = next(t for t in tasks if "gpucluster.cluster.apt" in t)
