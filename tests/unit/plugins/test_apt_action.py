@@ -309,3 +309,83 @@ def test_the_watchdog_outlives_a_terminal_session_and_says_whether_it_fired(limi
         while Path(folder).exists() and time.monotonic() < deadline:
             time.sleep(0.1)
     assert not Path(folder).exists(), "the watchdog left its folder"
+
+
+# Where the watchdog's folder goes: $TMPDIR, then each place START is given, on this host's sh. A
+# regular file or a missing folder as a place fails mktemp even for root (the tests may run as root,
+# for whom a chmod 0555 folder is writable).
+def _start(places: tuple[str, ...], tmpdir: str, wrapper: str = 'exec sh -c "$0"') -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TMPDIR": tmpdir}
+    return subprocess.run(["sh", "-c", wrapper, apt.watchdog_command(30, "GPUCLUSTER_APT_TASK=fallback", 120, places)],
+                          env=env, capture_output=True, text=True, timeout=30)
+
+
+def _catches_sigterm(pid: int) -> bool:
+    caught = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (15 - 1)))
+
+
+@pytest.mark.parametrize("which", ["the defaults", "given places"])
+def test_a_tmpdir_that_cannot_hold_the_folder_falls_back_and_the_folder_goes_with_the_watchdog(
+        tmp_path: Path, which: str) -> None:
+    """A node whose $TMPDIR (or /tmp) is read-only or full still gets its bound: the folder goes in the
+    next place that takes it, and the watchdog ended after apt removes it there."""
+    not_a_folder = tmp_path / "a-file"
+    not_a_folder.write_text("")
+    if which == "the defaults":
+        places, expected = apt.WATCHDOG_PLACES, "/tmp"
+    else:
+        (tmp_path / "second").mkdir()
+        (tmp_path / "third").mkdir()
+        places = (str(not_a_folder), str(tmp_path / "missing"), str(tmp_path / "second"), str(tmp_path / "third"))
+        expected = str(tmp_path / "second")
+    started = _start(places, str(not_a_folder))
+    assert started.returncode == 0 and started.stderr == "", started
+    watchdog = apt.parse_watchdog(started.stdout)
+    assert watchdog is not None, started.stdout
+    pid, folder = watchdog
+    try:
+        # As after apt: the watchdog is in its wait, its SIGTERM trap set (ended earlier, before its
+        # shell has run that far, it dies of the signal and leaves the folder; apt takes far longer).
+        deadline = time.monotonic() + 10
+        while not _catches_sigterm(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert str(Path(folder).parent) == expected
+        assert (Path(folder) / "apt.conf").read_text() == apt.apt_config(120) + "\n"
+        if which == "given places":
+            assert not list((tmp_path / "third").iterdir())
+    finally:
+        ended = subprocess.run(["sh", "-c", apt.end_command(pid, folder)], capture_output=True, text=True, timeout=30)
+    assert ended.stdout == ""  # not fired: the watchdog was ended, and removes its folder
+    deadline = time.monotonic() + 5
+    while Path(folder).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(folder).exists(), "the watchdog left its folder"
+    assert not_a_folder.read_text() == ""
+
+
+def test_with_no_place_for_the_folder_the_task_fails_naming_each_place_and_why(tmp_path: Path) -> None:
+    not_a_folder = tmp_path / "a-file"
+    not_a_folder.write_text("")
+    places = (str(tmp_path / "missing"), str(not_a_folder), "relative/tmp", "/with space", str(not_a_folder / "x"))
+    started = _start(places, str(not_a_folder))
+    assert started.returncode == 1 and started.stdout == "", started
+    assert started.stderr == (
+        f"no place for the watchdog's folder: {not_a_folder}: Not a directory; {tmp_path}/missing: No such file or "
+        f"directory; relative/tmp: not an absolute path; /with space: a space in the path; {not_a_folder}/x: Not a "
+        f"directory\n")
+    assert apt.parse_watchdog(started.stdout) is None
+    assert apt.watchdog_failure(30, started.stderr).endswith(started.stderr.strip())
+
+
+def test_a_place_that_takes_the_folder_but_not_apts_configuration_is_left_clean(tmp_path: Path) -> None:
+    """A full disk: mktemp's folder is made, the apt configuration in it is not (here a file size limit
+    of 0, its signal ignored so that the write fails instead). The folder is removed, the next place tried."""
+    places = (str(tmp_path / "first"), str(tmp_path / "second"))
+    for place in places:
+        Path(place).mkdir()
+    started = _start(places, places[0], wrapper='trap "" XFSZ; ulimit -f 0; exec sh -c "$0"')
+    assert started.returncode == 1 and started.stdout == "", started
+    said = started.stderr.strip().removeprefix("no place for the watchdog's folder: ").split("; ")
+    assert [s.split(": ", 1)[0] for s in said] == list(places) and all(s.split(": ", 1)[1] for s in said), said
+    assert not list(Path(places[0]).iterdir()) and not list(Path(places[1]).iterdir())

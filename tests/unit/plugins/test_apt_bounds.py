@@ -46,7 +46,16 @@ def test_the_watchdog_is_given_the_limit_the_marker_and_apts_configuration() -> 
     argv = shlex.split(apt.watchdog_command(1800, "GPUCLUSTER_APT_TASK=abc123", 120))
     assert argv[:3] == ["sh", "-c", apt.START]
     assert argv[3:] == ["gpucluster-apt-start", "1800", str(apt.KILL_GRACE_S), "GPUCLUSTER_APT_TASK=abc123",
-                        apt.apt_config(120), apt.WATCHDOG]
+                        apt.apt_config(120), apt.WATCHDOG, "/tmp", "/var/tmp", "/run"]
+
+
+def test_the_watchdogs_folder_falls_back_from_tmpdir_through_root_writable_places() -> None:
+    """$TMPDIR first (the node's own choice), then /tmp, /var/tmp and /run: what START is given to try
+    (what it does with them on a real shell: test_apt_action.py)."""
+    assert apt.WATCHDOG_PLACES == ("/tmp", "/var/tmp", "/run")
+    assert 'for p in ${TMPDIR:+"$TMPDIR"} "$@"; do' in apt.START
+    argv = shlex.split(apt.watchdog_command(60, "GPUCLUSTER_APT_TASK=abc123", 120, ("/srv/a", "/srv/b")))
+    assert argv[-3:] == [apt.WATCHDOG, "/srv/a", "/srv/b"]
 
 
 def test_the_answer_is_printed_in_the_foreground_and_only_the_watchdog_is_left_behind() -> None:
@@ -69,6 +78,9 @@ def test_after_apt_the_nodes_watchdog_says_whether_it_fired() -> None:
 
 @pytest.mark.parametrize(("stdout", "expected"), [
     ("4242 /tmp/gpucluster-apt.Ab3dEf9h\n", (4242, "/tmp/gpucluster-apt.Ab3dEf9h")),
+    ("4242 /var/tmp/gpucluster-apt.Ab3dEf9h\n", (4242, "/var/tmp/gpucluster-apt.Ab3dEf9h")),
+    ("4242 /run/gpucluster-apt.Ab3dEf9h\n", (4242, "/run/gpucluster-apt.Ab3dEf9h")),
+    ("4242 /scratch/node tmp/gpucluster-apt.Ab3dEf9h\n", None),
     ("", None),
     ("4242\n", None),
     ("x /tmp/gpucluster-apt.Ab3dEf9h", None),
@@ -84,3 +96,12 @@ def test_the_timeout_names_host_task_limit_and_the_setting_to_raise() -> None:
     assert msg.startswith("gpu-1: task 'Install DOCA-OFED' did not finish within gpucluster_apt_timeout_s=1800 s")
     assert "gpucluster converge -e gpucluster_apt_timeout_s=SECONDS" in msg
     assert "gpucluster_apt_stall_timeout_s=120 s" in msg
+
+
+def test_a_watchdog_that_found_no_place_fails_the_task_with_starts_own_line() -> None:
+    said = ("no place for the watchdog's folder: /tmp: Read-only file system; /var/tmp: No space left on device; "
+            "/run: Permission denied\n")
+    assert apt.watchdog_failure(1800, said) == (
+        "could not start the watchdog that bounds apt to gpucluster_apt_timeout_s=1800 s (setsid, mktemp and /proc "
+        "on the node): no place for the watchdog's folder: /tmp: Read-only file system; /var/tmp: No space left on "
+        "device; /run: Permission denied")

@@ -29,7 +29,10 @@ against the lab's apt proxy, and converge with it). Two settings, read from the 
   environment (the module, apt-get, dpkg, apt's download methods), and the task fails naming the
   host, the task, the limit and the variable to raise. When apt finishes first, the watchdog is
   ended by its id. A controller stopped mid-task (Ctrl-C) leaves only the watchdog, which still
-  ends the task's processes at the limit and then itself.
+  ends the task's processes at the limit and then itself. The watchdog's folder (apt's configuration,
+  its mark when it fires) goes in the first of the node's $TMPDIR, /tmp, /var/tmp and /run that takes
+  it, so a read-only or full /tmp does not stop the task; only when none does, the task fails naming
+  each place and why.
 
 Measured in `make bench` (bench/bench_converge.py): see docs/roles.md, "Converge speed".
 """
@@ -99,13 +102,38 @@ sleep "$2"
 sweep KILL "$3"
 rm -rf -- "$4"
 """
-# START's arguments: LIMIT GRACE MARKER APT_CONF WATCHDOG. SIGHUP is ignored first, and so by the
-# watchdog (an ignored signal stays ignored across exec): under a terminal, the session's end sends
-# it to the foreground process group, which the watchdog is still in until setsid has run.
+# Where START may make the watchdog's folder, after the node's $TMPDIR, in order: a node whose /tmp is
+# read-only or full still gets its bound. Each is root-writable on a Debian or Ubuntu node (/run is
+# systemd's tmpfs). The folder's place travels in START's answer, so the rest never assumes one.
+WATCHDOG_PLACES = ("/tmp", "/var/tmp", "/run")
+# START's arguments: LIMIT GRACE MARKER APT_CONF WATCHDOG PLACE... SIGHUP is ignored first, and so by
+# the watchdog (an ignored signal stays ignored across exec): under a terminal, the session's end sends
+# it to the foreground process group, which the watchdog is still in until setsid has run. The folder
+# goes in the first place (TMPDIR, then PLACE...) where mktemp and the apt configuration both succeed; a
+# place with a space could not travel in the answer. With none, one line on stderr names each place
+# tried and why it failed (the last part of mktemp's or the shell's own message).
 START = r"""trap '' HUP
-d=$(mktemp -d "${TMPDIR:-/tmp}/gpucluster-apt.XXXXXXXX") || exit 1
-printf '%s\n' "$4" > "$d/apt.conf" || { rm -rf -- "$d"; exit 1; }
-setsid sh -c "$5" gpucluster-apt-watchdog "$1" "$2" "$3" "$d" </dev/null >/dev/null 2>&1 &
+limit=$1 grace=$2 marker=$3 conf=$4 watchdog=$5
+shift 5
+d= seen= tried=
+for p in ${TMPDIR:+"$TMPDIR"} "$@"; do
+  case " $seen " in *" $p "*) continue ;; esac
+  seen="$seen $p"
+  case $p in
+    *[[:space:]]*) why='a space in the path' ;;
+    /*) if why=$(mktemp -d "$p/gpucluster-apt.XXXXXXXX" 2>&1); then
+          d=$why
+          why=$( { printf '%s\n' "$conf" > "$d/apt.conf"; } 2>&1 ) && break
+          rm -rf -- "$d"
+          d=
+        fi ;;
+    *) why='not an absolute path' ;;
+  esac
+  why=${why##*: }
+  tried="$tried${tried:+; }$p: ${why:-failed}"
+done
+[ -n "$d" ] || { echo "no place for the watchdog's folder: $tried" >&2; exit 1; }
+setsid sh -c "$watchdog" gpucluster-apt-watchdog "$limit" "$grace" "$marker" "$d" </dev/null >/dev/null 2>&1 &
 echo "$! $d"
 """
 
@@ -137,10 +165,11 @@ def apt_config(stall_s: int) -> str:
             f'Acquire::Retries "{APT_RETRIES}";')
 
 
-def watchdog_command(limit_s: int, marker: str, stall_s: int) -> str:
-    """The command that starts the node's watchdog (START, WATCHDOG); it prints "<pid> <folder>"."""
+def watchdog_command(limit_s: int, marker: str, stall_s: int, places: tuple[str, ...] = WATCHDOG_PLACES) -> str:
+    """The command that starts the node's watchdog (START, WATCHDOG), its folder in the first of
+    $TMPDIR and ``places`` that takes it; it prints "<pid> <folder>"."""
     argv = ["sh", "-c", START, "gpucluster-apt-start", str(limit_s), str(KILL_GRACE_S), marker,
-            apt_config(stall_s), WATCHDOG]
+            apt_config(stall_s), WATCHDOG, *places]
     return " ".join(shlex.quote(a) for a in argv)
 
 
@@ -157,6 +186,12 @@ def parse_watchdog(stdout: str) -> tuple[int, str] | None:
     if len(fields) != 2 or not fields[0].isdigit() or not _WATCHDOG_DIR.fullmatch(fields[1]):
         return None
     return int(fields[0]), fields[1]
+
+
+def watchdog_failure(limit_s: int, said: str) -> str:
+    """Why the task failed before apt ran: what START (or the connection) said, its last 600 characters."""
+    return (f"could not start the watchdog that bounds apt to {TIMEOUT_VAR}={limit_s} s (setsid, mktemp "
+            f"and /proc on the node): {said.strip()[-600:]}")
 
 
 def timeout_message(host: str, task: str, limit_s: int, stall_s: int) -> str:
@@ -241,9 +276,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]
         watchdog = parse_watchdog(started.get("stdout", "")) if started.get("rc") == 0 else None
         if watchdog is None:
             said = started.get("stderr") or started.get("stdout") or ""
-            result.update(failed=True, msg=f"could not start the watchdog that bounds apt to {TIMEOUT_VAR}="
-                                           f"{limit_s} s (setsid, mktemp and /proc on the node): "
-                                           f"{str(said).strip()[-400:]}")
+            result.update(failed=True, msg=watchdog_failure(limit_s, str(said)))
             return result
         pid, folder = watchdog
         # Ansible's own ActionBase adds to the task's environment for a module run the same way
