@@ -108,7 +108,7 @@ def test_dcgm_tasks_install_the_table_packages_and_run_the_service() -> None:
     apt = next(t for t in tasks if "gpucluster.cluster.apt" in t)
     assert apt["gpucluster.cluster.apt"]["name"] == "{{ __gpu_validation_dcgm_packages }}"
     assert apt["notify"] == "Restart DCGM"
-    service = next(t for t in tasks if "ansible.builtin.systemd_service" in t)["ansible.builtin.systemd_service"]
+    service = next(t for t in tasks if "gpucluster.cluster.service" in t)["gpucluster.cluster.service"]
     assert service["name"] == "{{ __gpu_validation_dcgm_service }}"
     assert service["enabled"] is True
     assert "'started' if __gpu_validation_driver_loaded.stat.exists" in service["state"]
