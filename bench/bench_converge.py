@@ -61,6 +61,14 @@ BEFORE_FILES_MODULE = {"when": "2026-11-23T20:54:00+00:00", "first_8_s": 355.8, 
                        "noop_8_without_apt_fast_path_s": 163.2, "noop_8_over_mitogen_opt_in_s": 88.8,
                        "noop_host_tasks_total": 875,
                        "same_lab_2026_11_27": {"noop_8_s": 105.9, "host_cpu_s": 194.6, "controller_cpu_s": 90.8}}
+# The example's shape before the files and service fast paths and ceph_client's raw probe
+# (bench/results/converge.json of 2026-11-28, measured on a clean clone of e1b0605): the CephFS
+# mount's stat, copy, file, template and systemd tasks and the client probe's slurp and command were
+# each a Python start on every GPU node.
+BEFORE_FAST_PATHS = {"when": "2026-11-28", "tree": "e1b0605", "first_8_s": 289.9, "noop_8_s": 79.1,
+                     "first_16_s": 611.0, "noop_16_s": 152.7, "noop_host_tasks_total_8": 1070,
+                     "noop_host_cpu_s_8": 139.5, "noop_controller_cpu_s_8": 67.1, "noop_cpu_floor_s_8": 69.8,
+                     "noop_host_cpu_s_16": 283.7, "noop_controller_cpu_s_16": 146.5}
 SETTINGS = {
     "forks": 50,
     "pipelining": True,
@@ -74,11 +82,15 @@ SETTINGS = {
     "files": "a role's folders and files in one gpucluster.cluster.files run (a template task costs two module runs)",
     "filters": "the collection's filter files import nothing heavy (Ansible loads them all in every worker)",
     "probes": "read-only shell probes and the roles' shell steps run as `raw` (no Python on the node), usetty off",
+    "fast paths": ("gpucluster.cluster.files and gpucluster.cluster.service read the node with one shell "
+                   "command and run their module only where something differs"),
 }
 # No-op converges repeated with one setting changed, so the JSON says what each costs or buys
-# on the same lab in the same run: the apt fast path off, and Mitogen (opt-in) on.
+# on the same lab in the same run: each fast path off (apt, files, service), and Mitogen (opt-in) on.
 ABLATIONS = {
     "noop_without_apt_fast_path_s": {"GPUCLUSTER_APT_FAST_PATH": "0"},
+    "noop_without_files_fast_path_s": {"GPUCLUSTER_FILES_FAST_PATH": "0"},
+    "noop_without_service_fast_path_s": {"GPUCLUSTER_SERVICE_FAST_PATH": "0"},
     "noop_over_mitogen_opt_in_s": {"GPUCLUSTER_MITOGEN": "1"},
 }
 # Ablations cost a no-op each: measured at 3 nodes when asked for (their earlier 8-node figures are
@@ -212,6 +224,7 @@ def run() -> dict[str, Any]:
         "target_below_cpu_floor_8": (by_size[8]["noop_cpu_floor_s"] >= TARGET_NOOP_8_S
                                      if "noop_cpu_floor_s" in by_size.get(8, {}) else None),
         "sizes": sizes,
+        "before_fast_paths": BEFORE_FAST_PATHS,
         "before_example_shape": BEFORE_EXAMPLE_SHAPE,
         "ansible_settings": SETTINGS,
         "before_files_module": BEFORE_FILES_MODULE,
