@@ -7,6 +7,8 @@ against an inventory built from a stack file by the project's own hand-off code.
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import re
@@ -124,9 +126,23 @@ def first_host(inventory: dict[str, Any], group: str) -> str:
     return next(iter(inventory["all"]["children"][group]["hosts"]))
 
 
+@functools.cache
+def _native_template(source: str) -> jinja2.Template:
+    """One compiled template per source string: Jinja's from_string compiles anew on every call, and
+    role_vars meets the same strings in every pass, for every host and role (most of its cost)."""
+    return NATIVE.from_string(source)
+
+
+@functools.cache
+def _role_file(path: Path) -> dict[str, Any]:
+    """A role's defaults or vars as parsed once; callers take a copy (the tests never write them)."""
+    data: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
+    return data
+
+
 def _resolve(value: Any, ctx: dict[str, Any]) -> Any:
     if isinstance(value, str) and ("{{" in value or "{%" in value):
-        out = NATIVE.from_string(value).render(ctx)
+        out = _native_template(value).render(ctx)
         if isinstance(out, jinja2.Undefined):
             # A lone expression over a variable not resolved yet: native rendering hands back the
             # Undefined itself instead of raising; try again on the next pass, as for any other.
@@ -145,7 +161,7 @@ def role_vars(role: str, ctx: dict[str, Any], extra: dict[str, Any] | None = Non
     for part in ("defaults", "vars"):
         path = ROLES / role / part / "main.yml"
         if path.is_file():
-            raw.update(yaml.safe_load(path.read_text()) or {})
+            raw.update(copy.deepcopy(_role_file(path)))
     raw.update(extra or {})
     resolved = dict(ctx)
     resolved.update(raw)
@@ -166,7 +182,13 @@ def role_vars(role: str, ctx: dict[str, Any], extra: dict[str, Any] | None = Non
 
 def render_template(role: str, template: str, variables: dict[str, Any]) -> str:
     source = (ROLES / role / "templates" / template).read_text()
-    return TEXT.from_string(source).render(variables)
+    return _text_template(source).render(variables)
+
+
+@functools.cache
+def _text_template(source: str) -> jinja2.Template:
+    """One compiled template per source (as _native_template): the goldens render each for many cases."""
+    return TEXT.from_string(source)
 
 
 def assert_golden(path: Path, text: str) -> None:
