@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_FLAGS ?= -q
 
-.PHONY: setup gpu-deps test lint unit unit-fast unit-process integration twins bench lab lab-down lock clean
+.PHONY: setup gpu-deps test lint unit unit-fast unit-process integration twins lab-tiers bench lab lab-down lock clean
 
 setup: $(STAMP)
 
@@ -23,8 +23,12 @@ $(STAMP): requirements.txt pyproject.toml scripts/host-packages.txt
 	touch $@
 
 # Fast first: the in-process unit tests, lint, the unit tests that start processes (no root, no
-# network), then integration (lab nodes, root) and the platform twins.
-test: setup unit-fast lint unit-process integration twins
+# network), then the lab tiers side by side: integration (lab nodes, root) beside the platform
+# twins (scripts/run-lab-tiers.sh; each tier's whole log in runs/<tier>.log).
+test: setup unit-fast lint unit-process lab-tiers
+
+lab-tiers: setup
+	scripts/run-lab-tiers.sh "$(MAKE)" integration twins
 
 lint: setup
 	$(PY) -m ruff check gpucluster stacks scripts tests bench collections

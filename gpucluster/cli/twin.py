@@ -15,10 +15,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("twin", help="platform twins: labs shaped like a real platform (check)")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
     check = verbs.add_parser(
-        "check", help="up, converge twice, reboot, verify, inject the twin's fault and verify again",
+        "check", help="up, reboot, converge again (nothing may change), verify, inject the fault, verify again",
         description="Take a twin stack (a real target's stack file with a gpucluster:twin block) from nothing "
-                    "to its verdicts, each step through its own gpucluster command: lab up, converge, converge "
-                    "again (nothing may change), every node rebooted, verify (no check may fail), the twin "
+                    "to its verdicts, each step through its own gpucluster command: lab up, converge, every "
+                    "node rebooted, converge again (nothing may change), verify (no check may fail), the twin "
                     "file's fault injected, verify (exactly the fault's checks must fail, on that node), then "
                     "lab down. Progress goes to stderr, the summary to stdout. Exit 0 when every step held, 1 "
                     "when one did not, 2 on bad input.",

@@ -3,7 +3,8 @@
 Each Pulumi.twin-*.yaml at the repository root is a real target's stack file with a
 gpucluster:twin block. `gpucluster twin check` takes it through the user's own commands: up
 --fresh (spec, the lab shaped like the platform, the target's outputs, inventory, converge,
-verify), converge again (nothing may change), every node rebooted, verify (no check may fail),
+verify), every node rebooted, converge again (nothing may change: idempotent roles, and no
+boot service undid their work), verify (no check may fail),
 the twin file's fault injected, verify (exactly the fault's checks on that node must fail), then
 down. The report of each goes to runs/twins/<twin>.json, its progress to runs/twins/<twin>.log.
 """
