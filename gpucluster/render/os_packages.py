@@ -6,9 +6,10 @@ package names with the BOM's versions pinned, the kernel headers and the kernel 
 and (for Ceph) where Ceph comes from. Versions come only from the BOM; names and URLs from here.
 
 :func:`preinstalled_action` decides what a role does with a component the image already ships
-(the driver, CUDA, NCCL, EFA, OFED, containerd): adopt it where it equals the pin (or, for a
-component the BOM gives a floor, where it is at least the floor), else follow the pool's
-``preinstalled`` policy, and never layer repository packages over a runfile install.
+(the driver, CUDA, NCCL, EFA, OFED, containerd, the NVIDIA container toolkit): adopt it where it
+equals the pin (for a component the BOM gives a floor, where it is at least the floor; for the
+container toolkit, where it is at least the pin), else follow the pool's ``preinstalled`` policy,
+and never layer repository packages over a runfile install.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ CUDA_REPO_URL = "https://developer.download.nvidia.com/compute/cuda/repos"
 # https://docs.nvidia.com/cuda/cuda-installation-guide-linux/ (Network Repository Installation)
 CUDA_REPO_KEY_ID = "3bf863cc"
 TOOLKIT_REPO_URL = "https://nvidia.github.io/libnvidia-container/stable/deb"
+# The apt source container_runtime adds for the toolkit (deb822_repository writes
+# /etc/apt/sources.list.d/<name>.sources): where it exists, the toolkit installed is the role's own.
+TOOLKIT_REPO_NAME = "gpucluster-nvidia-container-toolkit"
 DOCA_REPO_URL = "https://linux.mellanox.com/public/repo/doca"
 KUBERNETES_REPO_URL = "https://pkgs.k8s.io/core:/stable:"
 # DCGM 4 from NVIDIA's CUDA repository: `datacenter-gpu-manager-4-core` (nv-hostengine and the
@@ -79,6 +83,18 @@ IMAGE_CONTAINERD: dict[str, tuple[str, ...]] = {
     "moby-containerd": ("moby-engine", "moby-cli", "moby-containerd", "moby-runc"),
     "containerd.io": ("docker-ce", "docker-ce-cli", "containerd.io"),
 }
+# The NVIDIA container toolkit's Debian packages, as NVIDIA's repository ships them (1.18.x):
+# nvidia-container-toolkit "Depends: nvidia-container-toolkit-base (= ${binary:Version}),
+# libnvidia-container-tools (>= ${libnvidia-container-tools-version}), libnvidia-container-tools (<< 2.0.0)"
+# (NVIDIA/nvidia-container-toolkit packaging/debian/control), and libnvidia-container-tools depends on
+# libnvidia-container1 (NVIDIA/libnvidia-container pkg/deb/control); the four are released at one version.
+# The first two are the toolkit itself: the image's toolkit is what dpkg has of them, and the lowest of
+# the four installed is its version. An image may ship them newer than the pin (AWS's DLAMI states
+# nvidia_container_toolkit_version; Azure's HPC recipe installs the newest and holds it,
+# azhpc-images components/install_nvidia_container_toolkit.sh): installing the pin would be a
+# downgrade apt refuses, so the role adopts it (preinstalled_action, component "container-toolkit").
+TOOLKIT_PACKAGES = ("nvidia-container-toolkit", "nvidia-container-toolkit-base")
+IMAGE_TOOLKIT_PACKAGES = (*TOOLKIT_PACKAGES, "libnvidia-container-tools", "libnvidia-container1")
 
 
 @dataclass(frozen=True)
@@ -219,7 +235,7 @@ def os_packages(os_id: str, role: str, bom: Bom, kernel: str = "", arch: str = "
         out["packages"] = [*out["dcgm_packages"], *out["nscq_packages"]]
     elif role == "container_runtime":
         v = bom.container_toolkit.version
-        out["repositories"] = [_repo("gpucluster-nvidia-container-toolkit", f"{TOOLKIT_REPO_URL}/$(ARCH)", ["/"],
+        out["repositories"] = [_repo(TOOLKIT_REPO_NAME, f"{TOOLKIT_REPO_URL}/$(ARCH)", ["/"],
                                      TOOLKIT_REPO_URL.removesuffix("/stable/deb") + "/gpgkey")]
         # containerd from the OS archive (Debian 12 and both Ubuntu releases name it `containerd`).
         out["runtime_packages"] = list(names or ("containerd",))
@@ -228,7 +244,10 @@ def os_packages(os_id: str, role: str, bom: Bom, kernel: str = "", arch: str = "
         out["image_runtimes"] = {name: list(family) for name, family in IMAGE_CONTAINERD.items()}
         out["image_runtime_packages"] = sorted({p for family in IMAGE_CONTAINERD.values() for p in family})
         out["toolkit_repo_url"] = TOOLKIT_REPO_URL
-        out["toolkit_packages"] = [f"nvidia-container-toolkit={v}-*", f"nvidia-container-toolkit-base={v}-*"]
+        out["toolkit_repo_name"] = TOOLKIT_REPO_NAME
+        # What counts as the image's toolkit (IMAGE_TOOLKIT_PACKAGES): the same probe asks dpkg for these.
+        out["image_toolkit_packages"] = list(IMAGE_TOOLKIT_PACKAGES)
+        out["toolkit_packages"] = [f"{name}={v}-*" for name in TOOLKIT_PACKAGES]
         out["packages"] = [*out["runtime_packages"], *out["toolkit_packages"]]
     elif role == "rdma_fabric":
         out["packages"] = list(names or ("rdma-core", "ibverbs-providers", "ibverbs-utils", "perftest",
@@ -279,6 +298,10 @@ ACTIONS = ("install", "adopt", "replace", "fail")
 # Components whose bill-of-materials entry is a floor, not a pin: the image's is adopted where it is
 # at least the floor (Debian's version order), since the role configures it and installs nothing.
 FLOOR_COMPONENTS = ("containerd",)
+# Components whose pin the role installs, but whose image version is adopted where it is at least the
+# pin: installing an older pin over it is a downgrade apt refuses (and the image may hold the package).
+# Below the pin the image's is upgraded to the pin in place (adopt_or_replace) or the run stops.
+AT_LEAST_COMPONENTS = ("container-toolkit",)
 
 
 def _order(c: str) -> int:
@@ -341,7 +364,7 @@ def version_matches(found: str, pin: str) -> bool:
 
 def preinstalled_action(component: str, pin: str, found: str, runfile: bool, policy: str,
                         method: str = "package", floor: bool = False, package: str = "",
-                        removes: Sequence[str] = ()) -> dict[str, str]:
+                        removes: Sequence[str] = (), own: bool = False) -> dict[str, str]:
     """What a role does with ``component`` found at ``found`` ('' if absent), given the pin and policy.
 
     ``runfile``: the component was installed by NVIDIA's .run installer (/usr/bin/nvidia-uninstall
@@ -350,11 +373,16 @@ def preinstalled_action(component: str, pin: str, found: str, runfile: bool, pol
     ``floor``: ``pin`` is the lowest version adopted (FLOOR_COMPONENTS), not the one version; then
     ``package`` names the image's package found at ``found`` and ``removes`` the packages a replace
     removes before the role installs its own.
+    A component of AT_LEAST_COMPONENTS (the container toolkit) is adopted at the pin or above; ``own``:
+    what is installed came from the role's own repository (an earlier converge), so below the pin it is
+    upgraded to it whatever the policy, as before the image's toolkit was told apart.
     """
     if policy not in ("adopt_or_replace", "adopt_or_fail"):
         raise ValueError(f"preinstalled: {policy!r} is not adopt_or_replace or adopt_or_fail")
     if floor:
         return _floor_action(component, pin, found, policy, package, removes)
+    if component in AT_LEAST_COMPONENTS:
+        return _at_least_action(component, pin, found, policy, package, own)
     if not found and not runfile:
         return {"action": "install", "message": f"{component}: none installed, installing {pin}"}
     if found and version_matches(found, pin):
@@ -366,14 +394,19 @@ def preinstalled_action(component: str, pin: str, found: str, runfile: bool, pol
             f"{component}: {shown} was installed by NVIDIA's runfile and differs from the pin {pin}; "
             "packages are never layered over a runfile install. Run /usr/bin/nvidia-uninstall on the node, "
             "or install by runfile (nvidia_driver_install_method: runfile), then converge again")}
-    if policy == "adopt_or_replace":
-        return {"action": "replace", "message": f"{component}: {shown} differs from the pin {pin}, replacing it "
-                                                "(preinstalled: adopt_or_replace)"}
-    return {"action": "fail", "message": (
+    return _replace_or_fail(
+        policy, f"{component}: {shown} differs from the pin {pin}, replacing it (preinstalled: adopt_or_replace)",
         f"{component}: the image ships {shown}, the bill of materials pins {pin} and the pool's policy is "
         "preinstalled: adopt_or_fail. Pin the image's version in a bill-of-materials overlay (the stack's "
         "gpucluster:bom), boot an image that ships the pin, or set the pool's preinstalled: adopt_or_replace "
-        "to replace it")}
+        "to replace it")
+
+
+def _replace_or_fail(policy: str, replace: str, fail: str) -> dict[str, str]:
+    """What the pool's policy does with what the image ships and the role does not adopt."""
+    if policy == "adopt_or_replace":
+        return {"action": "replace", "message": replace}
+    return {"action": "fail", "message": fail}
 
 
 def _floor_action(component: str, floor: str, found: str, policy: str, package: str,
@@ -386,16 +419,45 @@ def _floor_action(component: str, floor: str, found: str, policy: str, package: 
         return {"action": "adopt", "message": f"{component}: the image's {what} meets the floor {floor}, adopted: "
                                               "configured in place, not replaced"}
     gone = ", ".join(removes or ([package] if package else []))
-    if policy == "adopt_or_replace":
-        return {"action": "replace", "message": (
-            f"{component}: the image's {what} is below the floor {floor}, replacing it (preinstalled: "
-            f"adopt_or_replace): removing {gone}, then installing the bill of materials' {component}")}
-    return {"action": "fail", "message": (
+    return _replace_or_fail(
+        policy,
+        f"{component}: the image's {what} is below the floor {floor}, replacing it (preinstalled: "
+        f"adopt_or_replace): removing {gone}, then installing the bill of materials' {component}",
         f"{component}: the image ships {what}, below the bill of materials' {component} floor {floor}, and "
         "the pool's policy is preinstalled: adopt_or_fail. Two ways out: lower the floor in a "
         f'bill-of-materials overlay (the stack\'s gpucluster:bom holding {component}: {{floor: "{found}"}}), '
         f"or set the pool's preinstalled: adopt_or_replace to remove {gone} and install the bill of "
-        f"materials' {component}")}
+        f"materials' {component}")
+
+
+def upstream_version(version: str) -> str:
+    """A Debian version without its epoch and revision ("1:1.18.1-1" -> "1.18.1"): what the bill of
+    materials pins, the repository's package revision added by the role (``=<pin>-*``)."""
+    rest = version.split(":", 1)[-1]
+    return rest.rpartition("-")[0] if "-" in rest else rest
+
+
+def _at_least_action(component: str, pin: str, found: str, policy: str, package: str,
+                     own: bool) -> dict[str, str]:
+    if not found:
+        return {"action": "install", "message": f"{component}: none installed, installing {pin}"}
+    what = f"{package} {found}" if package else found
+    if deb_version_compare(found, pin) >= 0:
+        whose = "the role's" if own else "the image's"
+        return {"action": "adopt", "message": f"{component}: {whose} {what} is at or above the pin {pin}, adopted: "
+                                              "nothing installed over it, never downgraded"}
+    if own:
+        return {"action": "install", "message": f"{component}: {what} from the role's repository is below the pin "
+                                                f"{pin}, upgrading it to the pin"}
+    return _replace_or_fail(
+        policy,
+        f"{component}: the image's {what} is below the pin {pin}, upgrading it to the pin in place "
+        "(preinstalled: adopt_or_replace)",
+        f"{component}: the image ships {what}, below the bill of materials' pin {pin}, and the pool's policy is "
+        "preinstalled: adopt_or_fail (container_runtime_preinstalled). Pin the image's version in a "
+        "bill-of-materials overlay (the stack's gpucluster:bom holding container_toolkit: "
+        f'{{version: "{upstream_version(found)}"}}), boot an image that ships {pin} or later, or set the pool\'s '
+        "preinstalled: adopt_or_replace to upgrade it to the pin")
 
 
 # --- what the image ships: one probe's outputs read into versions -------------------------------
@@ -409,7 +471,7 @@ _EFA_VERSION = re.compile(r"^# EFA installer version: ([0-9][0-9A-Za-z.+~-]*)\s*
 # `ofed_info -s`: "MLNX_OFED_LINUX-23.10-1.1.9.0:" (MLNX_OFED) or "OFED-internal-23.07-0.5.0:"
 # (DOCA-Host's OFED); the version is what follows the prefix, without the colon.
 _OFED_VERSION = re.compile(r"^(?:MLNX_OFED_LINUX|OFED-internal)-([0-9][0-9A-Za-z.-]*?):?$")
-PREINSTALLED_COMPONENTS = ("nvidia-driver", "efa", "ofed", "containerd")
+PREINSTALLED_COMPONENTS = ("nvidia-driver", "efa", "ofed", "containerd", "container-toolkit")
 
 
 def efa_installer_version(installed_packages: str) -> str:
@@ -434,10 +496,12 @@ def detect_preinstalled(probe: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     ``efa_installed_packages`` (the text of /opt/amazon/efa_installed_packages),
     ``efa_prefix`` (/opt/amazon/efa exists), ``ofed_info`` (the output of ``ofed_info -s``),
     ``containerd_packages`` (``dpkg-query -W -f '${Package}\\t${db:Status-Abbrev}\\t${Version}\\n'`` over
-    the IMAGE_CONTAINERD families).
+    the IMAGE_CONTAINERD families), ``toolkit_packages`` (the same over IMAGE_TOOLKIT_PACKAGES; one
+    dpkg-query may answer both), ``toolkit_repository`` (the role's own toolkit repository exists).
     Returns ``{component: {"found": version or "", "present": bool, "runfile": bool}}``; an EFA
     prefix without the installer's record is present at an unknown version (``found`` ''). The
-    containerd entry also names the image's ``package`` and what a replace ``removes``.
+    containerd entry also names the image's ``package`` and what a replace ``removes``; the
+    container-toolkit entry its ``package`` and whether it is the role's ``own``.
     """
     driver = str(probe.get("driver_module") or "").strip() or str(probe.get("driver_package") or "").strip()
     driver = driver.split(":", 1)[-1]
@@ -449,18 +513,44 @@ def detect_preinstalled(probe: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         "efa": {"found": efa, "present": bool(efa) or bool(probe.get("efa_prefix")), "runfile": False},
         "ofed": {"found": ofed, "present": bool(ofed), "runfile": False},
         "containerd": image_containerd(str(probe.get("containerd_packages") or "")),
+        "container-toolkit": image_toolkit(str(probe.get("toolkit_packages") or ""),
+                                           bool(probe.get("toolkit_repository"))),
     }
+
+
+def _dpkg_installed(dpkg_query: str) -> dict[str, str]:
+    """Package -> version from ``${Package}\\t${db:Status-Abbrev}\\t${Version}`` lines, for the installed
+    ones: dpkg's state (the status' second letter) is ``i`` (``ii``, ``hi`` held); ``rc``, ``un`` are not."""
+    installed: dict[str, str] = {}
+    for line in dpkg_query.splitlines():
+        fields = line.split("\t")
+        if len(fields) == 3 and len(fields[1]) >= 2 and fields[1][1] == "i" and fields[2].strip():
+            installed[fields[0].strip()] = fields[2].strip()
+    return installed
+
+
+def image_toolkit(dpkg_query: str, own: bool = False) -> dict[str, Any]:
+    """The NVIDIA container toolkit dpkg has installed (TOOLKIT_PACKAGES), from dpkg-query's lines:
+    ``found`` is the lowest version of IMAGE_TOOLKIT_PACKAGES installed (its libnvidia-container pieces
+    included), ``package`` the toolkit package found; libnvidia-container alone is no toolkit.
+    ``own``: the role's repository exists, so the toolkit is the role's, not the image's."""
+    installed = {name: version for name, version in _dpkg_installed(dpkg_query).items()
+                 if name in IMAGE_TOOLKIT_PACKAGES}
+    package = next((name for name in TOOLKIT_PACKAGES if name in installed), "")
+    if not package:
+        return {"found": "", "present": False, "runfile": False, "package": "", "own": own}
+    lowest = installed[package]
+    for version in installed.values():
+        if deb_version_compare(version, lowest) < 0:
+            lowest = version
+    return {"found": lowest, "present": True, "runfile": False, "package": package, "own": own}
 
 
 def image_containerd(dpkg_query: str) -> dict[str, Any]:
     """The image's own containerd (IMAGE_CONTAINERD) from dpkg-query's lines, and what a replace
     removes: the installed packages of its family. Packages dpkg knows but has removed (status
     ``rc``, ``un``) are not installed."""
-    installed: dict[str, str] = {}
-    for line in dpkg_query.splitlines():
-        fields = line.split("\t")
-        if len(fields) == 3 and len(fields[1]) >= 2 and fields[1][1] == "i" and fields[2].strip():
-            installed[fields[0].strip()] = fields[2].strip()
+    installed = _dpkg_installed(dpkg_query)
     for package, family in IMAGE_CONTAINERD.items():
         if package in installed:
             return {"found": installed[package], "present": True, "runfile": False, "package": package,
@@ -484,6 +574,10 @@ def preinstalled_plan(probe: Mapping[str, Any], pins: Mapping[str, str], policy:
             out[component] = {**preinstalled_action(component, pin, seen["found"], False, policy, floor=True,
                                                     package=seen["package"], removes=seen["removes"]),
                               "package": seen["package"], "found": seen["found"], "removes": list(seen["removes"])}
+        elif component in AT_LEAST_COMPONENTS:
+            out[component] = {**preinstalled_action(component, pin, seen["found"], False, policy,
+                                                    package=seen["package"], own=seen["own"]),
+                              "package": seen["package"], "found": seen["found"], "own": seen["own"]}
         else:
             out[component] = preinstalled_action(component, pin, version, seen["runfile"], policy)
     return out

@@ -2,13 +2,14 @@
 
 A pool names the manifest of the image it boots (``node_pools[].image_manifest``; on Azure the
 manifest whose ``urns`` list the target's image is found without one). For each component converge
-adopts or stops on (the driver on GPU pools, EFA on pools whose platform has EFA rails, containerd on
-the pools container_runtime runs on), the one decision the roles take,
+adopts or stops on (the driver and the NVIDIA container toolkit on GPU pools, EFA on pools whose
+platform has EFA rails, containerd on the pools container_runtime runs on), the one decision the roles take,
 :func:`gpucluster.render.os_packages.preinstalled_action`, is taken here on the manifest's version:
 where it says ``fail``, converge would stop on every node of the pool after the instances are
 billing, so ``spec validate`` and ``preflight`` stop first (exit 2) and name the two ways out: a
 bill-of-materials overlay pinning what the image ships (for containerd, lowering its floor), or
-another image (for containerd, the policy adopt_or_replace, which replaces it).
+another image (for containerd, the policy adopt_or_replace, which replaces it). A container toolkit
+at or above the pin is adopted (AT_LEAST_COMPONENTS): only an older one can stop converge.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpucluster.render.os_packages import (
+    AT_LEAST_COMPONENTS,
     FLOOR_COMPONENTS,
     IMAGE_CONTAINERD,
     deb_version_compare,
     preinstalled_action,
+    upstream_version,
     version_matches,
 )
 from gpucluster.spec.cluster import Cluster, pool_platform
@@ -91,12 +94,14 @@ def _component(manifest: ImageManifest, name: str) -> ImageComponent | None:
 
 
 def _pins(bom: Bom) -> dict[str, str]:
-    return {"nvidia-driver": bom.nvidia_driver.version, "efa": bom.efa.version, "containerd": bom.containerd.floor}
+    return {"nvidia-driver": bom.nvidia_driver.version, "efa": bom.efa.version,
+            "container-toolkit": bom.container_toolkit.version, "containerd": bom.containerd.floor}
 
 
 def _satisfies(component: str, found: str, pin: str) -> bool:
-    """``found`` is what converge adopts: the pin, or for a floor component at least the floor."""
-    if component in FLOOR_COMPONENTS:
+    """``found`` is what converge adopts: the pin, or for a floor component at least the floor (for the
+    container toolkit at least the pin)."""
+    if component in FLOOR_COMPONENTS or component in AT_LEAST_COMPONENTS:
         return deb_version_compare(found, pin) >= 0
     return version_matches(found, pin)
 
@@ -110,6 +115,8 @@ def _overlay(component: str, found: str, bom: Bom) -> str:
         return f'nvidia_driver: {{version: "{found}"}}'
     if component == "containerd":
         return f'containerd: {{floor: "{found}"}}'
+    if component == "container-toolkit":
+        return f'container_toolkit: {{version: "{upstream_version(found)}"}}'
     return f'efa: {{version: "{found}"}}'
 
 
@@ -126,14 +133,17 @@ def _shipping(component: str, pin: str, manifest: ImageManifest, manifests: Mapp
 
 def _components(cluster: Cluster, pool: NodePool) -> list[str]:
     """What converge decides on for ``pool``: the driver on GPU pools (nvidia_driver), EFA where the
-    pool's platform has EFA rails (rdma_fabric, on GPU and storage nodes), containerd on GPU and
-    control-plane pools (container_runtime: playbooks/converge-nodes.yml, deploy-kubernetes.yml)."""
+    pool's platform has EFA rails (rdma_fabric, on GPU and storage nodes), the NVIDIA container toolkit
+    on GPU pools (container_runtime installs it there: the GPU Operator's toolkit is off) and containerd
+    on GPU and control-plane pools (container_runtime: playbooks/converge-nodes.yml, deploy-kubernetes.yml)."""
     out = []
     if "gpu" in pool.roles:
         out.append("nvidia-driver")
     platform = cluster.platforms.get(pool_platform(cluster.spec, pool))
     if platform is not None and platform.efa_interfaces and ({"gpu", "storage"} & set(pool.roles)):
         out.append("efa")
+    if "gpu" in pool.roles:
+        out.append("container-toolkit")
     if {"gpu", "control_plane"} & set(pool.roles):
         out.append("containerd")
     return out
@@ -185,6 +195,12 @@ def decisions(cluster: Cluster, manifests: Mapping[str, ImageManifest]) -> tuple
                                    f"preinstalled: {pool.preinstalled} it "
                                    f"{'stops' if pool.preinstalled == 'adopt_or_fail' else 'replaces it'}")
                     continue
+                if component in AT_LEAST_COMPONENTS:
+                    unknown.append(f"{where} ({pool.name}): image {manifest.name} states {stated}; where it carries "
+                                   f"one, converge adopts it only if it is at least {pin}, else with preinstalled: "
+                                   f"{pool.preinstalled} it "
+                                   f"{'stops' if pool.preinstalled == 'adopt_or_fail' else 'upgrades it to the pin'}")
+                    continue
                 unknown.append(f"{where} ({pool.name}): image {manifest.name} states {stated}; converge adopts it "
                                f"only if it is exactly {pin}, else with preinstalled: {pool.preinstalled} it "
                                f"{'stops' if pool.preinstalled == 'adopt_or_fail' else 'replaces it'}")
@@ -212,15 +228,18 @@ def image_findings(cluster: Cluster, manifests: Mapping[str, ImageManifest]) -> 
         if d.component in FLOOR_COMPONENTS:
             _floor_finding(d, manifests, cluster.bom, problems, warnings)
             continue
+        at_least = d.component in AT_LEAST_COMPONENTS
         if d.action == "replace":
-            warnings.append(f"{d.where} ({d.pool}): converge replaces image {d.manifest}'s {d.component} {d.found} "
-                            f"with {d.pin} on every node (preinstalled: adopt_or_replace)")
+            verb = "upgrades" if at_least else "replaces"
+            warnings.append(f"{d.where} ({d.pool}): converge {verb} image {d.manifest}'s {d.component} {d.found} "
+                            f"{'to' if at_least else 'with'} {d.pin} on every node (preinstalled: adopt_or_replace)")
         if d.action != "fail":
             continue
         manifest = manifests[d.manifest]
         others = _shipping(d.component, d.pin, manifest, manifests)
-        image = (f"boot an image that ships {d.pin} ({', '.join(others)} in gpucluster/data/images)" if others
-                 else f"boot an image that ships {d.pin} and describe it in gpucluster/data/images "
+        shipped = f"{d.pin} or later" if at_least else d.pin
+        image = (f"boot an image that ships {shipped} ({', '.join(others)} in gpucluster/data/images)" if others
+                 else f"boot an image that ships {shipped} and describe it in gpucluster/data/images "
                       "(none of the shipped manifests does)")
         overlay = (f"a bill-of-materials overlay beside the stack file pinning what the image ships "
                    f"(gpucluster:bom: <file> holding {_overlay(d.component, d.found, cluster.bom)}; {OVERLAY_DOC})"
@@ -229,10 +248,12 @@ def image_findings(cluster: Cluster, manifests: Mapping[str, ImageManifest]) -> 
                    "read it on a node with nvidia-smi)")
         # The runfile case stops whatever the policy; its own message says why.
         why = d.message.rstrip(".") if d.runfile else f"the pool's policy is preinstalled: {d.policy}"
-        rather = "" if d.runfile else ". preinstalled: adopt_or_replace would replace it on every node instead"
+        rather = "" if d.runfile else (f". preinstalled: adopt_or_replace would "
+                                       f"{'upgrade it to the pin' if at_least else 'replace it'} on every node instead")
+        newer = " (an image's at or above it is adopted)" if at_least else ""
         problems.append(f"{d.where} ({d.pool}): image {d.manifest} ships {d.component} {d.found}, the bill of "
-                        f"materials pins {d.pin} and {why}: converge would stop on every node of the pool, after "
-                        f"its instances are billing. Two ways out: {overlay}; or {image}{rather}")
+                        f"materials pins {d.pin}{newer} and {why}: converge would stop on every node of the pool, "
+                        f"after its instances are billing. Two ways out: {overlay}; or {image}{rather}")
     return problems, warnings
 
 

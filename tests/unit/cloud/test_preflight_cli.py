@@ -127,9 +127,11 @@ def test_an_image_converge_would_stop_on_is_exit_2_before_any_aws_call(
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
-    assert len(lines) == 2
+    assert len(lines) == 3
     assert "ships nvidia-driver 580.105.08, the bill of materials pins 580.126.16" in lines[0]
     assert "ships efa 1.45.0, the bill of materials pins 1.51.0" in lines[1]
+    # The image's container toolkit is below the pin (an image's at or above it would be adopted).
+    assert "ships container-toolkit 1.18.1, the bill of materials pins 1.18.2" in lines[2]
     assert all("Two ways out" in line and "overlay" in line and "boot an image" in line for line in lines)
 
 

@@ -18,11 +18,13 @@ from gpucluster.render.os_packages import (
     detect_preinstalled,
     efa_installer_version,
     image_containerd,
+    image_toolkit,
     kernel_hold,
     ofed_version,
     os_packages,
     preinstalled_action,
     preinstalled_plan,
+    upstream_version,
     version_matches,
 )
 from gpucluster.spec import load_bom
@@ -345,9 +347,10 @@ def test_detect_preinstalled_reads_every_component_from_one_probe() -> None:
         "efa": {"found": "1.47.0", "present": True, "runfile": False},
         "ofed": {"found": "23.07-0.5.1.2", "present": True, "runfile": False},
         "containerd": {"found": "", "present": False, "runfile": False, "package": "", "removes": []},
+        "container-toolkit": {"found": "", "present": False, "runfile": False, "package": "", "own": False},
     }
     assert {c: v["present"] for c, v in detect_preinstalled({}).items()} == {
-        "nvidia-driver": False, "efa": False, "ofed": False, "containerd": False}
+        "nvidia-driver": False, "efa": False, "ofed": False, "containerd": False, "container-toolkit": False}
     # dpkg's epoch is not part of the version.
     assert detect_preinstalled({"driver_package": "1:570.172.08-1"})["nvidia-driver"]["found"] == "570.172.08-1"
 
@@ -461,3 +464,81 @@ def test_preinstalled_plan_holds_containerd_to_its_floor(lines: str, policy: str
 def test_the_floor_never_applies_to_an_exact_pin() -> None:
     # The driver's pin stays exact: a newer driver is not "at least" the pin.
     assert preinstalled_action("nvidia-driver", "580.126.16", "580.200.01", False, "adopt_or_fail")["action"] == "fail"
+
+
+# --- the NVIDIA container toolkit: an image's own, adopted at or above the pin -------------------
+
+TOOLKIT = ("nvidia-container-toolkit\tii \t{v}\nnvidia-container-toolkit-base\tii \t{v}\n"
+           "libnvidia-container-tools\tii \t{v}\nlibnvidia-container1\tii \t{v}\n")
+
+
+def test_image_toolkit_reads_dpkg_querys_lines() -> None:
+    assert image_toolkit(TOOLKIT.format(v="1.18.3-1")) == {
+        "found": "1.18.3-1", "present": True, "runfile": False, "package": "nvidia-container-toolkit", "own": False}
+    # Held (Azure's recipe holds it) is installed; the lowest piece is the toolkit's version.
+    held = "nvidia-container-toolkit\thi \t1.18.3-1\nlibnvidia-container1\tii \t1.18.0-1\n"
+    assert image_toolkit(held)["found"] == "1.18.0-1"
+    # libnvidia-container alone is no toolkit; removed (rc) is not installed; containerd's lines are not its.
+    assert image_toolkit("libnvidia-container1\tii \t1.18.3-1\n")["present"] is False
+    assert image_toolkit("nvidia-container-toolkit\trc \t1.18.3-1\n")["present"] is False
+    assert image_toolkit("moby-containerd\tii \t1.7.27-ubuntu22.04u1\nrepository /x.sources\n")["present"] is False
+    assert image_toolkit("nvidia-container-toolkit-base\tii \t1.17.8-1\n", own=True) == {
+        "found": "1.17.8-1", "present": True, "runfile": False, "package": "nvidia-container-toolkit-base",
+        "own": True}
+
+
+@pytest.mark.parametrize(("lines", "own", "policy", "action"), [
+    ("", False, "adopt_or_fail", "install"),
+    (TOOLKIT.format(v="1.18.2-1"), False, "adopt_or_fail", "adopt"),      # the pin itself
+    (TOOLKIT.format(v="1.18.3-1"), False, "adopt_or_fail", "adopt"),      # newer: never downgraded
+    (TOOLKIT.format(v="1:1.17.0-1"), False, "adopt_or_replace", "adopt"),  # an epoch sorts first
+    (TOOLKIT.format(v="1.18.1-1"), False, "adopt_or_fail", "fail"),
+    (TOOLKIT.format(v="1.18.2~rc.1-1"), False, "adopt_or_fail", "fail"),
+    (TOOLKIT.format(v="1.18.1-1"), False, "adopt_or_replace", "replace"),
+    # The role's own toolkit (its repository exists) below a bumped pin: upgraded, whatever the policy.
+    (TOOLKIT.format(v="1.18.1-1"), True, "adopt_or_fail", "install"),
+    (TOOLKIT.format(v="1.18.3-1"), True, "adopt_or_fail", "adopt"),
+])
+def test_preinstalled_plan_adopts_a_toolkit_at_or_above_the_pin(lines: str, own: bool, policy: str,
+                                                                action: str) -> None:
+    plan = preinstalled_plan({"toolkit_packages": lines, "toolkit_repository": own}, {"container-toolkit": "1.18.2"},
+                             policy)["container-toolkit"]
+    assert plan["action"] == action and plan["message"].startswith("container-toolkit: ")
+    assert plan["own"] is own
+    if action == "fail":
+        # The installed version, the pin, the policy and its input, and the ways out.
+        found = plan["found"]
+        assert plan["message"] == (
+            f"container-toolkit: the image ships nvidia-container-toolkit {found}, below the bill of materials' "
+            "pin 1.18.2, and the pool's policy is preinstalled: adopt_or_fail (container_runtime_preinstalled). "
+            "Pin the image's version in a bill-of-materials overlay (the stack's gpucluster:bom holding "
+            f'container_toolkit: {{version: "{upstream_version(found)}"}}), boot an image that ships 1.18.2 or '
+            "later, or set the pool's preinstalled: adopt_or_replace to upgrade it to the pin")
+    if action == "adopt":
+        assert "never downgraded" in plan["message"]
+
+
+def test_the_overlay_a_toolkit_failure_names_adopts_it() -> None:
+    found = "1.18.1-1"
+    failed = preinstalled_plan({"toolkit_packages": TOOLKIT.format(v=found)}, {"container-toolkit": "1.18.2"},
+                               "adopt_or_fail")["container-toolkit"]
+    pin = upstream_version(failed["found"])
+    assert pin == "1.18.1"
+    adopted = preinstalled_plan({"toolkit_packages": TOOLKIT.format(v=found)}, {"container-toolkit": pin},
+                                "adopt_or_fail")["container-toolkit"]
+    assert adopted["action"] == "adopt"
+
+
+@pytest.mark.parametrize(("version", "upstream"), [("1.18.1-1", "1.18.1"), ("1:1.18.1-1", "1.18.1"),
+                                                    ("1.18.1", "1.18.1"), ("1.6.20~ds1-1+deb12u3", "1.6.20~ds1")])
+def test_upstream_version_drops_epoch_and_revision(version: str, upstream: str) -> None:
+    assert upstream_version(version) == upstream
+
+
+def test_the_container_runtime_table_names_the_toolkit_and_its_probe() -> None:
+    table = os_packages("ubuntu-22.04", "container_runtime", load_bom())
+    pin = load_bom().container_toolkit.version
+    assert table["toolkit_packages"] == [f"nvidia-container-toolkit={pin}-*", f"nvidia-container-toolkit-base={pin}-*"]
+    assert table["image_toolkit_packages"] == ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                                               "libnvidia-container-tools", "libnvidia-container1"]
+    assert table["repositories"][0]["name"] == table["toolkit_repo_name"] == "gpucluster-nvidia-container-toolkit"

@@ -123,13 +123,19 @@ def test_an_image_converge_would_stop_on_is_exit_2_naming_both_versions_and_the_
     rc, out, err = _validate(_aws(tmp_path), capsys)
     assert rc == 2 and out == ""
     errors = [line for line in err if line.startswith("error: ")]
-    assert len(errors) == 2
-    driver, efa = errors
+    assert len(errors) == 3
+    driver, efa, toolkit = errors
     assert ("gpucluster.node_pools[0] (gpu): image aws-dlami-base-2204-20260102 ships nvidia-driver 580.105.08, "
             "the bill of materials pins 580.126.16 and the pool's policy is preinstalled: adopt_or_fail") in driver
     assert 'gpucluster:bom: <file> holding nvidia_driver: {version: "580.105.08"}' in driver
     assert "or boot an image that ships 580.126.16" in driver
     assert "ships efa 1.45.0, the bill of materials pins 1.51.0" in efa and 'efa: {version: "1.45.0"}' in efa
+    # The image's toolkit is older than the pin: adopted only at the pin or above.
+    assert ("ships container-toolkit 1.18.1, the bill of materials pins 1.18.2 (an image's at or above it is "
+            "adopted) and the pool's policy is preinstalled: adopt_or_fail") in toolkit
+    assert 'gpucluster:bom: <file> holding container_toolkit: {version: "1.18.1"}' in toolkit
+    assert "or boot an image that ships 1.18.2 or later" in toolkit
+    assert "preinstalled: adopt_or_replace would upgrade it to the pin on every node instead" in toolkit
 
 
 def test_the_overlay_that_pins_what_the_image_ships_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -158,10 +164,15 @@ def test_the_azure_example_finds_its_manifest_by_urn_and_adopts_its_driver(capsy
     assert images.pool_manifest(cluster.spec, gpu, load_images()) == load_images()[AZURE]
     found, unknown = images.decisions(cluster, load_images())
     assert [(d.component, d.action) for d in found] == [("nvidia-driver", "adopt")]
-    # The recipe installs moby unpinned: no containerd version to decide on, on either pool containerd runs on.
-    assert [u.split(":", 1)[0] for u in unknown] == ["gpucluster.node_pools[0] (gpu)", "gpucluster.node_pools[2] (cp)"]
+    # The recipe installs moby unpinned: no containerd version to decide on, on either pool containerd runs on;
+    # and the newest toolkit of its build day, unpinned: no toolkit version on the GPU pool.
+    assert [u.split(":", 1)[0] for u in unknown] == ["gpucluster.node_pools[0] (gpu)", "gpucluster.node_pools[0] (gpu)",
+                                                     "gpucluster.node_pools[2] (cp)"]
+    toolkit, *containerd = unknown
+    assert (f"image {AZURE} states no container-toolkit version; where it carries one, converge adopts it only if "
+            "it is at least 1.18.2, else with preinstalled: adopt_or_fail it stops") in toolkit
     assert all(f"image {AZURE} states no containerd version; where it carries moby-containerd or containerd.io, "
-               "converge adopts it only if it is at least 1.7.2" in u for u in unknown)
+               "converge adopts it only if it is at least 1.7.2" in u for u in containerd)
 
 
 def test_a_manifest_that_gives_only_the_branch_is_a_warning(capsys: pytest.CaptureFixture[str]) -> None:
@@ -201,7 +212,8 @@ def test_the_decision_is_the_roles_own(monkeypatch: pytest.MonkeyPatch, tmp_path
     monkeypatch.setattr(images, "preinstalled_action", spy)
     images.image_findings(load_spec(_aws(tmp_path)), load_images())
     assert calls == [("nvidia-driver", "580.126.16", "580.105.08", False, "adopt_or_fail"),
-                     ("efa", "1.51.0", "1.45.0", False, "adopt_or_fail")]
+                     ("efa", "1.51.0", "1.45.0", False, "adopt_or_fail"),
+                     ("container-toolkit", "1.18.2", "1.18.1", False, "adopt_or_fail")]
 
 
 def test_a_gpu_pool_without_a_manifest_on_a_cloud_is_a_warning(capsys: pytest.CaptureFixture[str]) -> None:
@@ -244,23 +256,54 @@ def test_a_whole_bill_of_materials_is_an_overlay_too(tmp_path: Path) -> None:
     assert load_spec(_write(tmp_path, doc)).bom == load_spec(REPO / "Pulumi.lab.yaml").bom
 
 
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split(":", 1)[-1].split("-", 1)[0].split("."))
+# --- the NVIDIA container toolkit: the image's own, adopted at or above the pin -------------------
 
 
-def test_no_image_ships_a_newer_container_toolkit_than_the_pin() -> None:
-    """Issue 24 (the DLAMI half): container_runtime installs the BOM's nvidia-container-toolkit with no
-    adopt-or-replace step of its own, so a pin older than what an image ships is a downgrade apt refuses.
-    Until the role decides on the toolkit as nvidia_driver does on the driver, every manifest's stated
-    toolkit is at or below the pin (the bill of materials says so beside container_toolkit)."""
-    from gpucluster.spec.loader import load_bom
+def _with_toolkit(version: str) -> ImageManifest:
+    """The DLAMI's manifest, stating another container toolkit."""
+    shipped = load_images()[DLAMI]
+    doc = shipped.model_dump(by_alias=True)
+    doc["components"]["container-toolkit"]["version"] = version
+    return ImageManifest.model_validate(doc)
 
-    pin = load_bom().container_toolkit.version
-    for name, manifest in load_images().items():
-        shipped = manifest.components.get("container-toolkit")
-        if shipped is not None and shipped.version:
-            assert _release(shipped.version) <= _release(pin), (
-                f"{name} ships nvidia-container-toolkit {shipped.version}, newer than the pin {pin}")
+
+def test_the_dlami_overlay_pins_its_toolkit_and_passes(tmp_path: Path) -> None:
+    cluster = load_spec(_aws(tmp_path, overlay=OVERLAY.read_text()))
+    assert cluster.bom.container_toolkit.version == "1.18.1"
+    found, _ = images.decisions(cluster, load_images())
+    assert [(d.component, d.action) for d in found if d.component == "container-toolkit"] == [
+        ("container-toolkit", "adopt")]
+
+
+@pytest.mark.parametrize("version", ["1.18.2", "1.18.3-1", "1.19.0"])
+def test_an_image_toolkit_at_or_above_the_pin_is_adopted_never_downgraded(tmp_path: Path, version: str) -> None:
+    """Issue 24: a pin older than the image's toolkit was a downgrade apt refuses; now it is adopted."""
+    cluster = load_spec(_aws(tmp_path, overlay=OVERLAY.read_text().replace('version: "1.18.1"', 'version: "1.18.2"')))
+    assert cluster.bom.container_toolkit.version == "1.18.2"
+    problems, warnings = images.image_findings(cluster, {DLAMI: _with_toolkit(version)})
+    assert problems == [] and not any("container-toolkit" in w for w in warnings), (problems, warnings)
+
+
+def test_adopt_or_replace_says_it_upgrades_an_older_image_toolkit(tmp_path: Path) -> None:
+    overlay = OVERLAY.read_text().replace('version: "1.18.1"', 'version: "1.18.2"')
+    cluster = load_spec(_aws(tmp_path, preinstalled="adopt_or_replace", overlay=overlay))
+    problems, warnings = images.image_findings(cluster, load_images())
+    assert problems == []
+    assert any(f"converge upgrades image {DLAMI}'s container-toolkit 1.18.1 to 1.18.2 on every node "
+               "(preinstalled: adopt_or_replace)" in w for w in warnings), warnings
+
+
+@pytest.mark.parametrize("policy", ["adopt_or_fail", "adopt_or_replace"])
+@pytest.mark.parametrize("version", ["1.18.1", "1.18.2", "1.18.3", "1.18.2~rc.1"])
+def test_validate_and_the_role_take_one_toolkit_decision(tmp_path: Path, policy: str, version: str) -> None:
+    """What validate decides on the manifest's version is what the role decides on dpkg's line for it."""
+    overlay = OVERLAY.read_text().replace('version: "1.18.1"', 'version: "1.18.2"')
+    cluster = load_spec(_aws(tmp_path, preinstalled=policy, overlay=overlay))
+    found, _ = images.decisions(cluster, {DLAMI: _with_toolkit(version)})
+    spec = next(d for d in found if d.component == "container-toolkit")
+    role = os_packages.preinstalled_plan({"toolkit_packages": f"nvidia-container-toolkit\tii \t{version}\n"},
+                                         {"container-toolkit": "1.18.2"}, policy)["container-toolkit"]
+    assert (spec.action, spec.message) == (role["action"], role["message"].replace("nvidia-container-toolkit ", ""))
 
 
 # --- containerd: the image's own, against the bill of materials' floor ---------------------------
