@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The two lab tiers of `make test` side by side: `make integration` (one lab after another, much
 # of its time spent waiting on Ceph, bounded measurements and SSH round trips) beside `make twins`
-# (TWIN_WORKERS twins at once). Each labs' names and networks are its own (the stack files), so
+# (TWIN_WORKERS twins at once). Each lab's name and networks are its own (its stack file), so
 # they share nothing but the host's rootfs and package caches, which take concurrent builds.
 #
 # Each tier's lines are printed as they come, prefixed with its name, and kept whole in
@@ -9,12 +9,12 @@
 # run to their end, so one red tier still shows what the other says. Ctrl-C (or SIGTERM) is passed
 # on to both as SIGINT, which pytest turns into its fixtures' teardown: their labs come down.
 #
-# Usage: scripts/run-lab-tiers.sh MAKE [TIER...]   (default tiers: integration twins)
+# Usage: scripts/run-lab-tiers.sh MAKE TIER...   (the Makefile's lab-tiers names the tiers)
 set -u
-make_cmd=${1:?usage: run-lab-tiers.sh MAKE [TIER...]}
+[ $# -ge 2 ] || { echo "usage: run-lab-tiers.sh MAKE TIER..." >&2; exit 2; }
+make_cmd=$1
 shift
 tiers=("$@")
-[ ${#tiers[@]} -gt 0 ] || tiers=(integration twins)
 mkdir -p runs
 # Job control: each tier in a process group of its own, so a signal reaches all it started and
 # a background job does not start with SIGINT ignored (as it would in a non-interactive shell).

@@ -16,13 +16,13 @@ pytestmark = pytest.mark.process
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "run-lab-tiers.sh"
 
-# A stand-in for make: `fake-make --no-print-directory TIER`. Each tier says two lines; "bad" exits 3
+# A stand-in for make: `fake-make --no-print-directory TIER`. Each tier says two lines; "bad<N>" exits N
 # after them; "slow" says its first line, then waits, noting a SIGINT in marks/<tier> and exiting 130.
 FAKE_MAKE = r"""#!/usr/bin/env bash
 tier=$2
 echo "$tier: first"
 case $tier in
-  bad) echo "$tier: last"; exit 3 ;;
+  bad*) echo "$tier: last"; exit "${tier#bad}" ;;
   slow*) trap 'echo interrupted > "marks/$tier"; exit 130' INT
          for _ in $(seq 200); do sleep 0.1; done
          echo "$tier: last"; exit 0 ;;
@@ -55,18 +55,20 @@ def test_both_tiers_pass_each_line_prefixed_and_each_log_whole(tmp_path: Path) -
 
 
 def test_a_failing_tier_fails_the_run_and_the_other_still_runs_to_its_end(tmp_path: Path) -> None:
-    res = _run(tmp_path, "bad", "late")
+    res = _run(tmp_path, "bad3", "late")
     assert res.returncode == 3, res.stdout + res.stderr
     assert "[late] late: last" in res.stdout and "lab tiers: late exited 0" in res.stdout
-    assert "lab tiers: bad exited 3" in res.stdout
+    assert "lab tiers: bad3 exited 3" in res.stdout
 
 
 def test_the_first_tiers_failure_is_the_status_when_both_fail(tmp_path: Path) -> None:
-    make = _fake_make(tmp_path)
-    make.write_text(FAKE_MAKE.replace('bad) echo "$tier: last"; exit 3', 'bad*) echo "$tier: last"; exit ${tier#bad}'))
-    res = subprocess.run(["bash", str(SCRIPT), str(make), "bad5", "bad7"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60)
+    res = _run(tmp_path, "bad5", "bad7")
     assert res.returncode == 5, res.stdout + res.stderr
+
+
+def test_no_tier_named_is_a_usage_error(tmp_path: Path) -> None:
+    res = _run(tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == "usage: run-lab-tiers.sh MAKE TIER..."
 
 
 def test_ctrl_c_reaches_both_tiers_and_nothing_is_left_running(tmp_path: Path) -> None:
