@@ -45,6 +45,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -55,7 +56,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from gpucluster import hostkeys, mitogen, paths, runs, sockets
+from gpucluster import hostkeys, jinja_cache, mitogen, paths, runs, sockets
 from gpucluster.errors import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, InputError
 from gpucluster.inventory_model import Inventory, read_inventory
 from gpucluster.spec.contract import OVERRIDE_VARS, refuse_extra_vars
@@ -76,6 +77,8 @@ NO_LOG_HINT = f"output hidden by no_log; rerun with --debug-no-log ({DEBUG_NO_LO
 CANCEL_POLL_S = 0.5
 # The extra vars, for ansible-playbook's -e @FILE, while the run lasts (removed at its end).
 EXTRA_VARS_FILE = "extra-vars.yml"
+# The run's compiled templates, shared by Ansible's workers (gpucluster/jinja_cache.py); removed at the end.
+JINJA_CACHE_DIR = "jinja"
 
 # What ansible-playbook keeps of the controller's environment: what finds programs and the
 # user's files, the locale, the SSH agent, and Ansible's and gpucluster's own settings. Anything
@@ -621,6 +624,18 @@ def redact_command_artifact(path: Path) -> None:
             runs.write_private(path, json.dumps(record) + "\n")
 
 
+def jinja_template_cache(run_dir: Path) -> Path | None:
+    """The run's folder for compiled templates (this user's own, 0700), unless
+    ``GPUCLUSTER_JINJA_CACHE=0`` or the folder cannot be made private: a speed-up only, so the
+    run goes on without it."""
+    if not jinja_cache.wanted(os.environ):
+        return None
+    try:
+        return sockets.make_private(run_dir / JINJA_CACHE_DIR)
+    except (InputError, OSError):
+        return None
+
+
 def write_extra_vars(run_dir: Path, extravars: Mapping[str, Any]) -> Path:
     """The extra vars as a 0600 YAML file in the run folder, for ``-e @FILE``: their values
     never reach a command line (the process list, runner's command artifact)."""
@@ -663,6 +678,7 @@ def converge(options: ConvergeOptions, *, progress_out: TextIO,
         finally:
             for problem in sockets.release(run_dir / "ssh"):
                 progress_out.write(f"warning: {problem}\n")
+            shutil.rmtree(run_dir / JINJA_CACHE_DIR, ignore_errors=True)
         tighten_fetched_secrets(fetched, missing)
         return result
 
@@ -685,6 +701,8 @@ def _converge(options: ConvergeOptions, progress_out: TextIO, runner: Callable[.
                RUN_TAG: run_tag.split("=", 1)[1], "ANSIBLE_SSH_CONTROL_PATH_DIR": str(control),
                # The rolling upgrade's verify gate runs under this converge's lock.
                **runs.held_env(lock)}
+    if (cache := jinja_template_cache(run_dir)) is not None:
+        envvars[jinja_cache.DIR_ENV] = str(cache)
     if policy.checked:
         envvars["ANSIBLE_HOST_KEY_CHECKING"] = "True"
         envvars["ANSIBLE_SSH_ARGS"] = ansible_ssh_args(policy)

@@ -6,14 +6,13 @@ would restart nothing but report a change at every converge)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.unit.loading import run_local_play
 
 # Starts processes (subprocess): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
 pytestmark = pytest.mark.process
@@ -52,11 +51,7 @@ def test_the_dropin_list_holds_what_the_template_action_writes(tmp_path: Path) -
         ],
     }]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="default")
-    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                          "-e", json.dumps({"ansible_python_interpreter": sys.executable}), str(tmp_path / "play.yml")],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, check=False, timeout=300)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    run_local_play(tmp_path / "play.yml", tmp_path)
     got = json.loads((tmp_path / "out.json").read_text())
     assert got["directories"] == [
         {"path": "/etc/systemd/system/ceph-osd@0.service.d", "owner": "root", "group": "root", "mode": "0755"},

@@ -204,7 +204,7 @@ def assert_golden(path: Path, text: str) -> None:
 
 
 
-_TEMPLATE_LOOKUP = re.compile(r"lookup\('ansible\.builtin\.template', '([^']+)'")
+_TEMPLATE_LOOKUP = re.compile(r"lookup\('gpucluster\.cluster\.template', '([^']+)'")
 
 
 def file_entries(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:

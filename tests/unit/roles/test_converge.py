@@ -831,22 +831,35 @@ def test_ansible_cfg_names_no_shared_control_folder() -> None:
     assert folder.startswith("~/"), f"control_path_dir {folder}: another local user can make a folder outside home"
 
 
-class ControlWatcher(FakeRunner):
-    """Records, while 'ansible-playbook' runs, the control folder Ansible is pointed at."""
+class FolderWatcher(FakeRunner):
+    """Records, while 'ansible-playbook' runs, the folder an environment variable points it at
+    (``seen``: the folder, whether it is one, its mode and owner; None when the variable is unset)."""
+
+    variable = "ANSIBLE_SSH_CONTROL_PATH_DIR"
 
     def __call__(self, **kwargs: Any) -> SimpleNamespace:
-        folder = Path(kwargs["envvars"]["ANSIBLE_SSH_CONTROL_PATH_DIR"])
-        st = folder.lstat()
-        self.seen = (folder, stat.S_ISDIR(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid)
+        value = kwargs["envvars"].get(self.variable)
+        self.seen = None
+        if value is not None:
+            st = Path(value).lstat()
+            self.seen = (Path(value), stat.S_ISDIR(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid)
         return super().__call__(**kwargs)
+
+
+ControlWatcher = FolderWatcher
+
+
+def _watched(watcher: type[FolderWatcher], inventory_file: Path, runs_dir: Path) -> tuple[Any, ConvergeResult]:
+    """A converge whose 'ansible-playbook' records its folder: what it saw, and the result."""
+    runner = watcher([_event(1, "playbook_on_stats", "PLAY RECAP", **STATS)], 0, "successful")
+    result = converge(ConvergeOptions(inventory=inventory_file, runs_dir=runs_dir), progress_out=io.StringIO(),
+                      runner=runner)
+    return runner.seen, result
 
 
 def test_ansible_uses_a_private_control_folder_of_the_run_removed_at_its_end(
         tmp_path: Path, inventory_file: Path) -> None:
-    runner = ControlWatcher([_event(1, "playbook_on_stats", "PLAY RECAP", **STATS)], 0, "successful")
-    result = converge(ConvergeOptions(inventory=inventory_file, runs_dir=tmp_path / "runs"),
-                      progress_out=io.StringIO(), runner=runner)
-    folder, is_dir, mode, uid = runner.seen
+    (folder, is_dir, mode, uid), result = _watched(ControlWatcher, inventory_file, tmp_path / "runs")
     assert is_dir and mode == 0o700 and uid == os.geteuid()
     assert folder == result.run_dir / "ssh" / "cm" or not str(folder).startswith(str(REPO))
     assert not folder.exists(), "the control folder outlived the run"
@@ -854,10 +867,28 @@ def test_ansible_uses_a_private_control_folder_of_the_run_removed_at_its_end(
 
 def test_a_deep_run_folder_puts_the_sockets_in_an_unpredictable_private_folder(
         tmp_path: Path, inventory_file: Path, shared_tmp: Path) -> None:
-    runner = ControlWatcher([_event(1, "playbook_on_stats", "PLAY RECAP", **STATS)], 0, "successful")
-    result = converge(ConvergeOptions(inventory=inventory_file, runs_dir=tmp_path / ("r" * 100)),
-                      progress_out=io.StringIO(), runner=runner)
-    folder, is_dir, mode, uid = runner.seen
+    (folder, is_dir, mode, uid), result = _watched(ControlWatcher, inventory_file, tmp_path / ("r" * 100))
     assert folder.parent == shared_tmp and folder.name.startswith("gpucluster-ssh-") and len(folder.name) > 20
     assert is_dir and mode == 0o700 and uid == os.geteuid()
     assert not folder.exists() and not (result.run_dir / "ssh" / "control-dir").exists()
+
+
+# --- Compiled templates: a private folder of the run's own, shared by its workers ----------------
+
+
+class JinjaCacheWatcher(FolderWatcher):
+    variable = "GPUCLUSTER_JINJA_CACHE_DIR"
+
+
+def test_the_workers_share_a_private_template_folder_of_the_run_removed_at_its_end(
+        tmp_path: Path, inventory_file: Path) -> None:
+    (folder, is_dir, mode, uid), result = _watched(JinjaCacheWatcher, inventory_file, tmp_path / "runs")
+    assert folder == result.run_dir / "jinja" and is_dir and mode == 0o700 and uid == os.geteuid()
+    assert not folder.exists(), "the compiled templates outlived the run"
+
+
+def test_gpucluster_jinja_cache_0_runs_without_the_template_folder(
+        tmp_path: Path, inventory_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUCLUSTER_JINJA_CACHE", "0")
+    seen, result = _watched(JinjaCacheWatcher, inventory_file, tmp_path / "runs")
+    assert seen is None and not (result.run_dir / "jinja").exists()
