@@ -584,6 +584,8 @@ def env_kept(name: str) -> bool:
     """Whether ansible-playbook inherits the controller's variable ``name`` (:data:`ENV_KEPT`)."""
     if name not in ENV_KEPT and not name.startswith(ENV_KEPT_PREFIXES):
         return False
+    if name == jinja_cache.DIR_ENV:
+        return False  # only this run's own folder (jinja_template_cache), never one inherited
     return name in ENV_KEPT or name.endswith("_FILE") or not _SECRET_NAME.search(name)
 
 

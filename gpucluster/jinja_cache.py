@@ -15,17 +15,21 @@ text. The key is a digest of everything the compiled code depends on besides the
 - the environment's syntax and whitespace settings, its class, its code generator's class, its
   extensions, whether it is async, sandboxed or has a finalizer;
 - how this compile lexes a string with a backslash (Ansible escapes backslashes when it compiles a
-  task's template, not when Jinja compiles an include at run time), and the collection a short
-  filter name resolves in;
+  task's template, not when Jinja compiles an include at run time), the collection a short name
+  resolves in, and Ansible's ALLOW_EMBEDDED_TEMPLATES;
 - the template's name and file name and the ``defer_init`` flag;
 - Python's, Jinja's and Ansible's versions.
 
-What a template compiles to also depends on the filters and tests it calls (how each takes its
-context, and a constant argument folded at compile time), which can change when a plugin file
-does. So the folder lives for one run only: ``gpucluster converge`` makes it in the run folder
-(this user's own, 0700, checked again here) and removes it at the end. A text that fails to
-compile is never stored; any trouble reading or writing the folder falls back to compiling.
-``GPUCLUSTER_JINJA_CACHE=0`` turns it off (the benchmark measures what it buys).
+What a template compiles to also depends on the filters and tests it calls (whether each exists,
+and how it takes its context) and on Ansible's ALLOW_EMBEDDED_TEMPLATES (in the key); the plugins
+are the same for the whole of one run (the roles bring no filter or test of their own), and can
+change between runs when a plugin file does. So the folder lives for one run only: ``gpucluster
+converge`` makes it in the run folder (this user's own, 0700, checked again here) and removes it
+at the end. A text that fails to compile is never stored; any trouble reading or writing the
+folder falls back to compiling.
+``GPUCLUSTER_JINJA_CACHE=0`` turns it off (the benchmark measures what it buys). The entries hold the
+templates' text, a secret in a templated string included, like the run's extra-vars file beside
+them: private to this user, and removed with the folder when the run ends.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import hashlib
 import marshal
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import CodeType
@@ -76,9 +81,19 @@ def _versions() -> str:
 _VERSIONS = ""
 
 
-# Lexed in each compile's own setting: Ansible escapes backslashes in an expression's strings when it
-# compiles a task's template, not when Jinja compiles an include at run time, and the tokens show it.
-_PROBE = '{{ "\\n" }}'
+# Lexed in each compile's own setting, between the environment's own expression delimiters: Ansible
+# escapes backslashes in an expression's strings when it compiles a task's template, not when Jinja
+# compiles an include at run time or the template lookup renders a file, and the tokens show which.
+_PROBE = ' "\\n" '
+
+
+def _embedded_templates() -> Any:
+    """Ansible's ALLOW_EMBEDDED_TEMPLATES (its code generator reads it), None without Ansible."""
+    try:
+        from ansible import constants  # type: ignore[import-untyped]
+        return constants.config.get_config_value("ALLOW_EMBEDDED_TEMPLATES")
+    except Exception:  # no Ansible, or a version without the setting
+        return None
 
 
 def _compile_state(env: Any) -> tuple[Any, ...]:
@@ -89,7 +104,8 @@ def _compile_state(env: Any) -> tuple[Any, ...]:
         collection = AnsibleCollectionConfig.default_collection
     except ImportError:
         collection = None
-    return (tuple(env.lex(_PROBE)), collection)
+    probe = f"{env.variable_start_string}{_PROBE}{env.variable_end_string}"
+    return (tuple(env.lex(probe)), collection, _embedded_templates())
 
 
 def _signature(env: Any) -> str:
@@ -119,13 +135,17 @@ def _load(path: Path) -> CodeType | None:
 
 
 def _store(path: Path, code: CodeType) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        tmp.write_bytes(marshal.dumps(code))
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError:
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(marshal.dumps(code))
         os.replace(tmp, path)
     except (OSError, ValueError):
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            os.unlink(tmp)
 
 
 @contextlib.contextmanager
@@ -171,7 +191,13 @@ def install(folder: str | os.PathLike[str]) -> bool:
             return original_compile(self, source, name, filename, raw, defer_init)
         code = memory.get(entry) or _load(path / entry)
         if code is None:
-            code = original_compile(self, source, name, filename, raw, defer_init)
+            # A compile nested in this one (a filter plugin loaded while generating the code) is keyed
+            # by its own text, never by this expression's.
+            token = _expression.set(None)
+            try:
+                code = original_compile(self, source, name, filename, raw, defer_init)
+            finally:
+                _expression.reset(token)
             _store(path / entry, code)
         memory[entry] = code
         return code

@@ -110,6 +110,55 @@ def test_ansibles_backslash_escaping_is_stored_apart(folder: Path) -> None:
     assert len(list(folder.iterdir())) == 2
 
 
+def test_the_escaping_is_told_apart_under_other_delimiters_too(folder: Path) -> None:
+    """The escaping probe is lexed between the environment's own delimiters (a template's overrides
+    or its #jinja2: header can change them)."""
+    text = trust_as_template('<< "a\\nb" >>')
+    overrides = {"variable_start_string": "<<", "variable_end_string": ">>"}
+    templar = Templar(loader=DataLoader(), variables={})
+
+    def both() -> list[object]:
+        return [templar.template(text, overrides=overrides),
+                templar.template(text, overrides=overrides, escape_backslashes=False)]
+
+    plain = both()
+    assert plain[0] != plain[1]
+    assert jinja_cache.install(folder)
+    for _ in range(2):
+        assert both() == plain
+        _as_another_worker()
+
+
+def test_a_nested_compile_inside_an_expression_is_keyed_by_its_own_text(folder: Path) -> None:
+    """A tree compiled while an expression's code is being generated (here: in an environment of other
+    settings) is never stored under that expression's text."""
+    from jinja2 import nodes
+
+    def nested(value: object) -> object:
+        return value
+
+    outer, other = jinja2.Environment(), jinja2.Environment(trim_blocks=True)
+    outer.filters["nested"] = other.filters["nested"] = nested
+    assert jinja_cache.install(folder)
+    generate = jinja2.Environment._generate
+    calls: list[bool] = []
+
+    def generate_with_nested(self: jinja2.Environment, source: object, *args: object, **kwargs: object) -> str:
+        if self is outer and not calls:
+            calls.append(True)
+            tree = nodes.Template([nodes.Output([nodes.TemplateData("inner")])])
+            assert other.from_string(tree).render() == "inner"
+        return generate(self, source, *args, **kwargs)  # type: ignore[arg-type]
+
+    jinja2.Environment._generate = generate_with_nested  # type: ignore[method-assign]
+    try:
+        assert outer.compile_expression("1 | nested")() == 1 and calls
+    finally:
+        jinja2.Environment._generate = generate  # type: ignore[method-assign]
+    _as_another_worker()
+    assert other.compile_expression("1 | nested")() == 1
+
+
 def test_a_template_that_does_not_compile_fails_as_before_and_is_not_stored(folder: Path) -> None:
     assert jinja_cache.install(folder)
     with pytest.raises(jinja2.TemplateSyntaxError):

@@ -9,7 +9,6 @@ gpucluster.spec.facts (the fabric types, the MTU range), whose package loads its
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -108,51 +107,3 @@ def test_a_value_the_models_refuse_fails_the_filter_with_a_line_per_field() -> N
     message = str(err.value)
     assert message.startswith("fabric.") and "fabric.mtu" in message and "fabric.fabric_cidr" in message
     assert "errors.pydantic.dev" not in message and "input_value" not in message
-
-
-_MODULES_CALLBACK = '''
-import json, os, sys
-from ansible.plugins.callback import CallbackBase
-
-
-class CallbackModule(CallbackBase):
-    CALLBACK_VERSION = 2.0
-    CALLBACK_TYPE = "aggregate"
-    CALLBACK_NAME = "modules"
-    CALLBACK_NEEDS_ENABLED = True
-
-    def v2_playbook_on_play_start(self, play):
-        with open(os.environ["MODULES_FILE"], "w") as f:
-            json.dump(sorted(sys.modules), f)
-'''
-# What a worker would otherwise load for itself, one module per kind of plugin the vars plugin loads
-# (Ansible names a builtin filter or test file's module with a suffix of its own: a prefix here).
-PRELOADED = ("ansible.plugins.filter.core_", "ansible.plugins.test.core_",
-             "ansible_collections.ansible.builtin.plugins.action.normal",
-             "ansible_collections.gpucluster.cluster.plugins.filter.render",
-             "ansible_collections.gpucluster.cluster.plugins.lookup.template",
-             "ansible_collections.gpucluster.cluster.plugins.action.files")
-
-
-def test_the_models_vars_plugin_loads_the_workers_plugins_before_the_first_task(tmp_path: Path) -> None:
-    """Ansible's main process, with the vars plugin enabled as ansible.cfg enables it, holds the plugins
-    every worker needs (the filter and test files, the roles' lookup, their actions)
-    when the play starts, before it forks a worker; without the plugin it does not. (Ansible runs the
-    vars plugins for an inventory file, as `gpucluster converge` passes, not for a host list.)"""
-    (tmp_path / "callback").mkdir()
-    (tmp_path / "inventory.yml").write_text("all:\n  hosts:\n    localhost:\n      ansible_connection: local\n")
-    (tmp_path / "callback" / "modules.py").write_text(_MODULES_CALLBACK)
-    (tmp_path / "play.yml").write_text("- hosts: localhost\n  gather_facts: false\n  tasks: []\n")
-    seen = {}
-    for label, enabled in (("on", "host_group_vars,gpucluster.cluster.models"), ("off", "host_group_vars")):
-        out = tmp_path / f"modules-{label}.json"
-        env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-                   ANSIBLE_CALLBACK_PLUGINS=str(tmp_path / "callback"), ANSIBLE_CALLBACKS_ENABLED="modules",
-                   ANSIBLE_VARS_ENABLED=enabled, MODULES_FILE=str(out))
-        playbook = str(Path(sys.executable).parent / "ansible-playbook")
-        res = subprocess.run([playbook, "-i", str(tmp_path / "inventory.yml"), str(tmp_path / "play.yml")],
-                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
-        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-        modules = json.loads(out.read_text())
-        seen[label] = {p for p in PRELOADED if any(m.startswith(p) for m in modules)}
-    assert seen == {"on": set(PRELOADED), "off": set()}

@@ -39,6 +39,7 @@ TEMPLATES = {
         "end\n\n"),
     "part.j2": "part of {{ cluster }}   \n",
     "strip.j2": "{% if true %}\n  kept\n{% endif %}\nlast",
+    "append.j2": "{% set _ = rails.append({'name': 'extra'}) %}{{ rails | length }}",
 }
 VARS = {
     "cluster": "lab",
@@ -84,20 +85,22 @@ def test_the_lookup_renders_what_the_builtin_renders(tmp_path: Path) -> None:
 
 def test_the_callers_variables_stay_as_they_were(tmp_path: Path) -> None:
     """The builtin adds template_path, item from template_vars and the like to its copy: none of them
-    reaches the task's own variables, and a variable the template reads keeps its value."""
+    reaches the task's own variables, and a variable the template reads, or appends to, keeps its value."""
     tasks = [
         {"ansible.builtin.set_fact": {
             "first": "{{ lookup('gpucluster.cluster.template', 'main.j2',"
-                     " template_vars={'item': 'x', 'cluster': 'other'}) }}"}},
+                     " template_vars={'item': 'x', 'cluster': 'other'}) }}",
+            "appended": "{{ lookup('gpucluster.cluster.template', 'append.j2') }}"}},
         {"ansible.builtin.copy": {"dest": str(tmp_path / "out.json"), "content": "{{ state | to_json }}"},
          "vars": {"state": {"template_path": "{{ template_path | default('unset') }}",
                             "item": "{{ item | default('unset') }}",
                             "cluster": "{{ cluster }}", "rails": "{{ rails }}",
-                            "part_of_other": "{{ 'part of other' in first }}"}}},
+                            "part_of_other": "{{ 'part of other' in first }}", "appended": "{{ appended }}"}}},
     ]
     out = _run(tmp_path, tasks)
+    # The template appended to its own copy of rails (3 there), the task's rails still has 2.
     assert out == {"template_path": "unset", "item": "unset", "cluster": "lab", "rails": VARS["rails"],
-                   "part_of_other": True}
+                   "part_of_other": True, "appended": 3}
 
 
 def test_a_deep_copy_of_the_handed_variables_is_a_new_dict_with_the_same_values() -> None:

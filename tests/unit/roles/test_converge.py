@@ -887,6 +887,14 @@ def test_the_workers_share_a_private_template_folder_of_the_run_removed_at_its_e
     assert not folder.exists(), "the compiled templates outlived the run"
 
 
+def test_a_template_folder_named_in_the_controllers_environment_never_reaches_ansible() -> None:
+    """Only the run's own folder: one exported in the shell (an old run's, another user's) is dropped."""
+    inherited = {"GPUCLUSTER_JINJA_CACHE_DIR": "/tmp/elsewhere", "GPUCLUSTER_FILES_FAST_PATH": "0"}
+    assert converge_module.ansible_env(dict(inherited), inherited) == {"GPUCLUSTER_FILES_FAST_PATH": "0"}
+    ours = {**inherited, "GPUCLUSTER_JINJA_CACHE_DIR": "/runs/x/jinja"}
+    assert converge_module.ansible_env(ours, inherited)["GPUCLUSTER_JINJA_CACHE_DIR"] == "/runs/x/jinja"
+
+
 def test_gpucluster_jinja_cache_0_runs_without_the_template_folder(
         tmp_path: Path, inventory_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUCLUSTER_JINJA_CACHE", "0")

@@ -6,9 +6,10 @@ and the like) without touching the caller's. The roles render 26 files per node 
 every converge; the copies came to about 7 % of a no-op converge's controller CPU on the README
 lab (docs/roles.md, "Converge speed"). Here the builtin lookup runs unchanged, with the
 variables handed over as a mapping whose deep copy is a new top-level dict holding the same
-values: the builtin adds its keys to that dict, and the caller's stays as it was. A template
-cannot change a value it reads (Jinja's sandbox refuses a mutating call; Ansible hands a
-template lazy copies of containers), so nothing else needed the copy.
+values: the builtin adds its keys to that dict, and the caller's stays as it was. A list or a
+dict the template reads reaches it as a copy of its own (Ansible hands templates lazy copies of
+containers), so a template that appends to one changes only its copy; the roles' templates only
+read (tests/unit/plugins/test_template_lookup.py checks both).
 
 Its options, its search path and its output are the builtin's (``ansible-doc -t lookup
 ansible.builtin.template``), byte for byte: tests/unit/plugins/test_template_lookup.py renders

@@ -8,8 +8,7 @@ the enabled vars plugins in its main process when it reads the inventory, before
 worker: the models imported here are in every worker's ``sys.modules`` from the start.
 Enabled in ansible.cfg (``vars_plugins_enabled``); it runs at the inventory stage only, once.
 Where ``gpucluster converge`` names a folder for the run's compiled templates
-(``GPUCLUSTER_JINJA_CACHE_DIR``), it installs that cache here too (gpucluster/jinja_cache.py), and
-it loads the plugins nearly every worker would otherwise load for itself (below).
+(``GPUCLUSTER_JINJA_CACHE_DIR``), it installs that cache here too (gpucluster/jinja_cache.py).
 It then freezes the main process's objects (``gc.freeze()``): without it, a worker's full garbage
 collection walks, and copies the pages of, every object the main process imported, the models too.
 """
@@ -42,42 +41,6 @@ if os.environ.get("GPUCLUSTER_JINJA_CACHE_DIR"):
         if not jinja_cache.install(os.environ["GPUCLUSTER_JINJA_CACHE_DIR"]):
             Display().warning(f"{os.environ['GPUCLUSTER_JINJA_CACHE_DIR']}: not this user's own 0700 folder; "
                               "templates are compiled without the run's cache")
-
-# The plugins nearly every worker loads for itself otherwise (about 7 ms of a worker's CPU each, a
-# tenth of the workers' CPU on a no-op converge): the filter and test files (a filter name loads every
-# builtin filter file, a gpucluster.cluster.* one every file of the collection's filter folder), the
-# roles' lookup, the actions of the roles' tasks (the main process loads the SSH connection and its
-# shell itself). Loaded here, in the main process, the loaders' caches hold them when each worker
-# forks. A speed-up only: a name that does not load here is loaded, or fails with Ansible's own
-# error, in the worker that needs it.
-_PRELOAD = {
-    "filter": ("to_json", "gpucluster.cluster.nccl_settings"),
-    "test": ("match",),
-    "lookup": ("gpucluster.cluster.template",),
-    "action": ("gpucluster.cluster.files", "gpucluster.cluster.apt", "gpucluster.cluster.service",
-               "ansible.builtin.normal", "ansible.builtin.command", "ansible.builtin.shell", "ansible.builtin.raw",
-               "ansible.builtin.assert", "ansible.builtin.debug", "ansible.builtin.set_fact",
-               "ansible.builtin.validate_argument_spec", "ansible.builtin.copy"),
-}
-
-
-def _preload_plugins() -> None:
-    from ansible.plugins import loader
-
-    loaders = {"filter": loader.filter_loader, "test": loader.test_loader, "lookup": loader.lookup_loader,
-               "action": loader.action_loader}
-    for kind, names in _PRELOAD.items():
-        for name in names:
-            try:
-                if kind in ("filter", "test"):
-                    loaders[kind].get(name)
-                else:
-                    loaders[kind].get(name, class_only=True)
-            except Exception:  # a speed-up only (above)
-                continue
-
-
-_preload_plugins()
 
 # What the main process holds now (Ansible's modules, the models) lives for the whole run (its garbage
 # collected first, so none of it is kept): frozen, a
