@@ -10,26 +10,27 @@ on a no-op converge (docs/roles.md, "Converge speed").
 gpucluster.cluster.models, when ``gpucluster converge`` names a folder in
 ``GPUCLUSTER_JINJA_CACHE_DIR``), wraps Jinja's ``Environment.compile`` so that a compiled template
 is written once to that folder and read back (``marshal``) by every later compile of the same
-text. The key is a digest of everything the compiled code depends on besides the text:
+text. The key is a digest of the text and of what else the compiled code depends on, but for the
+filter and test plugins (below):
 
 - the environment's syntax and whitespace settings, its class, its code generator's class, its
   extensions, whether it is async, sandboxed or has a finalizer;
 - how this compile lexes a string with a backslash (Ansible escapes backslashes when it compiles a
-  task's template, not when Jinja compiles an include at run time), the collection a short name
-  resolves in, and Ansible's ALLOW_EMBEDDED_TEMPLATES;
+  task's template, not when Jinja compiles an include at run time), and the collection a short
+  name resolves in;
 - the template's name and file name and the ``defer_init`` flag;
-- Python's, Jinja's and Ansible's versions.
+- Python's, Jinja's and Ansible's versions, and Ansible's ALLOW_EMBEDDED_TEMPLATES (read once, when
+  the cache is installed).
 
 What a template compiles to also depends on the filters and tests it calls (whether each exists,
-and how it takes its context) and on Ansible's ALLOW_EMBEDDED_TEMPLATES (in the key); the plugins
-are the same for the whole of one run (the roles bring no filter or test of their own), and can
-change between runs when a plugin file does. So the folder lives for one run only: ``gpucluster
-converge`` makes it in the run folder (this user's own, 0700, checked again here) and removes it
-at the end. A text that fails to compile is never stored; any trouble reading or writing the
-folder falls back to compiling.
-``GPUCLUSTER_JINJA_CACHE=0`` turns it off (the benchmark measures what it buys). The entries hold the
-templates' text, a secret in a templated string included, like the run's extra-vars file beside
-them: private to this user, and removed with the folder when the run ends.
+and how it takes its context); the plugins are the same for the whole of one run (the roles bring
+no filter or test of their own), and can change between runs when a plugin file does. So the
+folder lives for one run only: ``gpucluster converge`` makes it in the run folder (this user's own,
+0700, checked again here) and removes it at the end. A text that fails to compile is never stored;
+any trouble reading or writing the folder falls back to compiling. ``GPUCLUSTER_JINJA_CACHE=0``
+turns it off (the benchmark measures what it buys). The entries hold the templates' text, a secret
+in a templated string included, like the run's extra-vars file beside them: private to this user,
+and removed with the folder when the run ends.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import marshal
 import os
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import CodeType
 from typing import Any
@@ -63,19 +64,23 @@ _expression: contextvars.ContextVar[str | None] = contextvars.ContextVar("gpuclu
 _installed: dict[str, Any] = {}
 
 
-def wanted(environ: dict[str, str] | os._Environ[str]) -> bool:
+def wanted(environ: Mapping[str, str]) -> bool:
     """Whether ``gpucluster converge`` should give its run a cache (:data:`SWITCH_ENV`)."""
     return environ.get(SWITCH_ENV, "1").strip() != "0"
 
 
 def _versions() -> str:
+    """What is the same for every compile of the run: the versions and Ansible's
+    ALLOW_EMBEDDED_TEMPLATES (its code generator reads it)."""
     import jinja2
 
     try:
+        from ansible import constants  # type: ignore[import-untyped]
         from ansible.release import __version__ as ansible_version  # type: ignore[import-untyped]
-    except ImportError:
-        ansible_version = "none"
-    return f"{FORMAT}|{sys.version}|{jinja2.__version__}|{ansible_version}"
+        embedded = constants.config.get_config_value("ALLOW_EMBEDDED_TEMPLATES")
+    except Exception:  # no Ansible, or a version without the setting
+        ansible_version, embedded = "none", None
+    return f"{FORMAT}|{sys.version}|{jinja2.__version__}|{ansible_version}|{embedded!r}"
 
 
 _VERSIONS = ""
@@ -87,15 +92,6 @@ _VERSIONS = ""
 _PROBE = ' "\\n" '
 
 
-def _embedded_templates() -> Any:
-    """Ansible's ALLOW_EMBEDDED_TEMPLATES (its code generator reads it), None without Ansible."""
-    try:
-        from ansible import constants  # type: ignore[import-untyped]
-        return constants.config.get_config_value("ALLOW_EMBEDDED_TEMPLATES")
-    except Exception:  # no Ansible, or a version without the setting
-        return None
-
-
 def _compile_state(env: Any) -> tuple[Any, ...]:
     """What reaches the compiler besides the environment's settings: how this compile lexes a
     string with a backslash, and the collection a short filter name resolves in."""
@@ -105,7 +101,7 @@ def _compile_state(env: Any) -> tuple[Any, ...]:
     except ImportError:
         collection = None
     probe = f"{env.variable_start_string}{_PROBE}{env.variable_end_string}"
-    return (tuple(env.lex(probe)), collection, _embedded_templates())
+    return (tuple(env.lex(probe)), collection)
 
 
 def _signature(env: Any) -> str:
@@ -149,7 +145,9 @@ def _store(path: Path, code: CodeType) -> None:
 
 
 @contextlib.contextmanager
-def _compiling_expression(source: str) -> Iterator[None]:
+def _compiling_expression(source: str | None) -> Iterator[None]:
+    """``source``: the expression being compiled; None around a real compile, so that a compile
+    nested in it (a filter plugin loaded while generating the code) is keyed by its own text."""
     token = _expression.set(source)
     try:
         yield
@@ -191,13 +189,8 @@ def install(folder: str | os.PathLike[str]) -> bool:
             return original_compile(self, source, name, filename, raw, defer_init)
         code = memory.get(entry) or _load(path / entry)
         if code is None:
-            # A compile nested in this one (a filter plugin loaded while generating the code) is keyed
-            # by its own text, never by this expression's.
-            token = _expression.set(None)
-            try:
+            with _compiling_expression(None):
                 code = original_compile(self, source, name, filename, raw, defer_init)
-            finally:
-                _expression.reset(token)
             _store(path / entry, code)
         memory[entry] = code
         return code

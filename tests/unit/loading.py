@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,11 +23,12 @@ def load_file(path: Path, name: str) -> ModuleType:
     return module
 
 
-def run_local_play(play: Path, cwd: Path) -> None:
-    """Run ``play`` with the repository's ansible.cfg on localhost (local connection, this Python);
-    fails the test with the end of its output when it does not pass."""
+def run_local_play(play: Path, cwd: Path, extra_vars: dict[str, Any] | None = None) -> None:
+    """Run ``play`` with the repository's ansible.cfg on localhost (local connection, this Python,
+    ``extra_vars`` as -e); fails the test with the end of its output when it does not pass."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="default")
+    extra = json.dumps({**(extra_vars or {}), "ansible_python_interpreter": sys.executable})
     res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                          "-e", json.dumps({"ansible_python_interpreter": sys.executable}), str(play)],
+                          "-e", extra, str(play)],
                          capture_output=True, text=True, env=env, cwd=cwd, check=False, timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]

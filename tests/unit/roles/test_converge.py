@@ -835,7 +835,7 @@ class FolderWatcher(FakeRunner):
     """Records, while 'ansible-playbook' runs, the folder an environment variable points it at
     (``seen``: the folder, whether it is one, its mode and owner; None when the variable is unset)."""
 
-    variable = "ANSIBLE_SSH_CONTROL_PATH_DIR"
+    variable: str
 
     def __call__(self, **kwargs: Any) -> SimpleNamespace:
         value = kwargs["envvars"].get(self.variable)
@@ -846,7 +846,8 @@ class FolderWatcher(FakeRunner):
         return super().__call__(**kwargs)
 
 
-ControlWatcher = FolderWatcher
+class ControlWatcher(FolderWatcher):
+    variable = "ANSIBLE_SSH_CONTROL_PATH_DIR"
 
 
 def _watched(watcher: type[FolderWatcher], inventory_file: Path, runs_dir: Path) -> tuple[Any, ConvergeResult]:

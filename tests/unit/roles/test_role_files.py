@@ -4,10 +4,7 @@ which file, and the per-rail file list rendered by Ansible itself."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +13,7 @@ import yaml
 
 from gpucluster.outputs import OutputRail
 from gpucluster.render.rails import rail_settings
+from tests.unit.loading import run_local_play
 from tests.unit.roles.render import NATIVE, REPO, ROLES, file_entries, render_template
 
 # Starts processes (subprocess, fork): outside `make unit-fast`, the in-process tier (tests/unit/conftest.py).
@@ -104,13 +102,7 @@ def test_the_rail_file_list_is_rendered_by_ansible_as_the_template_renders_each_
         "tasks": [{"ansible.builtin.copy": {"content": "{{ __fabric_rails_files_wanted | to_json }}",
                                             "dest": str(tmp_path / "out.json")}}],
     }]))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="default")
-    extra = json.dumps({"gpucluster_rails": rails, "gpucluster_fabric": {"mtu": 9000},
-                        "ansible_python_interpreter": sys.executable})
-    res = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-                          "-e", extra, str(tmp_path / "play.yml")], capture_output=True, text=True, env=env,
-                         cwd=tmp_path, check=False)
-    assert res.returncode == 0, res.stdout[-2000:]
+    run_local_play(tmp_path / "play.yml", tmp_path, {"gpucluster_rails": rails, "gpucluster_fabric": {"mtu": 9000}})
     got = json.loads((tmp_path / "out.json").read_text())
     # networkd's drop-in is the networkd role's (roles/networkd), which the rails are handed to.
     assert [e["dest"] for e in got] == [
