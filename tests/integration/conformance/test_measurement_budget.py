@@ -1,12 +1,12 @@
 """A measurement whose budget ends is killed on every node, not only on its launcher.
 
-A lab of its own (`budget2`: two GPU-role nodes, 10.87.x, state under /tmp, never the shared
-`itest` lab): converged once, then an MPI all-reduce between the two is started with a budget
-far shorter than it needs (the fabric throttled so the ranks are mid-transfer when it ends).
-Afterwards no process of it may be left on either node, found both by its tag and by what it
-runs (orted, the node script). The throttle is removed and the lab brought down in `finally`.
-Run it under the lab lock: ``flock /tmp/gpucluster-lab.lock pytest tests/integration/conformance/
-test_measurement_budget.py``.
+On the shared `itest` lab (tests/integration/conftest.py; its first converge put MPI and the
+node script on every GPU node): an MPI all-reduce between two GPU nodes is started with a budget
+far shorter than it needs (the second node's rails throttled so the ranks are mid-transfer when it
+ends). Afterwards no process of it may be left on either node, found both by its tag and by what
+it runs (orted, the node script). The throttle is removed in `finally`, so the tests after it find
+the lab as it was. (It had a two-node lab of its own, converged from nothing: three minutes of the
+integration tier, the critical path of `make test`, for nothing the shared lab lacks.)
 """
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
 from gpucluster import hostkeys
 from gpucluster.conformance import allreduce_mpi
@@ -30,7 +29,6 @@ from gpucluster.lab.host import host_problem, os_release
 from gpucluster.paths import resolve
 
 REPO = Path(__file__).resolve().parents[3]
-STATE_DIR = Path(os.environ.get("GPUCLUSTER_ITEST_BUDGET_STATE_DIR", "/tmp/gpucluster-itest-budget"))
 _why = host_problem(os.geteuid(), os_release())
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(_why is not None, reason=str(_why))]
 
@@ -41,25 +39,9 @@ def gc(*args: str, timeout: float = 2400) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    folder = tmp_path_factory.mktemp("budget")
-    stack = folder / "Pulumi.budget2.yaml"
-    stack.write_text(yaml.safe_dump({"config": {
-        "gpucluster:name": "budget2",
-        "gpucluster:target": {"kind": "lab", "boot_timeout_s": 300, "state_dir": str(STATE_DIR)},
-        "gpucluster:node_pools": [{"name": "gpu", "count": 2, "roles": ["gpu"], "profile": "cpu-lab"}],
-        "gpucluster:fabric": {"type": "ethernet", "mtu": 9000, "management_cidr": "10.87.0.0/24",
-                              "fabric_cidr": "10.87.1.0/24"},
-    }}))
-    try:
-        up = gc("lab", "up", "--stack", str(stack))
-        assert up.returncode == 0, up.stderr[-3000:]
-        conv = gc("converge", "--stack", str(stack), "--skip-tags", "ceph", "--json")
-        assert conv.returncode == 0, conv.stderr[-3000:]
-        yield stack
-    finally:
-        down = gc("lab", "down", "--stack", str(stack), timeout=900)
-        assert down.returncode == 0, down.stderr[-2000:]
+def lab(itest_lab: Any) -> Path:
+    """The shared lab's stack: its nodes are converged (MPI, the node script) once for the session."""
+    return itest_lab.stack
 
 
 def ssh(stack: Path, node: str, command: str) -> subprocess.CompletedProcess[str]:
@@ -80,8 +62,8 @@ def test_a_measurement_past_its_budget_leaves_nothing_on_any_node(lab: Path, tmp
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     inventory = resolve(lab).inventory_file
     inv = load_inventory(inventory)
-    nodes = [n for n in inv.nodes if "gpu" in n.groups]
-    assert len(nodes) == 2
+    nodes = [n for n in inv.nodes if "gpu" in n.groups][:2]
+    assert len(nodes) == 2, "the shared lab has two GPU nodes or more"
     run_id = "b0d9e7a1c2f3"
     monkeypatch.setenv(RUN_ID_ENV, run_id)
     cfg = write_ssh_config(tmp_path / "ssh" / "gw0" / "ssh_config", list(inv.nodes), shared=tmp_path / "ssh",
@@ -130,7 +112,7 @@ def test_an_orphan_of_a_measurement_is_killed_on_every_node_and_nothing_else(lab
     from gpucluster.conformance.remote import SshRemote, TaggedRemote, kill_measurement, new_measurement_tag
 
     inv = load_inventory(resolve(lab).inventory_file)
-    nodes = [n for n in inv.nodes if "gpu" in n.groups]
+    nodes = [n for n in inv.nodes if "gpu" in n.groups][:2]
     run_id = "c1d2e3f4a5b6"
     monkeypatch.setenv(RUN_ID_ENV, run_id)
     cfg = write_ssh_config(tmp_path / "ssh" / "gw0" / "ssh_config", list(inv.nodes), shared=tmp_path / "ssh",
