@@ -152,10 +152,11 @@ def deadline_s(settings: MpiSettings) -> float:
 
 
 def mpirun_argv(launch_ips: list[str], fabric_cidr: str, settings: MpiSettings,
-                data_cidrs: str | None = None) -> list[str]:
+                data_ports: str | None = None) -> list[str]:
     """mpirun's command line. Open MPI's own traffic (``oob``) goes over ``fabric_cidr``; the
-    measured data (the TCP ``btl``) over ``data_cidrs`` where given (the compute rails' subnets,
-    comma-separated, as btl_tcp_if_include takes a list), else over the fabric too."""
+    measured data (the TCP ``btl``) over ``data_ports`` where given (the compute rails' subnets,
+    or the ports by name, comma-separated, as btl_tcp_if_include takes a list), else over the
+    fabric too."""
     hosts = ",".join(f"{ip}:1" for ip in launch_ips)
     rsh = rsh_args(settings.ssh_key)
     return [
@@ -164,7 +165,7 @@ def mpirun_argv(launch_ips: list[str], fabric_cidr: str, settings: MpiSettings,
         # daemons start daemons, and they hold no key for that.
         "--mca", "plm_rsh_no_tree_spawn", "1",
         "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
-        "--mca", "btl_tcp_if_include", data_cidrs or fabric_cidr, "--mca", "oob_tcp_if_include", fabric_cidr,
+        "--mca", "btl_tcp_if_include", data_ports or fabric_cidr, "--mca", "oob_tcp_if_include", fabric_cidr,
         # A rank waiting for data yields its CPU instead of spinning: one rank per node never
         # looks oversubscribed to Open MPI, but where nodes share cores (the lab's containers,
         # VMs on a busy host) spinning ranks starve the ones with work. On the lab's 8 nodes
@@ -248,10 +249,10 @@ def ship_script(remotes: list[Remote], folder: str) -> list[str]:
 
 
 def run_allreduce(launcher: Remote, node_names: tuple[str, ...], launch_ips: list[str], fabric_cidr: str,
-                  settings: MpiSettings, label: str, data_cidrs: str | None = None) -> tuple[AllReduceRun, str]:
+                  settings: MpiSettings, label: str, data_ports: str | None = None) -> tuple[AllReduceRun, str]:
     """One all-reduce over ``node_names`` started from ``launcher``; returns the run and its raw log.
-    ``data_cidrs``: the subnets the data goes over (mpirun_argv), the fabric's when None."""
-    cmd = quote(mpirun_argv(launch_ips, fabric_cidr, settings, data_cidrs)) + " 2>&1"
+    ``data_ports``: the subnets or ports the data goes over (mpirun_argv), the fabric's when None."""
+    cmd = quote(mpirun_argv(launch_ips, fabric_cidr, settings, data_ports)) + " 2>&1"
     res = launcher.run(cmd, timeout=settings.timeout_s)
     # Output cut by a kill may end mid-line: ssh's own words go on a line of their own.
     log = res.stdout + ("\n" if res.stdout and not res.stdout.endswith("\n") else "") + res.stderr

@@ -46,6 +46,7 @@ from gpucluster.conformance.remote import (
 )
 from gpucluster.hostkeys import HostKeyPolicy
 from gpucluster.render.nccl import gid_index
+from gpucluster.render.platform import provider_cidrs, provider_ports
 from gpucluster.runs import write_private
 
 # The fabric cache key of GC-IB-002's "before" reading (Fabric.counter_baseline).
@@ -324,13 +325,35 @@ class Fabric:
         chosen = shared if rail is None else [rail]
         return ",".join(dict.fromkeys(nodes[0].rails[i].cidr for i in chosen))
 
+    @staticmethod
+    def shared_provider_ports(nodes: list[NodeInfo]) -> list[tuple[str, list[str]]]:
+        """The compute ports the provider addresses (OCI's rdma0-rdma15: (netdev, its ranges)) that
+        every one of ``nodes``' platforms names, in the first node's rail order; empty elsewhere."""
+        lists = [provider_ports(n.platform) for n in nodes]
+        if not lists:
+            return []
+        return [p for p in lists[0] if all(p in other for other in lists[1:])]
+
+    def data_ports(self, nodes: list[NodeInfo], rail: int | None = None) -> str | None:
+        """What an MPI all-reduce's TCP data is pinned to (btl_tcp_if_include): the subnets of the
+        addressed rails (data_cidrs); where the provider addresses the compute ports instead, those
+        ports by name (Open MPI takes an interface per subnet it is given, the first that matches,
+        so the provider's one range for every port would pin it to one port); else None (the
+        control network then)."""
+        cidrs = self.data_cidrs(nodes, rail)
+        if cidrs or rail is not None:
+            return cidrs
+        return ",".join(d for d, _ in self.shared_provider_ports(nodes)) or None
+
     def data_networks(self, nodes: list[NodeInfo]) -> str:
         """The subnets (comma-separated) an all-reduce over all of ``nodes``' fabric runs on: MPI's
-        data over every addressed rail the nodes share, else the control network (control_cidr),
-        where MPI's TCP data and NCCL's own connections go (NCCL's IB or EFA data goes over the
-        HCAs, which have no interface of their own to name)."""
+        data over every addressed rail the nodes share, or the provider's ranges where it addresses
+        the compute ports, else the control network (control_cidr), where MPI's TCP data and NCCL's
+        own connections go (NCCL's IB or EFA data goes over the HCAs, which have no interface of
+        their own to name)."""
         if self.engine(nodes) != "nccl-tests":
-            return self.data_cidrs(nodes) or self.control_cidr(nodes)
+            ranges = provider_cidrs(nodes[0].platform) if self.shared_provider_ports(nodes) else []
+            return self.data_cidrs(nodes) or ",".join(ranges) or self.control_cidr(nodes)
         return self.control_cidr(nodes)
 
     def _allreduce(self, nodes: list[NodeInfo], label: str, sweep: bool = True, rail: int | None = None,
@@ -388,7 +411,7 @@ class Fabric:
                                                      budget_s=self.options.mpi_budget_s, timeout_s=budget,
                                                      ssh_key=key, folder=folder)
                 run, log = allreduce_mpi.run_allreduce(launcher, names, ips, cidr, settings, label,
-                                                       self.data_cidrs(nodes, rail))
+                                                       self.data_ports(nodes, rail))
         finally:
             self._remove_key(nodes[0], run_key, key)
             _, killed = self._end(nodes, tag, folder)

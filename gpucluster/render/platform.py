@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gpucluster.spec.models import Platform, Rail
 
 __all__ = ["RDMA_KINDS", "fabric_netdev", "platform_devices", "platform_rail_count", "platform_rdma_addressed",
+           "provider_cidrs",
            "provider_ports"]
 
 # The addressing of a rail whose addresses the cluster plans (the spec's fabric_cidr, the lab's rail
@@ -64,6 +65,13 @@ def provider_ports(platform: Platform | None) -> list[tuple[str, list[str]]]:
             cidrs = [str(c) for c in rail.provider_cidrs]
             out += [(str(d), cidrs) for d in expand_devices(rail.netdevs or [])]
     return out
+
+
+def provider_cidrs(platform: Platform | None) -> list[str]:
+    """The provider's ranges of the compute ports it addresses (provider_ports), each once, in
+    order: networks of the cluster's own (OCI's RDMA cluster network), which the nodes' firewall
+    admits as it admits the fabric's, and which an all-reduce's TCP data runs on off GPUs."""
+    return list(dict.fromkeys(c for _, cidrs in provider_ports(platform) for c in cidrs))
 
 
 def fabric_netdev(platform: Platform | None) -> str | None:

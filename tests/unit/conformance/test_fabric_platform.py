@@ -241,10 +241,20 @@ def test_mpi_never_waits_for_an_address_efa_does_not_have(tmp_path) -> None:
     fabric = Fabric(lab, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(lab.target, lab.cluster_name), "")
     assert fabric.control_cidr(gpus) == lab.fabric.fabric_cidr
     assert fabric.data_cidrs(gpus) == "10.77.2.0/24,10.77.3.0/24" and fabric.data_cidrs(gpus, 1) == "10.77.3.0/24"
-    # OCI: no fabric address of the spec's (the image's own are on the ports): mpirun's own traffic and,
-    # off GPUs, the TCP data go over the management network, as on EFA.
+    assert fabric.data_ports(gpus) == "10.77.2.0/24,10.77.3.0/24" and fabric.data_ports(gpus, 1) == "10.77.3.0/24"
+    assert fabric.data_networks(gpus) == "10.77.2.0/24,10.77.3.0/24"
+    # OCI: no fabric address of the spec's (the image's own are on the ports): mpirun's own traffic goes
+    # over the management network (OCI's NCCL bootstraps over eth0); off GPUs, the TCP data goes over
+    # the 16 RDMA ports the image addresses, named (one range for all of them would pin Open MPI to the
+    # first port it matches), and the report looks the node's port up by the provider's ranges.
     oci = [replace(n, fabric_ip=None, rails=(), platform=_model("oci-bm-gpu-h100-8")) for n in gpus]
     assert fabric.control_cidr(oci) == lab.fabric.management_cidr and fabric.data_cidrs(oci) is None
+    assert fabric.data_ports(oci) == ",".join(f"rdma{i}" for i in range(16))
+    assert fabric.data_ports(oci, 0) is None
+    assert fabric.data_networks(oci) == "192.168.0.0/16,10.224.0.0/12"
+    # A node of another platform among them: no port all of them name, so the management network.
+    mixed = [*oci[:-1], replace(oci[-1], platform=_model("dgx-h100"))]
+    assert fabric.data_ports(mixed) is None and fabric.data_networks(mixed) == lab.fabric.management_cidr
 
 
 def test_a_nodes_gpus_are_held_by_one_check_at_a_time(tmp_path: Path) -> None:

@@ -131,7 +131,7 @@ def test_an_allreduce_ends_by_killing_its_tag_on_every_node(tmp_path: Path, monk
     nodes = list(inv.nodes)
     seen: dict[str, Any] = {}
 
-    def fake_run(launcher, names, ips, cidr, settings, label, data_cidrs=None):
+    def fake_run(launcher, names, ips, cidr, settings, label, data_ports=None):
         seen["tag"] = launcher.tag
         seen["timeout"] = settings.timeout_s
         launcher.timed_out = True  # as when ssh ran past the budget

@@ -187,7 +187,7 @@ def test_fabric_never_copies_the_inventory_key_and_takes_the_run_key_back(
     cfg = write_ssh_config(run_dir / "ssh" / "gw0" / "ssh_config", list(inv.nodes), shared=run_dir / "ssh")
     seen: dict[str, Any] = {}
 
-    def fake_run(launcher, names, ips, cidr, settings, label, data_cidrs=None):
+    def fake_run(launcher, names, ips, cidr, settings, label, data_ports=None):
         # While mpirun would run: the launcher holds the run's key, the others accept it.
         seen["ssh_key"] = settings.ssh_key
         seen["launcher_key"] = Path(settings.ssh_key).read_text()

@@ -43,7 +43,7 @@ def test_pair_runs_ramp_to_the_verdict_sizes_only(tmp_path, monkeypatch):
     inv = load_inventory(GOLDEN)
     seen: list[tuple[int, ...]] = []
 
-    def fake_run(launcher, names, ips, cidr, settings, label, data_cidrs=None):
+    def fake_run(launcher, names, ips, cidr, settings, label, data_ports=None):
         seen.append(settings.sizes)
         return AllReduceRun("mpi-cpu", label, names, len(names)), ""
 

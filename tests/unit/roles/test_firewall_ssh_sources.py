@@ -146,3 +146,33 @@ def test_every_start_or_reload_of_nftables_tries_again_after_a_transient_failure
         assert task.get("register") and task.get("until") == f"{task['register']} is succeeded", (name, task["name"])
         assert 2 <= int(task.get("retries", 0)) <= 5 and int(task.get("delay", 0)) >= 1, (name, task["name"])
         assert "ignore_errors" not in task and "failed_when" not in task, (name, task["name"])
+
+
+def test_the_cluster_networks_hold_the_providers_ranges_where_it_addresses_the_compute_ports() -> None:
+    """OCI's image addresses the 16 RDMA ports from OCI's own ranges (gpucluster/data/platforms/
+    oci-bm-gpu-h100-8.yaml): the node admits traffic from them as from its fabric, so TCP over those
+    ports (an MPI job's data, a benchmark's exchange) is not dropped; the OCI twin's all-reduce hung on
+    it. Where the cluster addresses the fabric, nothing is added."""
+    inventory = _inventory("Pulumi.oci-h100.yaml")
+    hosts = inventory["all"]["hosts"]
+    gpu = next(h for h, hv in hosts.items() if hv["gpucluster_platform"] == "oci-bm-gpu-h100-8")
+    fabric = inventory["all"]["vars"]["gpucluster_fabric"]
+    v = role_vars("common", host_context(inventory, gpu))
+    assert v["common_firewall_cluster_cidrs"][:2] == [fabric["management_cidr"], fabric["fabric_cidr"]]
+    assert v["common_firewall_cluster_cidrs"][2:4] == ["192.168.0.0/16", "10.224.0.0/12"]
+    text = render_template("common", "gpucluster.nft.j2", v)
+    cluster_set = text.split("set cluster_v4", 1)[1].split("}", 2)[:2]
+    assert "192.168.0.0/16, 10.224.0.0/12" in "".join(cluster_set)
+    # A node of another platform in the same inventory (the storage pool, no provider-addressed ports).
+    other = next(h for h, hv in hosts.items() if hv["gpucluster_platform"] != "oci-bm-gpu-h100-8")
+    assert not {"192.168.0.0/16", "10.224.0.0/12"} & set(
+        role_vars("common", host_context(inventory, other))["common_firewall_cluster_cidrs"])
+    # The DGX platform: its fabric is the cluster's to address; the list is the networks alone.
+    dgx = _inventory("Pulumi.onprem-h100-ib.yaml")
+    host = next(iter(dgx["all"]["hosts"]))
+    rails = [r["cidr"] for r in dgx["all"]["hosts"][host].get("gpucluster_rails", [])]
+    kube = dgx["all"]["vars"].get("gpucluster_kubernetes")
+    want = [dgx["all"]["vars"]["gpucluster_fabric"]["management_cidr"],
+            dgx["all"]["vars"]["gpucluster_fabric"]["fabric_cidr"], *rails,
+            *([kube["pod_cidr"], kube["service_cidr"]] if kube else [])]
+    assert role_vars("common", host_context(dgx, host))["common_firewall_cluster_cidrs"] == want
