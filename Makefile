@@ -68,8 +68,9 @@ unit-fast: setup
 unit-process: setup gpu-deps
 	$(PY) -m pytest $(PYTEST_FLAGS) -n $(UNIT_WORKERS) -m process tests/unit
 
+# --durations: the slowest setups and tests stay in runs/integration.log (where CI time is cut from).
 integration: setup
-	scripts/run-pytest-dir.sh $(PY) tests/integration $(PYTEST_FLAGS) --ignore=tests/integration/twins
+	scripts/run-pytest-dir.sh $(PY) tests/integration $(PYTEST_FLAGS) --durations=20 --ignore=tests/integration/twins
 
 # Every platform twin (Pulumi.twin-*.yaml) from nothing to its verdicts and its fault
 # (tests/integration/twins; `make test` runs them after the other integration tests), TWIN_WORKERS

@@ -116,24 +116,23 @@ def test_a_strongly_throttled_node_is_named_and_verify_stays_bounded(itest_lab, 
     assert all(pairs["rails"][r]["slow"] == ["node-2"] for r in rails), pairs["rails"]
 
 
-def test_wrong_mtu_on_one_rail_fails_that_node_and_rail_only(itest_lab, tmp_path):
+def test_a_wrong_mtu_and_a_stopped_service_each_fail_their_own_checks_on_their_own_node_only(itest_lab, tmp_path):
+    """Two faults on two nodes in one run (each check reads its own node, so neither can hide or
+    raise the other): one rail of node-3 at MTU 1500 fails that node's rail checks, on that rail
+    only; node_exporter stopped on node-1 fails its service check and its metrics check, nothing
+    else. No other node or check fails."""
     assert itest_lab.ssh("node-3", f"ip link set dev {RAIL} mtu 1500").returncode == 0
     try:
-        rc, data = verify(itest_lab, tmp_path, "mtu")
+        assert itest_lab.ssh("node-1", "systemctl stop prometheus-node-exporter").returncode == 0
+        try:
+            rc, data = verify(itest_lab, tmp_path, "mtu_service")
+        finally:
+            itest_lab.ssh("node-1", "systemctl start prometheus-node-exporter")
     finally:
         itest_lab.ssh("node-3", f"ip link set dev {RAIL} mtu 9000")
-    assert rc == 1 and failing(data) == {"node-3": ["GC-RAIL-001", "GC-RAIL-002"]}, failing(data)
+    assert rc == 1 and failing(data) == {"node-1": ["GC-SYS-003[prometheus-node-exporter]", "GC-SYS-004"],
+                                         "node-3": ["GC-RAIL-001", "GC-RAIL-002"]}, failing(data)
     messages = {f["check"]: f["message"] for v in data["verdicts"] if v["node"] == "node-3" for f in v["failed"]}
     assert f"{RAIL}: MTU 1500, the spec says 9000" in messages["GC-RAIL-001"]
     assert "enp16s0np0" not in messages["GC-RAIL-001"] and f"rail(s) {RAIL}" in messages["GC-RAIL-002"]
     assert_published_verdict(itest_lab, data, "node-3", 0)
-
-
-def test_stopped_service_fails_its_check_only(itest_lab, tmp_path):
-    assert itest_lab.ssh("node-1", "systemctl stop prometheus-node-exporter").returncode == 0
-    try:
-        rc, data = verify(itest_lab, tmp_path, "service")
-    finally:
-        itest_lab.ssh("node-1", "systemctl start prometheus-node-exporter")
-    assert rc == 1
-    assert failing(data) == {"node-1": ["GC-SYS-003[prometheus-node-exporter]", "GC-SYS-004"]}
