@@ -96,6 +96,13 @@ def interface_on(links: Sequence[Mapping[str, Any]], cidrs: str) -> str | None:
     return None
 
 
+def unaddressed_ports(links: Sequence[Mapping[str, Any]], ports: str, cidrs: str) -> list[str]:
+    """The ports of ``ports`` (comma-separated names) that ``links`` (``ip -j addr show``) shows
+    without an IPv4 address inside ``cidrs`` (comma-separated subnets), or does not show at all."""
+    by_name = {str(link.get("ifname")): link for link in links}
+    return [p for p in ports.split(",") if p and (p not in by_name or interface_on([by_name[p]], cidrs) is None)]
+
+
 def rail_ping_pairs(names: list[str]) -> list[tuple[str, str]]:
     """The node pairs the rail pings cover: every pair of a small cluster, else the ring's."""
     if len(names) <= RAIL_PING_ALL_MAX:
@@ -334,25 +341,34 @@ class Fabric:
             return []
         return [p for p in lists[0] if all(p in other for other in lists[1:])]
 
+    def provider_port_names(self, nodes: list[NodeInfo]) -> str:
+        """Where the nodes share no addressed rail but the provider addresses their compute ports,
+        those ports by name (comma-separated, as btl_tcp_if_include takes them); else ""."""
+        if self.rail_indexes(nodes):
+            return ""
+        return ",".join(d for d, _ in self.shared_provider_ports(nodes))
+
     def data_ports(self, nodes: list[NodeInfo], rail: int | None = None) -> str | None:
         """What an MPI all-reduce's TCP data is pinned to (btl_tcp_if_include): the subnets of the
-        addressed rails (data_cidrs); where the provider addresses the compute ports instead, those
-        ports by name (Open MPI takes an interface per subnet it is given, the first that matches,
-        so the provider's one range for every port would pin it to one port); else None (the
-        control network then)."""
-        cidrs = self.data_cidrs(nodes, rail)
-        if cidrs or rail is not None:
-            return cidrs
-        return ",".join(d for d, _ in self.shared_provider_ports(nodes)) or None
+        addressed rails (data_cidrs: rail ``rail``'s alone, which must be one every node has);
+        where the provider addresses the compute ports instead, those ports by name (Open MPI takes
+        one interface per subnet it is given, the first that matches, so a provider's one range for
+        every port would pin it to one port); else None (the control network then)."""
+        if rail is not None:
+            if rail not in self.rail_indexes(nodes):
+                raise ValueError(f"rail {rail}: not a compute rail every one of "
+                                 f"{', '.join(n.name for n in nodes)} has an address on")
+            return self.data_cidrs(nodes, rail)
+        return self.data_cidrs(nodes) or self.provider_port_names(nodes) or None
 
     def data_networks(self, nodes: list[NodeInfo]) -> str:
         """The subnets (comma-separated) an all-reduce over all of ``nodes``' fabric runs on: MPI's
-        data over every addressed rail the nodes share, or the provider's ranges where it addresses
-        the compute ports, else the control network (control_cidr), where MPI's TCP data and NCCL's
-        own connections go (NCCL's IB or EFA data goes over the HCAs, which have no interface of
-        their own to name)."""
+        data over every addressed rail the nodes share, or over the ports the provider addresses
+        (their ranges, then: provider_port_names names the ports), else the control network
+        (control_cidr), where MPI's TCP data and NCCL's own connections go (NCCL's IB or EFA data
+        goes over the HCAs, which have no interface of their own to name)."""
         if self.engine(nodes) != "nccl-tests":
-            ranges = provider_cidrs(nodes[0].platform) if self.shared_provider_ports(nodes) else []
+            ranges = provider_cidrs(nodes[0].platform) if self.provider_port_names(nodes) else []
             return self.data_cidrs(nodes) or ",".join(ranges) or self.control_cidr(nodes)
         return self.control_cidr(nodes)
 
@@ -481,8 +497,12 @@ class Fabric:
                 search, rails = find_slow(names, results[""]), {}
             # "networks": where the pairs ran over all of the fabric at once, the subnets they ran on
             # (GC-AR-003 names the node's interface there); rail by rail, "rails" names them.
+            # "ports": where they ran over the ports the provider addresses, by name, those ports
+            # (GC-AR-003 then names those of the node without an address in the provider's ranges).
+            over_ports = not per_rail and self.engine(nodes) != "nccl-tests"
             return {"search": search.to_json(), "rails": rails, "floor_key": floor_key, "runs": runs,
                     "networks": "" if per_rail else self.data_networks(nodes),
+                    "ports": self.provider_port_names(nodes) if over_ports else "",
                     "verdict_bytes": self.verdict_bytes(nodes),
                     "logs": {r["label"]: self.allreduce_log(r["label"]) for r in runs}}
 

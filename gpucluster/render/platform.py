@@ -69,8 +69,9 @@ def provider_ports(platform: Platform | None) -> list[tuple[str, list[str]]]:
 
 def provider_cidrs(platform: Platform | None) -> list[str]:
     """The provider's ranges of the compute ports it addresses (provider_ports), each once, in
-    order: networks of the cluster's own (OCI's RDMA cluster network), which the nodes' firewall
-    admits as it admits the fabric's, and which an all-reduce's TCP data runs on off GPUs."""
+    order (OCI's: the oci-hpc images' 192.168.0.0/16, the OKE images' 10.224.0.0/12; a node's image
+    uses one of them): the nodes' firewall admits them on those ports alone, and no network of the
+    spec's may overlap them."""
     return list(dict.fromkeys(c for _, cidrs in provider_ports(platform) for c in cidrs))
 
 

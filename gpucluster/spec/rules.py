@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpucluster.render.devices import RDMA_KINDS
+from gpucluster.render.platform import provider_cidrs
 from gpucluster.render.sources import Needs, needed_sources
 from gpucluster.spec.cluster import (
     FIRST_HOST_OFFSET,
@@ -70,7 +71,7 @@ def semantic_problems(spec: ClusterSpec, bom: Bom, profiles: dict[str, HardwareP
     _pools(spec, profiles, problems)
     _platforms(spec, profiles, platforms, problems)
     names = _nodes(spec, placed, problems)
-    _networks(spec, len(names), problems)
+    _networks(spec, len(names), platforms, problems)
     _fabric(spec, set(names), problems)
     _subnet_managers(spec, placed, platforms, problems)
     _storage(spec, placed, problems)
@@ -271,7 +272,7 @@ def _nodes(spec: ClusterSpec, placed: list[tuple[NodePool, str]], problems: list
     return names
 
 
-def _networks(spec: ClusterSpec, node_count: int, problems: list[str]) -> None:
+def _networks(spec: ClusterSpec, node_count: int, platforms: dict[str, Platform], problems: list[str]) -> None:
     nets: dict[str, ipaddress.IPv4Network] = {
         "fabric.management_cidr": ipaddress.IPv4Network(spec.fabric.management_cidr),
         "fabric.fabric_cidr": ipaddress.IPv4Network(spec.fabric.fabric_cidr),
@@ -292,6 +293,19 @@ def _networks(spec: ClusterSpec, node_count: int, problems: list[str]) -> None:
         for b in keys[a_i + 1 :]:
             if nets[a].overlaps(nets[b]):
                 problems.append(f"{NS}.{b}: {nets[b]} overlaps {a} {nets[a]}")
+    # The ranges a platform's image addresses its compute ports from (OCI's RDMA network): the
+    # nodes route them over those ports and their firewall admits them there, so none of the
+    # cluster's own networks may overlap them.
+    ranges: dict[str, str] = {}
+    for pool in spec.node_pools:
+        name = pool_platform(spec, pool)
+        for cidr in provider_cidrs(platforms.get(name)):
+            ranges.setdefault(cidr, name)
+    for cidr, name in ranges.items():
+        for key in keys:
+            if nets[key].overlaps(ipaddress.IPv4Network(cidr)):
+                problems.append(f"{NS}.{key}: {nets[key]} overlaps {cidr}, a range platform {name!r}'s image "
+                                "addresses its compute ports from")
     for key in ("fabric.management_cidr", "fabric.fabric_cidr"):
         usable = nets[key].num_addresses - FIRST_HOST_OFFSET - 1
         if usable < node_count:

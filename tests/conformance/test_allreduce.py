@@ -13,6 +13,7 @@ from gpucluster.conformance.fabric import (
     fault_key,
     interface_on,
     rail_netdev,
+    unaddressed_ports,
     verdict_sentence,
     verdict_size,
 )
@@ -38,15 +39,22 @@ def _pinned(node, run: AllReduceRun) -> None:
 
 def _measured_interface(node, data: dict, on: list[str]) -> str | None:
     """The node's interface its pair runs went over: its own netdev on the first rail that fell short
-    where they ran rail by rail, else the one holding its address on the network they ran on (read
-    from the node; where it holds none there, the fabric interface that should, on the fabric's)."""
+    where they ran rail by rail; where they ran over the ports the provider addresses, by name,
+    those of the node's without an address in the provider's ranges (none: no one port to name);
+    else the one holding its address on the network they ran on (read from the node; where it holds
+    none there, the fabric interface that should, on the fabric's)."""
     if on:
         return rail_netdev(node.info, list(data["rails"]), on[0])
     networks = data.get("networks")
     if not networks:
         return None
     res = node.run("ip -j -4 addr show")
-    found = interface_on(json.loads(res.stdout or "[]"), networks) if res.rc == 0 else None
+    links = json.loads(res.stdout or "[]") if res.rc == 0 else None
+    if data.get("ports"):
+        if links is None:
+            return None
+        return ",".join(unaddressed_ports(links, data["ports"], networks)) or None
+    found = interface_on(links, networks) if links is not None else None
     if found is None and networks == node.inv.fabric.fabric_cidr:
         return node.info.fabric_interface
     return found

@@ -117,10 +117,11 @@ def test_a_strongly_throttled_node_is_named_and_verify_stays_bounded(itest_lab, 
 
 
 def test_a_wrong_mtu_and_a_stopped_service_each_fail_their_own_checks_on_their_own_node_only(itest_lab, tmp_path):
-    """Two faults on two nodes in one run (each check reads its own node, so neither can hide or
-    raise the other): one rail of node-3 at MTU 1500 fails that node's rail checks, on that rail
-    only; node_exporter stopped on node-1 fails its service check and its metrics check, nothing
-    else. No other node or check fails."""
+    """Two faults on two nodes in one run: one rail of node-3 at MTU 1500 fails that node's rail
+    checks, on that rail only; node_exporter stopped on node-1 fails its service check and its
+    metrics check. The verdict must be exactly those, each on its node, so a fault that hid the
+    other's findings, or raised any of its own elsewhere (the all-reduce and the rail pings read
+    every node), fails the test."""
     assert itest_lab.ssh("node-3", f"ip link set dev {RAIL} mtu 1500").returncode == 0
     try:
         assert itest_lab.ssh("node-1", "systemctl stop prometheus-node-exporter").returncode == 0

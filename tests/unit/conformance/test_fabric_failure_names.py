@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpucluster.conformance import remedies
-from gpucluster.conformance.fabric import interface_on, rail_netdev
+from gpucluster.conformance.fabric import interface_on, rail_netdev, unaddressed_ports
 from gpucluster.conformance.pairs import PairResult, find_slow, rail_search
 from gpucluster.conformance.verdict import CheckResult
 from gpucluster.outputs import OutputRail
@@ -175,6 +175,40 @@ def test_a_node_that_lost_its_fabric_address_is_pointed_at_its_fabric_interface(
             "10.81.0.0/24")))
     assert "interface" not in elsewhere.figures
     assert "`ip -s link show <the node's fabric interface" in elsewhere.steps("GC-AR-003")[1]
+
+
+def _port(name: str, address: str | None) -> dict[str, Any]:
+    """One link of ``ip -j -4 addr show`` (its shape as in IP_4_ADDR_SHOW); ``address`` None: no IPv4."""
+    addr = [{"family": "inet", "local": address, "prefixlen": 24, "scope": "global", "label": name,
+             "valid_life_time": 4294967295, "preferred_life_time": 4294967295}] if address else []
+    return {"ifindex": 5, "ifname": name, "flags": ["BROADCAST", "MULTICAST", "UP", "LOWER_UP"], "mtu": 4220,
+            "qdisc": "noqueue", "operstate": "UP", "group": "default", "txqlen": 1000, "addr_info": addr}
+
+
+def test_over_the_ports_the_provider_addresses_the_node_is_pointed_at_its_port_without_an_address() -> None:
+    """The OCI twin's fault: the pairs ran over rdma0..rdma2 by name, and gpu-1's rdma0 lost OCI's
+    address. The next steps name rdma0, not the first port that still holds one (rdma1)."""
+    import json
+
+    data = {**_pair_data("192.168.0.0/16,10.224.0.0/12"), "ports": "rdma0,rdma1,rdma2"}
+    lost = json.dumps([_port("eth0", "10.81.0.10"), _port("rdma0", None), _port("rdma1", "192.168.1.10"),
+                       _port("rdma2", "192.168.2.10")])
+    node = _ar_node({"ip -j -4 addr show": lost})
+    with pytest.raises(AssertionError):
+        _suite("test_allreduce").test_allreduce_pairs(node, SimpleNamespace(pair_search=lambda: data))
+    assert node.figures["interface"] == "rdma0"
+    # Every port addressed (slow for another reason): no one port to name, nothing guessed.
+    whole = json.dumps([_port("eth0", "10.81.0.10"), *(_port(f"rdma{i}", f"192.168.{i}.10") for i in range(3))])
+    slow = _ar_node({"ip -j -4 addr show": whole})
+    with pytest.raises(AssertionError):
+        _suite("test_allreduce").test_allreduce_pairs(slow, SimpleNamespace(pair_search=lambda: data))
+    assert "interface" not in slow.figures
+
+
+def test_unaddressed_ports_reads_ip_output() -> None:
+    links = [_port("rdma0", "10.0.0.1"), _port("rdma1", "192.168.1.10"), _port("rdma2", None)]
+    assert unaddressed_ports(links, "rdma0,rdma1,rdma2,rdma3", "192.168.0.0/16") == ["rdma0", "rdma2", "rdma3"]
+    assert unaddressed_ports(links, "rdma1", "192.168.0.0/16,10.224.0.0/12") == []
 
 
 def test_pairs_run_rail_by_rail_name_the_nodes_netdev_on_the_failing_rail() -> None:

@@ -250,11 +250,49 @@ def test_mpi_never_waits_for_an_address_efa_does_not_have(tmp_path) -> None:
     oci = [replace(n, fabric_ip=None, rails=(), platform=_model("oci-bm-gpu-h100-8")) for n in gpus]
     assert fabric.control_cidr(oci) == lab.fabric.management_cidr and fabric.data_cidrs(oci) is None
     assert fabric.data_ports(oci) == ",".join(f"rdma{i}" for i in range(16))
-    assert fabric.data_ports(oci, 0) is None
     assert fabric.data_networks(oci) == "192.168.0.0/16,10.224.0.0/12"
+    # No rail of theirs to run one alone on: asked for one, it is refused, never the management network.
+    with pytest.raises(ValueError, match="rail 0: not a compute rail every one of"):
+        fabric.data_ports(oci, 0)
     # A node of another platform among them: no port all of them name, so the management network.
     mixed = [*oci[:-1], replace(oci[-1], platform=_model("dgx-h100"))]
     assert fabric.data_ports(mixed) is None and fabric.data_networks(mixed) == lab.fabric.management_cidr
+
+
+def test_the_all_reduce_off_gpus_is_pinned_to_the_ports_the_provider_addresses(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What reaches mpirun: on OCI-shaped nodes, Open MPI's data over rdma0..rdma15 by name, its own
+    traffic over the management network; the pair search says it ran over those ports (GC-AR-003
+    reads them). On the lab's nodes, the rails' subnets, and no ports."""
+    from gpucluster import hostkeys
+    from gpucluster.conformance import allreduce_mpi
+    from gpucluster.conformance.bandwidth import AllReduceRun
+    from gpucluster.conformance.fabric import Fabric
+    from gpucluster.conformance.nodes import load_inventory
+
+    lab = load_inventory(Path(__file__).resolve().parents[2] / "golden" / "inventory" / "lab.yml")
+    seen: list[tuple[str, str | None]] = []
+
+    def fake_run(launcher, names, ips, cidr, settings, label, data_ports=None):
+        seen.append((cidr, data_ports))
+        return AllReduceRun("mpi-cpu", label, names, len(names), status="ok"), ""
+
+    monkeypatch.setattr(allreduce_mpi, "ship_script", lambda remotes, folder: [])
+    monkeypatch.setattr(allreduce_mpi, "run_allreduce", fake_run)
+    # No key, grant or kill: what runs on the nodes is tests/unit/conformance/test_verify_runs.py's.
+    monkeypatch.setattr(Fabric, "run_key", lambda self, tag: None)
+    monkeypatch.setattr(Fabric, "_grant", lambda self, nodes, key, budget: [])
+    monkeypatch.setattr(Fabric, "_place_key", lambda self, launcher, key: None)
+    monkeypatch.setattr(Fabric, "_remove_key", lambda self, launcher, key, path: None)
+    monkeypatch.setattr(Fabric, "_end", lambda self, nodes, tag, folder=None: ({}, []))
+    fabric = Fabric(lab, tmp_path, tmp_path / "ssh_config", hostkeys.policy_for(lab.target, lab.cluster_name), "")
+    gpus = lab.in_groups(("gpu",))
+    oci = [replace(n, fabric_ip=None, rails=(), platform=_model("oci-bm-gpu-h100-8")) for n in gpus]
+    fabric._allreduce(oci, "inter:oci")
+    assert seen == [(lab.fabric.management_cidr, ",".join(f"rdma{i}" for i in range(16)))]
+    seen.clear()
+    fabric._allreduce(gpus, "inter:lab")
+    assert seen == [(lab.fabric.fabric_cidr, "10.77.2.0/24,10.77.3.0/24")]
 
 
 def test_a_nodes_gpus_are_held_by_one_check_at_a_time(tmp_path: Path) -> None:

@@ -148,31 +148,33 @@ def test_every_start_or_reload_of_nftables_tries_again_after_a_transient_failure
         assert "ignore_errors" not in task and "failed_when" not in task, (name, task["name"])
 
 
-def test_the_cluster_networks_hold_the_providers_ranges_where_it_addresses_the_compute_ports() -> None:
+def test_the_providers_ranges_are_admitted_on_the_ports_it_addresses_alone() -> None:
     """OCI's image addresses the 16 RDMA ports from OCI's own ranges (gpucluster/data/platforms/
-    oci-bm-gpu-h100-8.yaml): the node admits traffic from them as from its fabric, so TCP over those
-    ports (an MPI job's data, a benchmark's exchange) is not dropped; the OCI twin's all-reduce hung on
-    it. Where the cluster addresses the fabric, nothing is added."""
+    oci-bm-gpu-h100-8.yaml): the node admits traffic from them on those ports, so TCP over them (an
+    MPI job's data, a benchmark's exchange) is not dropped (the OCI twin's all-reduce hung on it),
+    and on no other interface: eth0's VCN, or a network peered with it, may use 192.168/16 too.
+    SSH stays the management set's. Where the cluster addresses the fabric, no such rule."""
     inventory = _inventory("Pulumi.oci-h100.yaml")
     hosts = inventory["all"]["hosts"]
     gpu = next(h for h, hv in hosts.items() if hv["gpucluster_platform"] == "oci-bm-gpu-h100-8")
-    fabric = inventory["all"]["vars"]["gpucluster_fabric"]
     v = role_vars("common", host_context(inventory, gpu))
-    assert v["common_firewall_cluster_cidrs"][:2] == [fabric["management_cidr"], fabric["fabric_cidr"]]
-    assert v["common_firewall_cluster_cidrs"][2:4] == ["192.168.0.0/16", "10.224.0.0/12"]
+    assert v["common_firewall_provider_ports"] == [f"rdma{i}" for i in range(16)]
+    assert v["common_firewall_provider_cidrs"] == ["192.168.0.0/16", "10.224.0.0/12"]
+    assert not {"192.168.0.0/16", "10.224.0.0/12"} & set(v["common_firewall_cluster_cidrs"])
     text = render_template("common", "gpucluster.nft.j2", v)
-    cluster_set = text.split("set cluster_v4", 1)[1].split("}", 2)[:2]
-    assert "192.168.0.0/16, 10.224.0.0/12" in "".join(cluster_set)
-    # A node of another platform in the same inventory (the storage pool, no provider-addressed ports).
+    provider_set = text.split("set provider_v4 {", 1)[1].split("}", 2)
+    assert "elements = { 192.168.0.0/16, 10.224.0.0/12 " in provider_set[0] + "}" + provider_set[1]
+    ports = ", ".join(f'"rdma{i}"' for i in range(16))
+    rule = f"iifname {{ {ports} }} ip saddr @provider_v4 accept"
+    lines = [ln.strip() for ln in text.splitlines()]
+    assert rule in lines and lines.index(rule) > lines.index("tcp dport 22 drop"), text
+    # A node of another platform in the same inventory (the storage pool): no set, no rule.
     other = next(h for h, hv in hosts.items() if hv["gpucluster_platform"] != "oci-bm-gpu-h100-8")
-    assert not {"192.168.0.0/16", "10.224.0.0/12"} & set(
-        role_vars("common", host_context(inventory, other))["common_firewall_cluster_cidrs"])
-    # The DGX platform: its fabric is the cluster's to address; the list is the networks alone.
+    ov = role_vars("common", host_context(inventory, other))
+    assert ov["common_firewall_provider_ports"] == [] and "provider_v4" not in render_template(
+        "common", "gpucluster.nft.j2", ov)
+    # The DGX platform: its fabric is the cluster's to address.
     dgx = _inventory("Pulumi.onprem-h100-ib.yaml")
-    host = next(iter(dgx["all"]["hosts"]))
-    rails = [r["cidr"] for r in dgx["all"]["hosts"][host].get("gpucluster_rails", [])]
-    kube = dgx["all"]["vars"].get("gpucluster_kubernetes")
-    want = [dgx["all"]["vars"]["gpucluster_fabric"]["management_cidr"],
-            dgx["all"]["vars"]["gpucluster_fabric"]["fabric_cidr"], *rails,
-            *([kube["pod_cidr"], kube["service_cidr"]] if kube else [])]
-    assert role_vars("common", host_context(dgx, host))["common_firewall_cluster_cidrs"] == want
+    dv = role_vars("common", host_context(dgx, next(iter(dgx["all"]["hosts"]))))
+    assert dv["common_firewall_provider_ports"] == [] and "provider_v4" not in render_template(
+        "common", "gpucluster.nft.j2", dv)

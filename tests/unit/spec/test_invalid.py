@@ -66,6 +66,7 @@ def _add_pool(pool: dict[str, Any]) -> Mutate:
 LAB = "Pulumi.lab.yaml"
 AWS = "Pulumi.aws-h100.yaml"
 IB = "Pulumi.onprem-h100-ib.yaml"
+OCI = "Pulumi.oci-h100.yaml"
 ROCE = "Pulumi.onprem-h100-roce.yaml"
 
 # (id, example, mutation, expected field path, expected piece of the reason)
@@ -108,6 +109,15 @@ CASES: list[tuple[str, str, Mutate, str, str]] = [
         _set("kubernetes.service_cidr", "10.244.128.0/20"),
         "gpucluster.kubernetes.service_cidr",
         "overlaps kubernetes.pod_cidr",
+    ),
+    (
+        # Calico's well-known default pod network over OCI's RDMA range (the image addresses the
+        # GPU nodes' 16 ports from 192.168.0.0/16): the pods' routes would collide with the ports'.
+        "cidr-overlap-provider-range",
+        OCI,
+        _set("kubernetes.pod_cidr", "192.168.0.0/16"),
+        "gpucluster.kubernetes.pod_cidr",
+        "overlaps 192.168.0.0/16, a range platform 'oci-bm-gpu-h100-8''s image addresses its compute ports from",
     ),
     (
         "subnet-too-small",

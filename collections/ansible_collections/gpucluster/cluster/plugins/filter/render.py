@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from gpucluster.render.firewall import ssh_sources
 from gpucluster.render.nccl import nccl_settings
 from gpucluster.render.os_packages import detect_preinstalled, os_packages, preinstalled_action, preinstalled_plan
-from gpucluster.render.platform import platform_devices, platform_rdma_addressed, provider_cidrs
+from gpucluster.render.platform import platform_devices, platform_rdma_addressed, provider_cidrs, provider_ports
 from gpucluster.render.proxy import proxy_settings
 from gpucluster.render.rails import rail_settings, rail_sysctl_lines
 from gpucluster.render.services import required_services
@@ -141,6 +141,10 @@ def _platform_provider_cidrs(platform: Any) -> list[str]:
     return provider_cidrs(_platform(platform))
 
 
+def _platform_provider_ports(platform: Any) -> list[str]:
+    return [netdev for netdev, _ in provider_ports(_platform(platform))]
+
+
 def _rail_settings(rails: Any, mtu: int) -> list[dict[str, Any]]:
     return rail_settings(_rails(rails), mtu)
 
@@ -164,5 +168,6 @@ class FilterModule:
                 "detect_preinstalled": detect_preinstalled, "preinstalled_plan": preinstalled_plan,
                 "platform_devices": _platform_devices, "platform_rdma_addressed": _platform_rdma_addressed,
                 "platform_provider_cidrs": _platform_provider_cidrs,
+                "platform_provider_ports": _platform_provider_ports,
                 "rail_settings": _rail_settings, "rail_sysctl_lines": _rail_sysctl_lines, "ssh_sources": _ssh_sources,
                 "proxy_settings": _proxy_settings}
