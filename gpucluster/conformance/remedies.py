@@ -322,7 +322,8 @@ _REMEDIES = (
     Remedy("GC-NET-001", (
         "Run `ip -br addr show` and `ip -s link show {interface}` on {node}.",
         "Link down: check the cable and the switch port (`ethtool {interface}` or `ibstat`).",
-        f"Address missing: rerun `{_converge('rdma_fabric')}`, which configures the fabric interface.",
+        f"Address missing on an interface the cluster addresses: rerun `{_converge('rdma_fabric')}`, which "
+        "configures the fabric interface.",
         "A compute port the provider addresses (OCI's rdma0-rdma15) without an address in its range: the roles "
         "never address it; the image's RDMA configuration did not run or the port's 802.1X authentication "
         "failed: `wpa_cli status -i <port>` (AUTHENTICATED), `systemctl status oci-rdma-configure`, and rerun it.",

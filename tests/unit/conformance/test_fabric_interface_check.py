@@ -90,9 +90,14 @@ def test_ocis_ports_are_judged_by_the_providers_range_not_a_spec_address() -> No
     suite.test_fabric_interface(node)
     suite.test_fabric_mtu(node)
     assert node.ran == ["ip -j addr show", "ip -j addr show"]
+    lost = _oci_node(_links(16, drop="rdma0"))
+    figures: dict[str, Any] = {}
+    lost.figure = figures.__setitem__
     with pytest.raises(AssertionError, match=r"^rdma0: no address in the provider's 192\.168\.0\.0/16, "
                                              r"10\.224\.0\.0/12 \(has none\)"):
-        suite.test_fabric_interface(_oci_node(_links(16, drop="rdma0")))
+        suite.test_fabric_interface(lost)
+    # The report's next steps name the port without its address (remedies.subject reads the figure).
+    assert figures == {"provider_ports_addressed": 15, "interface": "rdma0"}
     with pytest.raises(AssertionError, match=r"rdma15: no such interface"):
         suite.test_fabric_interface(_oci_node(_links(15)))
     with pytest.raises(AssertionError, match=r"^rdma0: MTU 1500; rdma1: MTU 1500; .* \(the spec says 4220\)"):
