@@ -30,6 +30,7 @@ from gpucluster.conformance import allreduce_mpi, progress, run_ib_write_bw, run
 from gpucluster.conformance.bandwidth import AllReduceRun, BandwidthVerdict, budget_s, judge
 from gpucluster.conformance.nodes import ClusterInventory, NodeInfo, nccl_tests_split
 from gpucluster.conformance.pairs import PairResult, PairSearch, find_slow, rail_search, ring_pairs, rounds
+from gpucluster.conformance.provider_ports import provider_address
 from gpucluster.conformance.rdma_checks import IB_COUNTER_DUMP, compute_hcas
 from gpucluster.conformance.remote import (
     Remote,
@@ -98,9 +99,11 @@ def interface_on(links: Sequence[Mapping[str, Any]], cidrs: str) -> str | None:
 
 def unaddressed_ports(links: Sequence[Mapping[str, Any]], ports: str, cidrs: str) -> list[str]:
     """The ports of ``ports`` (comma-separated names) that ``links`` (``ip -j addr show``) shows
-    without an IPv4 address inside ``cidrs`` (comma-separated subnets), or does not show at all."""
+    without an IPv4 address inside ``cidrs`` (comma-separated subnets, the provider's ranges, as
+    GC-NET-001 judges them: provider_ports.provider_address), or does not show at all."""
     by_name = {str(link.get("ifname")): link for link in links}
-    return [p for p in ports.split(",") if p and (p not in by_name or interface_on([by_name[p]], cidrs) is None)]
+    ranges = [c.strip() for c in cidrs.split(",") if c.strip()]
+    return [p for p in ports.split(",") if p and (p not in by_name or provider_address(by_name[p], ranges) is None)]
 
 
 def rail_ping_pairs(names: list[str]) -> list[tuple[str, str]]:
@@ -332,21 +335,15 @@ class Fabric:
         chosen = shared if rail is None else [rail]
         return ",".join(dict.fromkeys(nodes[0].rails[i].cidr for i in chosen))
 
-    @staticmethod
-    def shared_provider_ports(nodes: list[NodeInfo]) -> list[tuple[str, list[str]]]:
-        """The compute ports the provider addresses (OCI's rdma0-rdma15: (netdev, its ranges)) that
-        every one of ``nodes``' platforms names, in the first node's rail order; empty elsewhere."""
-        lists = [provider_ports(n.platform) for n in nodes]
-        if not lists:
-            return []
-        return [p for p in lists[0] if all(p in other for other in lists[1:])]
-
     def provider_port_names(self, nodes: list[NodeInfo]) -> str:
-        """Where the nodes share no addressed rail but the provider addresses their compute ports,
-        those ports by name (comma-separated, as btl_tcp_if_include takes them); else ""."""
-        if self.rail_indexes(nodes):
+        """Where the nodes share no addressed rail, the compute ports the provider addresses (OCI's
+        rdma0-rdma15) that every one of their platforms names, in the first node's rail order, by
+        name (comma-separated, as btl_tcp_if_include takes them); else ""."""
+        if not nodes or self.rail_indexes(nodes):
             return ""
-        return ",".join(d for d, _ in self.shared_provider_ports(nodes))
+        others = [provider_ports(n.platform) for n in nodes[1:]]
+        return ",".join(d for d, cidrs in provider_ports(nodes[0].platform)
+                        if all((d, cidrs) in other for other in others))
 
     def data_ports(self, nodes: list[NodeInfo], rail: int | None = None) -> str | None:
         """What an MPI all-reduce's TCP data is pinned to (btl_tcp_if_include): the subnets of the
